@@ -1,0 +1,49 @@
+//! `Lease`: one row of the lease table as every store reads it back.
+
+use crate::{Checkpoint, LeaseKey};
+
+/// One row of the lease table: who reads a shard, until when, and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// `stream:shard`.
+    pub key: LeaseKey,
+    /// The lease-owner id of the broker that holds the row, if any.
+    pub owner: Option<String>,
+    /// When the lease lapses unless renewed, in ms since the epoch by the writer's clock.
+    pub expiry_ms: u64,
+    /// Bumped by every write; a reader that saw the same counter twice saw no write between.
+    pub counter: u64,
+    /// How far the shard has been processed, if it ever was.
+    pub checkpoint: Option<Checkpoint>,
+    /// The shards this one was split or merged from: it starts only after they end.
+    pub parents: Vec<String>,
+}
+
+impl Lease {
+    /// A fresh row: no owner, counter 0, no checkpoint.
+    pub fn new(key: LeaseKey, parents: Vec<String>) -> Self {
+        Self {
+            key,
+            owner: None,
+            expiry_ms: 0,
+            counter: 0,
+            checkpoint: None,
+            parents,
+        }
+    }
+
+    /// True when `owner` is the row's owner.
+    pub fn is_held_by(&self, owner: &str) -> bool {
+        self.owner.as_deref() == Some(owner)
+    }
+
+    /// True when the row has an owner whose lease has not lapsed at `now_ms`.
+    pub fn is_live_at(&self, now_ms: u64) -> bool {
+        self.owner.is_some() && self.expiry_ms > now_ms
+    }
+
+    /// True once the shard was read and settled to its end.
+    pub fn is_finished(&self) -> bool {
+        self.checkpoint == Some(Checkpoint::ShardEnd)
+    }
+}

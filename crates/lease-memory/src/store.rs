@@ -1,0 +1,202 @@
+//! `MemoryLeaseStore`: the `LeaseStore` rules evaluated under one lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_lease_core::{
+    duration_ms, rules, BoxFuture, Checkpoint, Clock, Lease, LeaseKey, LeaseResult, LeaseStore,
+    Outcome, SystemClock, Take,
+};
+
+use crate::MemoryLeaseTable;
+
+/// A [`LeaseStore`] over a [`MemoryLeaseTable`]; see the crate docs for what it is good for.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_lease_core::{LeaseKey, LeaseStore, Take};
+/// use kinesis_lease_memory::MemoryLeaseStore;
+/// use std::time::Duration;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store = MemoryLeaseStore::new();
+/// let key = LeaseKey::new("orders", "shardId-000000000000")?;
+/// let taken = store.take(&key, "me", Take::new(Duration::from_secs(10))).await?;
+/// assert!(taken.is_written());
+/// # Ok::<(), kinesis_lease_core::LeaseError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryLeaseStore {
+    table: MemoryLeaseTable,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryLeaseStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryLeaseStore {
+    /// A store over a table of its own, on the system clock.
+    pub fn new() -> Self {
+        Self::over(&MemoryLeaseTable::new())
+    }
+
+    /// A store over a shared table, on the system clock.
+    pub fn over(table: &MemoryLeaseTable) -> Self {
+        Self {
+            table: table.clone(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same store reading "now" from `clock` (tests inject a `ManualClock`).
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The table this store writes to.
+    pub fn table(&self) -> &MemoryLeaseTable {
+        &self.table
+    }
+
+    /// Runs one conditional write: `allowed` judges the current row, `apply` edits it.
+    fn write(
+        &self,
+        key: &LeaseKey,
+        allowed: impl FnOnce(Option<&Lease>, u64) -> bool,
+        apply: impl FnOnce(&mut Lease, u64),
+    ) -> Outcome {
+        let now = self.clock.now_ms();
+        let mut rows = self.table.lock();
+        let stream = rows.entry(key.stream().to_owned()).or_default();
+        let row = stream.get(key.shard());
+        if !allowed(row, now) {
+            return Outcome::Lost(rules::lost(row));
+        }
+        let row = stream
+            .entry(key.shard().to_owned())
+            .or_insert_with(|| Lease::new(key.clone(), Vec::new()));
+        apply(row, now);
+        row.counter += 1;
+        Outcome::Written(row.clone())
+    }
+
+    fn held_write(
+        &self,
+        key: &LeaseKey,
+        owner: &str,
+        apply: impl FnOnce(&mut Lease, u64),
+    ) -> Outcome {
+        self.write(key, |row, _| rules::holds(row, owner), apply)
+    }
+}
+
+impl LeaseStore for MemoryLeaseStore {
+    fn create<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        parents: &'a [String],
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let mut rows = self.table.lock();
+            let stream = rows.entry(key.stream().to_owned()).or_default();
+            if stream.contains_key(key.shard()) {
+                return Ok(false);
+            }
+            let mut row = Lease::new(key.clone(), parents.to_vec());
+            row.counter = 1;
+            stream.insert(key.shard().to_owned(), row);
+            Ok(true)
+        })
+    }
+
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        take: Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.write(
+                key,
+                |row, now| rules::may_take(row, owner, &take, now),
+                |row, now| {
+                    row.owner = Some(owner.to_owned());
+                    row.expiry_ms = now.saturating_add(duration_ms(take.ttl));
+                },
+            ))
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.held_write(key, owner, |row, now| {
+                row.expiry_ms = now.saturating_add(duration_ms(ttl));
+                if let Some(cp) = checkpoint {
+                    row.checkpoint = Some(cp.clone());
+                }
+            }))
+        })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.held_write(key, owner, |row, _| {
+                row.checkpoint = Some(checkpoint.clone());
+            }))
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.held_write(key, owner, |row, _| {
+                row.owner = None;
+                row.expiry_ms = 0;
+                if let Some(cp) = checkpoint {
+                    row.checkpoint = Some(cp.clone());
+                }
+            }))
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        Box::pin(async move {
+            let rows = self.table.lock();
+            Ok(rows
+                .get(key.stream())
+                .and_then(|s| s.get(key.shard()))
+                .cloned())
+        })
+    }
+
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        Box::pin(async move {
+            let rows = self.table.lock();
+            Ok(rows
+                .get(stream)
+                .map(|s| s.values().cloned().collect())
+                .unwrap_or_default())
+        })
+    }
+}

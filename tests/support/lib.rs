@@ -1,0 +1,1 @@
+//! Support for the integration tests run by `cargo xtask integ`.
