@@ -2,13 +2,42 @@
 //!
 //! Dependency-free on purpose: it must build in seconds on a fresh machine.
 
+mod emulators;
+mod integ;
+
+use std::path::PathBuf;
+
+/// The jobs.
+const USAGE: &str = "usage: cargo xtask <job> [args]
+
+jobs:
+  integ [FILTER..]   install and start kinesis-local and moto on 127.0.0.1 (or use
+                     AWS_ENDPOINT_URL when set), run the integration suite, stop them";
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = match args.first().map(String::as_str) {
+    let result = match args.first().map(String::as_str) {
+        Some("integ") => integ::run(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <integ|bench>");
-            2
+            eprintln!("{USAGE}");
+            std::process::exit(2);
         }
     };
-    std::process::exit(code);
+    if let Err(err) = result {
+        eprintln!("xtask: {err}");
+        std::process::exit(1);
+    }
+}
+
+/// The workspace root (the xtask crate's parent).
+fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// The target directory, where emulators are installed.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
 }

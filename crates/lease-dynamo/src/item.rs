@@ -1,0 +1,102 @@
+//! The row layout: attribute names and the conversion between items and `Lease`.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use kinesis_lease_core::{Checkpoint, Lease, LeaseError, LeaseKey};
+
+pub(crate) const KEY: &str = "lease_key";
+pub(crate) const OWNER: &str = "lease_owner";
+pub(crate) const EXPIRY: &str = "lease_expiry";
+pub(crate) const COUNTER: &str = "lease_counter";
+pub(crate) const CHECKPOINT: &str = "checkpoint";
+pub(crate) const SUBSEQUENCE: &str = "checkpoint_subsequence";
+pub(crate) const PARENTS: &str = "parent_shards";
+/// The index row's set of shard ids.
+pub(crate) const SHARDS: &str = "shards";
+
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// The key of a stream's index row.
+pub(crate) fn index_key(stream: &str) -> String {
+    format!("{stream}:*")
+}
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Reads an item back as a lease row.
+pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
+    let raw_key = match item.get(KEY) {
+        Some(AttributeValue::S(k)) => k.clone(),
+        _ => return Err(corrupt(table, "?", format!("no string `{KEY}`"))),
+    };
+    let bad = |reason: String| corrupt(table, &raw_key, reason);
+    let key: LeaseKey = raw_key.parse().map_err(|e| bad(format!("{e}")))?;
+    let owner = match item.get(OWNER) {
+        None => None,
+        Some(AttributeValue::S(o)) => Some(o.clone()),
+        Some(_) => return Err(bad(format!("`{OWNER}` is not a string"))),
+    };
+    let number = |name: &str| -> Result<Option<u64>, LeaseError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(AttributeValue::N(v)) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| bad(format!("`{name}` = {v} is not a u64"))),
+            Some(_) => Err(bad(format!("`{name}` is not a number"))),
+        }
+    };
+    let expiry_ms = number(EXPIRY)?.unwrap_or(0);
+    let counter = number(COUNTER)?.unwrap_or(0);
+    let subsequence = number(SUBSEQUENCE)?;
+    let checkpoint = match item.get(CHECKPOINT) {
+        None => None,
+        Some(AttributeValue::S(cp)) => {
+            Some(Checkpoint::from_stored(cp, subsequence).map_err(|e| bad(format!("{e}")))?)
+        }
+        Some(_) => return Err(bad(format!("`{CHECKPOINT}` is not a string"))),
+    };
+    let parents = match item.get(PARENTS) {
+        None => Vec::new(),
+        Some(AttributeValue::Ss(p)) => p.clone(),
+        Some(_) => return Err(bad(format!("`{PARENTS}` is not a string set"))),
+    };
+    Ok(Lease {
+        key,
+        owner,
+        expiry_ms,
+        counter,
+        checkpoint,
+        parents,
+    })
+}
+
+fn corrupt(table: &str, key: &str, reason: String) -> LeaseError {
+    LeaseError::CorruptRow {
+        table: table.to_owned(),
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+/// Counter and owner of an old image, for `Lost`.
+pub(crate) fn lost_from(item: Option<&Item>) -> kinesis_lease_core::Lost {
+    let holder = item.and_then(|i| match i.get(OWNER) {
+        Some(AttributeValue::S(o)) => Some(o.clone()),
+        _ => None,
+    });
+    let counter = item
+        .and_then(|i| match i.get(COUNTER) {
+            Some(AttributeValue::N(v)) => v.parse().ok(),
+            _ => None,
+        })
+        .unwrap_or(0);
+    kinesis_lease_core::Lost { holder, counter }
+}

@@ -1,0 +1,53 @@
+//! `cargo xtask integ`: the integration suite on real AWS-compatible endpoints.
+//!
+//! Without `AWS_ENDPOINT_URL`, installs kinesis-local and moto under `target/emulators/` if
+//! missing, starts them on free ports of 127.0.0.1, runs every integration test target of the
+//! `kinesis-integ` package with `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB`
+//! set (which `aws-config` reads by itself), and stops the emulators by PID, also on failure.
+//! With `AWS_ENDPOINT_URL` set (a LocalStack on :4566, say) it starts nothing and uses that.
+//! Extra arguments are passed to the test binaries (a name filter, `--nocapture`).
+
+use std::process::Command;
+
+use crate::{emulators, root};
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut endpoints = Vec::new();
+    // Kept alive until the tests end; dropping them stops the emulators.
+    let mut running = Vec::new();
+    if let Ok(url) = std::env::var("AWS_ENDPOINT_URL") {
+        eprintln!("xtask: AWS_ENDPOINT_URL={url}: using it, starting nothing");
+    } else {
+        emulators::install()?;
+        let kinesis = emulators::start_kinesis()?;
+        endpoints.push(("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.clone()));
+        running.push(kinesis);
+        let moto = emulators::start_moto()?;
+        endpoints.push(("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.clone()));
+        running.push(moto);
+    }
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    cmd.current_dir(root())
+        .args(["test", "--package", "kinesis-integ", "--test", "*", "--"])
+        .args(args)
+        .envs(endpoints.iter().map(|(k, v)| (*k, v.as_str())));
+    for (var, default) in [
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "000000000000"),
+        ("AWS_SECRET_ACCESS_KEY", "integ-secret"),
+    ] {
+        if std::env::var_os(var).is_none() {
+            cmd.env(var, default);
+        }
+    }
+    eprintln!("xtask: {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    drop(running);
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the integration suite failed ({status})"))
+    }
+}
