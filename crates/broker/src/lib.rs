@@ -11,3 +11,6 @@ pub use kinesis_lease_core::{
 };
 #[doc(inline)]
 pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
+#[cfg(feature = "dynamodb-lease")]
+#[doc(inline)]
+pub use kinesis_lease_dynamo::{DynamoCalls, DynamoLeaseError, DynamoLeaseStore};
