@@ -9,8 +9,8 @@ pub use kinesis_lease_core::{
     Checkpoint, Clock, Lease, LeaseError, LeaseKey, LeaseStore, Lost, ManualClock, Outcome,
     SequenceNumber, SystemClock, Take,
 };
-#[doc(inline)]
-pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[cfg(feature = "dynamodb-lease")]
 #[doc(inline)]
 pub use kinesis_lease_dynamo::{DynamoCalls, DynamoLeaseError, DynamoLeaseStore};
+#[doc(inline)]
+pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};

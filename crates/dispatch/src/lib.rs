@@ -1,3 +1,38 @@
 //! Where records meet handlers: the subscription's shared channel, its lanes and batches, and
 //! the settlement that tells each shard how far it may checkpoint. Knows nothing of AWS.
+//!
+//! A subscription's shard readers each hold a [`ShardFeed`] into one bounded [`channel`]
+//! (see its `# Backpressure`). A [`Dispatcher`] runs the user's [`Handler`] on what arrives:
+//! serially, on n unordered workers, or on n lanes by partition key ([`Workers`]). Each
+//! delivery belongs to its shard's [`ShardSettlement`]; `Ok` from the handler (or
+//! [`Delivery::ack`]) settles it, and the settlement offers the shard's checkpoint: the last
+//! record of the settled prefix, never past a record that has not settled.
+//!
+//! # Lost leases
+//!
+//! When a shard's lease is lost its settlement is [revoked](ShardSettlement::revoke): its
+//! deliveries not yet handled are dropped instead of handled (their settlement could no longer
+//! be checkpointed, and the new owner reads them again), and a record being retried stops.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod channel;
+mod delivery;
+mod dispatcher;
+mod error;
+mod handler;
+mod lane;
+mod retry;
+mod settlement;
+mod stream;
+
+pub use channel::{channel, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY};
+pub use delivery::{
+    Delivery, Record, PARTITION_KEY_HEADER, SEQUENCE_HEADER, SHARD_HEADER, STREAM_HEADER,
+};
+pub use dispatcher::{DispatchConfig, DispatchHandle, Dispatcher, Workers};
+pub use error::DispatchError;
+pub use handler::{BatchFailure, BatchHandler, Handler, HandlerError, OneHandler};
+pub use lane::{lane_of, LANE_HASH_KEYS};
+pub use retry::{Exhausted, RetryPolicy};
+pub use settlement::{CheckpointCursor, Progress, ShardSettlement};
+pub use stream::DeliveryStream;

@@ -1,0 +1,172 @@
+//! `Record` (what a reader hands in) and `Delivery` (what a handler gets).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use kinesis_lease_core::SequenceNumber;
+
+use crate::settlement::ShardSettlement;
+
+/// The header every delivery fills with its record's partition key.
+pub const PARTITION_KEY_HEADER: &str = "kinesis-partition-key";
+/// The header every delivery fills with its record's sequence number (`number[/subsequence]`).
+pub const SEQUENCE_HEADER: &str = "kinesis-sequence-number";
+/// The header every delivery fills with the id of the shard it was read from.
+pub const SHARD_HEADER: &str = "kinesis-shard-id";
+/// The header every delivery fills with its stream's name.
+pub const STREAM_HEADER: &str = "kinesis-stream";
+
+/// One Kinesis record as a shard reader hands it to dispatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The record's data.
+    pub payload: Bytes,
+    /// The partition key the producer gave.
+    pub partition_key: String,
+    /// Its sequence number (with a subsequence for a de-aggregated KPL record).
+    pub sequence: SequenceNumber,
+    /// When Kinesis received it, approximately.
+    pub arrival: Option<SystemTime>,
+    /// Headers beyond the ones every delivery fills from the record itself.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Record {
+    /// A record with no arrival time and no extra headers.
+    pub fn new(
+        payload: impl Into<Bytes>,
+        partition_key: impl Into<String>,
+        sequence: SequenceNumber,
+    ) -> Self {
+        Self {
+            payload: payload.into(),
+            partition_key: partition_key.into(),
+            sequence,
+            arrival: None,
+            headers: Vec::new(),
+        }
+    }
+}
+
+struct Data {
+    record: Record,
+    sequence_text: String,
+    settlement: Arc<ShardSettlement>,
+    ordinal: u64,
+}
+
+/// One record on its way to a handler, cheap to clone (clones are the same delivery).
+///
+/// A delivery settles when its handler returns `Ok`, or, from a stream of deliveries, when
+/// [`ack`](Delivery::ack) is called. Its shard's checkpoint never passes a delivery that has
+/// not settled.
+#[derive(Clone)]
+pub struct Delivery {
+    data: Arc<Data>,
+}
+
+impl Delivery {
+    pub(crate) fn new(record: Record, settlement: Arc<ShardSettlement>, ordinal: u64) -> Self {
+        let sequence_text = record.sequence.to_string();
+        Self {
+            data: Arc::new(Data {
+                record,
+                sequence_text,
+                settlement,
+                ordinal,
+            }),
+        }
+    }
+
+    /// The record's data.
+    pub fn payload(&self) -> &Bytes {
+        &self.data.record.payload
+    }
+
+    /// The partition key.
+    pub fn partition_key(&self) -> &str {
+        &self.data.record.partition_key
+    }
+
+    /// The sequence number.
+    pub fn sequence(&self) -> &SequenceNumber {
+        &self.data.record.sequence
+    }
+
+    /// The shard the record was read from.
+    pub fn shard(&self) -> &str {
+        self.data.settlement.shard()
+    }
+
+    /// The stream the record was read from.
+    pub fn stream(&self) -> &str {
+        self.data.settlement.stream()
+    }
+
+    /// When Kinesis received the record, approximately.
+    pub fn arrival(&self) -> Option<SystemTime> {
+        self.data.record.arrival
+    }
+
+    /// A header by name: the `*_HEADER` constants answer from the record itself; other names
+    /// from the record's extra headers.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        match name {
+            PARTITION_KEY_HEADER => Some(self.partition_key()),
+            SEQUENCE_HEADER => Some(&self.data.sequence_text),
+            SHARD_HEADER => Some(self.shard()),
+            STREAM_HEADER => Some(self.stream()),
+            _ => self
+                .data
+                .record
+                .headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str()),
+        }
+    }
+
+    /// Every header: the four filled from the record, then the extra ones.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        [
+            (PARTITION_KEY_HEADER, self.partition_key()),
+            (SEQUENCE_HEADER, self.data.sequence_text.as_str()),
+            (SHARD_HEADER, self.shard()),
+            (STREAM_HEADER, self.stream()),
+        ]
+        .into_iter()
+        .chain(
+            self.data
+                .record
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+    }
+
+    /// Marks the delivery settled (idempotent). Handlers don't call this: their `Ok` does.
+    /// From a stream of deliveries, call it once the record is processed.
+    pub fn ack(&self) {
+        self.data.settlement.settle(self.data.ordinal);
+    }
+
+    /// True once the shard's lease was lost: the delivery will be dropped, not handled, since
+    /// its settlement can no longer be checkpointed.
+    pub fn is_revoked(&self) -> bool {
+        self.data.settlement.is_revoked()
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("stream", &self.stream())
+            .field("shard", &self.shard())
+            .field("sequence", &self.data.sequence_text)
+            .field("partition_key", &self.partition_key())
+            .field("bytes", &self.payload().len())
+            .finish()
+    }
+}

@@ -1,0 +1,488 @@
+//! `Dispatcher`: the loops that take deliveries from the channel and run the handler.
+//!
+//! - [`Workers::Serial`]: one loop, one unit (record or batch) at a time, in arrival order.
+//! - [`Workers::Unordered`]`(n)`: n loops share the channel; up to n units run at once, in no
+//!   particular order.
+//! - [`Workers::ByKey`]`(n)`: a router sends each delivery to lane
+//!   [`lane_of`](crate::lane_of)`(partition key, n)`; each lane is one loop over its own
+//!   bounded queue, so a key's records are handled one after another in order, across retries
+//!   too, while other lanes run beside it. A slow key fills its own lane's queue first; only
+//!   when the router meets a record for a full lane does it wait, and the shared channel (and
+//!   so every reader) waits behind it: memory stays bounded.
+//!
+//! # Clean shutdown
+//!
+//! [`DispatchHandle::shutdown`] stops taking deliveries at once (those still in the channel or
+//! in lane queues are dropped unsettled, so their shard's checkpoint stays before them), lets
+//! the units in flight finish within a deadline (a failing one stops retrying), and abandons
+//! what is still running then, without settling it.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::handler::{BatchHandler, OneHandler};
+use crate::retry::Exhausted;
+use crate::{
+    lane_of, Delivery, DeliveryReceiver, DispatchError, Handler, HandlerError, RetryPolicy,
+};
+
+/// How many handlers run at once, and in what order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workers {
+    /// One at a time, in arrival order.
+    #[default]
+    Serial,
+    /// Up to n at once, unordered.
+    Unordered(usize),
+    /// n lanes by partition key: each key in order, keys spread over lanes.
+    ByKey(usize),
+}
+
+/// The dispatch settings of one subscription.
+#[derive(Debug, Clone)]
+pub struct DispatchConfig {
+    /// Serial, unordered workers or lanes by key.
+    pub workers: Workers,
+    /// The queue of each lane of [`Workers::ByKey`] (default 8).
+    pub lane_capacity: usize,
+    /// How long a batch waits for more records after its first (default 50 ms).
+    pub batch_window: Duration,
+    /// What happens when a handler fails.
+    pub retry: RetryPolicy,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            workers: Workers::Serial,
+            lane_capacity: 8,
+            batch_window: Duration::from_millis(50),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Starts the dispatch loops of one subscription.
+#[derive(Debug)]
+pub struct Dispatcher;
+
+impl Dispatcher {
+    /// Spawns the loops on the current tokio runtime; they run until the channel is closed and
+    /// drained, or until [`DispatchHandle::shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// [`DispatchError::InvalidConfig`] for zero workers or lanes, or a zero lane capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_dispatch::{channel, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers};
+    /// use kinesis_lease_core::SequenceNumber;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let (sender, receiver) = channel(64);
+    /// let handler = Handler::one(|d: kinesis_dispatch::Delivery| async move {
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// let config = DispatchConfig { workers: Workers::ByKey(4), ..Default::default() };
+    /// let handle = Dispatcher::spawn(receiver, handler, config)?;
+    /// let settlement = ShardSettlement::new("orders", "shardId-000000000000");
+    /// let feed = sender.feed(settlement.clone());
+    /// feed.send(Record::new("x", "k", SequenceNumber::new("7", None)?)).await?;
+    /// settlement.all_settled().await;
+    /// assert_eq!(settlement.progress().checkpoint, Some(SequenceNumber::new("7", None)?));
+    /// drop((sender, feed));
+    /// handle.join().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn spawn(
+        receiver: DeliveryReceiver,
+        handler: Handler,
+        config: DispatchConfig,
+    ) -> Result<DispatchHandle, DispatchError> {
+        let invalid = |setting, reason| DispatchError::InvalidConfig { setting, reason };
+        match config.workers {
+            Workers::Unordered(0) => return Err(invalid("workers", "at least one worker")),
+            Workers::ByKey(0) => return Err(invalid("workers", "at least one lane")),
+            _ => {}
+        }
+        if config.lane_capacity == 0 {
+            return Err(invalid("lane_capacity", "at least one delivery per lane"));
+        }
+        let (closing_tx, closing) = watch::channel(false);
+        let ctx = Arc::new(Ctx {
+            handler,
+            retry: config.retry,
+            window: config.batch_window,
+            closing,
+        });
+        let mut tasks = JoinSet::new();
+        match config.workers {
+            Workers::Serial => {
+                tasks.spawn(worker(Source::Own(receiver), ctx));
+            }
+            Workers::Unordered(n) => {
+                let shared = Arc::new(Mutex::new(receiver));
+                for _ in 0..n {
+                    tasks.spawn(worker(Source::Shared(shared.clone()), ctx.clone()));
+                }
+            }
+            Workers::ByKey(n) => {
+                let mut lanes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (tx, rx) = mpsc::channel(config.lane_capacity);
+                    lanes.push(tx);
+                    tasks.spawn(worker(Source::Lane(rx), ctx.clone()));
+                }
+                tasks.spawn(route(receiver, lanes, ctx.closing.clone()));
+            }
+        }
+        Ok(DispatchHandle {
+            closing: closing_tx,
+            tasks,
+        })
+    }
+}
+
+/// The running loops of one subscription.
+#[derive(Debug)]
+pub struct DispatchHandle {
+    closing: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl DispatchHandle {
+    /// Stops taking deliveries; units in flight go on (see [`shutdown`](Self::shutdown)).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Waits until every loop has ended (after the channel closed and drained, or after
+    /// [`close`](Self::close) and the units in flight).
+    pub async fn join(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Closes, waits up to `deadline` for the units in flight, then abandons the rest unsettled.
+    /// Returns true when everything finished in time.
+    pub async fn shutdown(mut self, deadline: Duration) -> bool {
+        self.close();
+        let drained = tokio::time::timeout(deadline, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        if !drained {
+            tracing::warn!(
+                ?deadline,
+                "handlers still running at the shutdown deadline; abandoned without checkpoint"
+            );
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
+        }
+        drained
+    }
+}
+
+struct Ctx {
+    handler: Handler,
+    retry: RetryPolicy,
+    window: Duration,
+    closing: watch::Receiver<bool>,
+}
+
+enum Source {
+    Own(DeliveryReceiver),
+    Shared(Arc<Mutex<DeliveryReceiver>>),
+    Lane(mpsc::Receiver<Delivery>),
+}
+
+/// The two kinds of queue a loop reads.
+trait Rx: Send {
+    fn recv(&mut self) -> impl std::future::Future<Output = Option<Delivery>> + Send;
+    fn try_recv(&mut self) -> Option<Delivery>;
+}
+
+impl Rx for DeliveryReceiver {
+    async fn recv(&mut self) -> Option<Delivery> {
+        DeliveryReceiver::recv(self).await
+    }
+    fn try_recv(&mut self) -> Option<Delivery> {
+        DeliveryReceiver::try_recv(self)
+    }
+}
+
+impl Rx for mpsc::Receiver<Delivery> {
+    async fn recv(&mut self) -> Option<Delivery> {
+        mpsc::Receiver::recv(self).await
+    }
+    fn try_recv(&mut self) -> Option<Delivery> {
+        mpsc::Receiver::try_recv(self).ok()
+    }
+}
+
+enum Unit {
+    One(Delivery),
+    Batch(Vec<Delivery>),
+}
+
+impl Source {
+    async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
+        match self {
+            Source::Own(rx) => take_unit(rx, max, window).await,
+            Source::Lane(rx) => take_unit(rx, max, window).await,
+            Source::Shared(shared) => take_unit(&mut *shared.lock().await, max, window).await,
+        }
+    }
+}
+
+async fn take_unit<R: Rx>(rx: &mut R, max: Option<usize>, window: Duration) -> Option<Unit> {
+    let first = rx.recv().await?;
+    let Some(max) = max else {
+        return Some(Unit::One(first));
+    };
+    let deadline = Instant::now() + window;
+    let mut batch = Vec::with_capacity(max.min(1024));
+    batch.push(first);
+    while batch.len() < max {
+        if let Some(d) = rx.try_recv() {
+            batch.push(d);
+            continue;
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(d)) => batch.push(d),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Some(Unit::Batch(batch))
+}
+
+async fn worker(mut source: Source, ctx: Arc<Ctx>) {
+    let mut closing = ctx.closing.clone();
+    let max = match &ctx.handler {
+        Handler::One(_) => None,
+        Handler::Batch(b) => Some(b.max),
+    };
+    loop {
+        let unit = tokio::select! {
+            biased;
+            _ = closing.wait_for(|c| *c) => return,
+            unit = source.next(max, ctx.window) => unit,
+        };
+        match (unit, &ctx.handler) {
+            (None, _) => return,
+            (Some(Unit::One(d)), Handler::One(h)) => ctx.run_one(h, d).await,
+            (Some(Unit::Batch(b)), Handler::Batch(h)) => ctx.run_batch(h, b).await,
+            // `max` follows the handler, so these two do not occur; handled all the same.
+            (Some(Unit::One(d)), Handler::Batch(h)) => ctx.run_batch(h, vec![d]).await,
+            (Some(Unit::Batch(b)), Handler::One(h)) => {
+                for d in b {
+                    ctx.run_one(h, d).await;
+                }
+            }
+        }
+    }
+}
+
+async fn route(
+    mut rx: DeliveryReceiver,
+    lanes: Vec<mpsc::Sender<Delivery>>,
+    mut closing: watch::Receiver<bool>,
+) {
+    loop {
+        let delivery = tokio::select! {
+            biased;
+            _ = closing.wait_for(|c| *c) => return,
+            d = rx.recv() => d,
+        };
+        let Some(delivery) = delivery else { return };
+        if delivery.is_revoked() {
+            continue;
+        }
+        let lane = &lanes[lane_of(delivery.partition_key(), lanes.len())];
+        tokio::select! {
+            biased;
+            _ = closing.wait_for(|c| *c) => return,
+            sent = lane.send(delivery) => if sent.is_err() { return },
+        }
+    }
+}
+
+fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned());
+    format!("handler panicked: {message}").into()
+}
+
+impl Ctx {
+    fn closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Sleeps `delay` unless shutdown starts first; false when it did.
+    async fn pause(&self, delay: Duration) -> bool {
+        let mut closing = self.closing.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            _ = closing.wait_for(|c| *c) => false,
+        }
+    }
+
+    async fn run_one(&self, handler: &OneHandler, delivery: Delivery) {
+        if delivery.is_revoked() {
+            return;
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let call = (handler.0)(delivery.clone());
+            let result = match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => Err(panic_error(panic)),
+            };
+            let error = match result {
+                Ok(()) => {
+                    delivery.ack();
+                    return;
+                }
+                Err(error) => error,
+            };
+            if delivery.is_revoked() || self.closing() {
+                return;
+            }
+            if self.retry.exhausted_after(attempt) {
+                self.exhaust(delivery, error, attempt).await;
+                return;
+            }
+            let delay = self.retry.delay(attempt);
+            tracing::warn!(
+                stream = delivery.stream(),
+                shard = delivery.shard(),
+                sequence = %delivery.sequence(),
+                attempt,
+                ?delay,
+                error = %error,
+                "handler failed; retrying the record in place"
+            );
+            if !self.pause(delay).await {
+                return;
+            }
+        }
+    }
+
+    async fn run_batch(&self, handler: &BatchHandler, batch: Vec<Delivery>) {
+        let mut batch: Vec<Delivery> = batch.into_iter().filter(|d| !d.is_revoked()).collect();
+        let mut attempt = 0;
+        while !batch.is_empty() {
+            attempt += 1;
+            let call = (handler.f)(batch.clone());
+            let (failed, error) = match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(Ok(())) => {
+                    batch.iter().for_each(Delivery::ack);
+                    return;
+                }
+                Ok(Err(failure)) => (failure.failed, failure.error),
+                Err(panic) => (None, panic_error(panic)),
+            };
+            let failed = failed_with_followers(&batch, failed.as_deref());
+            let mut retry = Vec::new();
+            for (delivery, failed) in batch.into_iter().zip(failed) {
+                if failed {
+                    retry.push(delivery);
+                } else {
+                    delivery.ack();
+                }
+            }
+            batch = retry.into_iter().filter(|d| !d.is_revoked()).collect();
+            if batch.is_empty() || self.closing() {
+                return;
+            }
+            if self.retry.exhausted_after(attempt) {
+                for delivery in batch {
+                    self.exhaust(delivery, error.to_string().into(), attempt)
+                        .await;
+                }
+                return;
+            }
+            let delay = self.retry.delay(attempt);
+            tracing::warn!(
+                stream = batch[0].stream(),
+                records = batch.len(),
+                attempt,
+                ?delay,
+                error = %error,
+                "batch handler failed; retrying the failed records in place"
+            );
+            if !self.pause(delay).await {
+                return;
+            }
+        }
+    }
+
+    async fn exhaust(&self, delivery: Delivery, error: HandlerError, attempts: u32) {
+        let (stream, shard, sequence) = (
+            delivery.stream().to_owned(),
+            delivery.shard().to_owned(),
+            delivery.sequence().to_string(),
+        );
+        match &self.retry.exhausted {
+            Exhausted::Skip => {
+                tracing::error!(%stream, %shard, %sequence, attempts, error = %error, "attempts used up; skipping the record");
+                delivery.ack();
+            }
+            Exhausted::DeadLetter(callback) => {
+                let call = callback(delivery.clone(), error);
+                match AssertUnwindSafe(call).catch_unwind().await {
+                    Ok(Ok(())) => {
+                        tracing::warn!(%stream, %shard, %sequence, attempts, "attempts used up; record sent to the dead-letter callback");
+                        delivery.ack();
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(%stream, %shard, %sequence, error = %e, "dead-letter callback failed; the record stays unsettled");
+                    }
+                    Err(panic) => {
+                        tracing::error!(%stream, %shard, %sequence, error = %panic_error(panic), "dead-letter callback panicked; the record stays unsettled");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Which records of a batch to retry: the failed ones (all when `failed` is `None`) and every
+/// later record with the key of a failed one, so each key keeps its order.
+fn failed_with_followers(batch: &[Delivery], failed: Option<&[usize]>) -> Vec<bool> {
+    let mut marks = match failed {
+        None => return vec![true; batch.len()],
+        Some(indices) => {
+            let mut marks = vec![false; batch.len()];
+            for &i in indices {
+                if let Some(mark) = marks.get_mut(i) {
+                    *mark = true;
+                }
+            }
+            marks
+        }
+    };
+    let mut keys = HashSet::new();
+    for (delivery, mark) in batch.iter().zip(marks.iter_mut()) {
+        if *mark {
+            keys.insert(delivery.partition_key());
+        } else if keys.contains(delivery.partition_key()) {
+            *mark = true;
+        }
+    }
+    marks
+}

@@ -1,0 +1,161 @@
+//! `Handler`: the user's code, for one record at a time or for batches.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use kinesis_lease_core::BoxFuture;
+
+use crate::Delivery;
+
+/// The error a handler returns (or a panic turned into one).
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+pub(crate) type OneFn =
+    Arc<dyn Fn(Delivery) -> BoxFuture<'static, Result<(), HandlerError>> + Send + Sync>;
+pub(crate) type BatchFn =
+    Arc<dyn Fn(Vec<Delivery>) -> BoxFuture<'static, Result<(), BatchFailure>> + Send + Sync>;
+
+/// What runs on the deliveries: a function of one delivery, or of a batch.
+#[derive(Clone)]
+pub enum Handler {
+    /// One delivery at a time.
+    One(OneHandler),
+    /// Batches of up to `max` deliveries.
+    Batch(BatchHandler),
+}
+
+/// A handler of one delivery; build it with [`Handler::one`].
+#[derive(Clone)]
+pub struct OneHandler(pub(crate) OneFn);
+
+/// A handler of batches; build it with [`Handler::batch`].
+#[derive(Clone)]
+pub struct BatchHandler {
+    pub(crate) f: BatchFn,
+    pub(crate) max: usize,
+}
+
+impl Handler {
+    /// A handler of one delivery: `Ok` settles it, `Err` or a panic retries it (see
+    /// [`RetryPolicy`](crate::RetryPolicy)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_dispatch::{Delivery, Handler};
+    ///
+    /// let handler = Handler::one(|delivery: Delivery| async move {
+    ///     println!("{} bytes from {}", delivery.payload().len(), delivery.shard());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// # let _ = handler;
+    /// ```
+    pub fn one<F, Fut, E>(f: F) -> Self
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        Handler::One(OneHandler(Arc::new(move |d| {
+            let fut = f(d);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        })))
+    }
+
+    /// A handler of batches of up to `max` deliveries (at least 1), or what arrived within the
+    /// batch window of the batch's first record. A batch may mix shards. `Ok` settles the whole
+    /// batch; [`BatchFailure`] names the ones that failed, and the others settle.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_dispatch::{BatchFailure, Delivery, Handler};
+    ///
+    /// let handler = Handler::batch(500, |batch: Vec<Delivery>| async move {
+    ///     let failed: Vec<usize> = batch
+    ///         .iter()
+    ///         .enumerate()
+    ///         .filter(|(_, d)| d.payload().is_empty())
+    ///         .map(|(i, _)| i)
+    ///         .collect();
+    ///     if failed.is_empty() { Ok(()) } else { Err(BatchFailure::items(failed, "empty payload")) }
+    /// });
+    /// # let _ = handler;
+    /// ```
+    pub fn batch<F, Fut>(max: usize, f: F) -> Self
+    where
+        F: Fn(Vec<Delivery>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BatchFailure>> + Send + 'static,
+    {
+        Handler::Batch(BatchHandler {
+            f: Arc::new(move |batch| Box::pin(f(batch))),
+            max: max.max(1),
+        })
+    }
+
+    /// The largest number of records one call takes (1 for a handler of one delivery).
+    pub fn batch_size(&self) -> usize {
+        match self {
+            Handler::One(_) => 1,
+            Handler::Batch(b) => b.max,
+        }
+    }
+}
+
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Handler::One(_) => f.write_str("Handler::One"),
+            Handler::Batch(b) => write!(f, "Handler::Batch(max = {})", b.max),
+        }
+    }
+}
+
+impl fmt::Debug for OneHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OneHandler")
+    }
+}
+
+impl fmt::Debug for BatchHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BatchHandler(max = {})", self.max)
+    }
+}
+
+/// A batch handler's failure: which records of the batch failed, and why.
+///
+/// Records not named settle. A named record is retried, and so is every later record of the
+/// batch with the same partition key, so each key keeps its order across retries (those later
+/// records are handled again: delivery is at least once).
+#[derive(Debug)]
+pub struct BatchFailure {
+    pub(crate) failed: Option<Vec<usize>>,
+    pub(crate) error: HandlerError,
+}
+
+impl BatchFailure {
+    /// Every record of the batch failed.
+    pub fn all(error: impl Into<HandlerError>) -> Self {
+        Self {
+            failed: None,
+            error: error.into(),
+        }
+    }
+
+    /// The records at these indices of the batch failed.
+    pub fn items(indices: impl IntoIterator<Item = usize>, error: impl Into<HandlerError>) -> Self {
+        Self {
+            failed: Some(indices.into_iter().collect()),
+            error: error.into(),
+        }
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for BatchFailure {
+    /// `?` on any error fails the whole batch.
+    fn from(error: E) -> Self {
+        Self::all(error)
+    }
+}

@@ -1,0 +1,312 @@
+//! Settlement: how far each shard may checkpoint, whatever order acks arrive in.
+//!
+//! A shard's reader numbers its deliveries in the order it produced them (ordinals). An ack
+//! marks one settled. The shard's checkpoint offer is the sequence number of the last record
+//! of the *settled prefix*: the longest run of settled ordinals from the first one still
+//! outstanding. It never passes a record that has not settled, and it only moves forward.
+//!
+//! [`CheckpointCursor`] is the writer's side: it remembers what was written and offers a
+//! checkpoint only when the settled prefix moved past it, so writes are monotonic and coalesced
+//! (one write per interval carries whatever settled since the last one).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kinesis_lease_core::{Checkpoint, SequenceNumber};
+use tokio::sync::watch;
+
+/// A shard's delivery counts and checkpoint offer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// The last record of the settled prefix: the checkpoint the shard may write.
+    pub checkpoint: Option<SequenceNumber>,
+    /// Deliveries produced so far.
+    pub delivered: u64,
+    /// Deliveries settled so far (in any order).
+    pub settled: u64,
+}
+
+impl Progress {
+    /// Deliveries produced and not yet settled.
+    pub fn in_flight(&self) -> u64 {
+        self.delivered.saturating_sub(self.settled)
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    sequence: SequenceNumber,
+    settled: bool,
+}
+
+#[derive(Debug, Default)]
+struct Window {
+    /// Ordinal of `entries[0]`.
+    base: u64,
+    /// Deliveries from `base` on, settled or not; the front is never settled.
+    entries: VecDeque<Entry>,
+}
+
+/// The settlement of one shard's deliveries; shared by its reader and its deliveries.
+#[derive(Debug)]
+pub struct ShardSettlement {
+    stream: Arc<str>,
+    shard: Arc<str>,
+    window: Mutex<Window>,
+    progress: watch::Sender<Progress>,
+    revoked: AtomicBool,
+}
+
+impl ShardSettlement {
+    /// A shard with nothing delivered yet.
+    pub fn new(stream: impl Into<Arc<str>>, shard: impl Into<Arc<str>>) -> Arc<Self> {
+        Arc::new(Self {
+            stream: stream.into(),
+            shard: shard.into(),
+            window: Mutex::default(),
+            progress: watch::Sender::new(Progress::default()),
+            revoked: AtomicBool::new(false),
+        })
+    }
+
+    /// The stream name.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The shard id.
+    pub fn shard(&self) -> &str {
+        &self.shard
+    }
+
+    fn window(&self) -> MutexGuard<'_, Window> {
+        // Every critical section leaves the window consistent before it can panic.
+        self.window.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers the next delivery of this shard and returns its ordinal.
+    pub(crate) fn register(&self, sequence: SequenceNumber) -> u64 {
+        let mut window = self.window();
+        let ordinal = window.base + window.entries.len() as u64;
+        window.entries.push_back(Entry {
+            sequence,
+            settled: false,
+        });
+        drop(window);
+        self.progress.send_modify(|p| p.delivered += 1);
+        ordinal
+    }
+
+    /// Marks `ordinal` settled (idempotent) and advances the prefix.
+    pub(crate) fn settle(&self, ordinal: u64) {
+        let mut window = self.window();
+        let Some(index) = ordinal.checked_sub(window.base) else {
+            return; // settled and already behind the prefix
+        };
+        let Some(entry) = window.entries.get_mut(index as usize) else {
+            return; // not an ordinal of this shard
+        };
+        if entry.settled {
+            return;
+        }
+        entry.settled = true;
+        let mut advanced = None;
+        while window.entries.front().is_some_and(|e| e.settled) {
+            advanced = window.entries.pop_front().map(|e| e.sequence);
+            window.base += 1;
+        }
+        drop(window);
+        self.progress.send_modify(|p| {
+            p.settled += 1;
+            if advanced.is_some() {
+                p.checkpoint = advanced;
+            }
+        });
+    }
+
+    /// The current counts and checkpoint offer.
+    pub fn progress(&self) -> Progress {
+        self.progress.borrow().clone()
+    }
+
+    /// A receiver that sees every change of [`progress`](Self::progress).
+    pub fn watch(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Waits until every delivery produced so far has settled.
+    pub async fn all_settled(&self) {
+        let mut rx = self.watch();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|p| p.in_flight() == 0).await;
+    }
+
+    /// Marks the shard's lease lost: its deliveries not yet handled are dropped.
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+    }
+
+    /// True once [`revoke`](Self::revoke) was called.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
+    }
+}
+
+/// The checkpoint writer's memory: what was written, so only newer offers are written.
+#[derive(Debug, Clone, Default)]
+pub struct CheckpointCursor {
+    written: Option<SequenceNumber>,
+}
+
+impl CheckpointCursor {
+    /// A cursor that starts from the checkpoint stored when the lease was taken, if it was a
+    /// sequence number.
+    pub fn new(stored: Option<&Checkpoint>) -> Self {
+        let written = match stored {
+            Some(Checkpoint::Sequence(seq)) => Some(seq.clone()),
+            _ => None,
+        };
+        Self { written }
+    }
+
+    /// The checkpoint to write now, if the settled prefix moved past what was written.
+    pub fn due(&self, settlement: &ShardSettlement) -> Option<Checkpoint> {
+        let offered = settlement.progress().checkpoint?;
+        match &self.written {
+            Some(written) if offered <= *written => None,
+            _ => Some(Checkpoint::Sequence(offered)),
+        }
+    }
+
+    /// Records that `checkpoint` was stored; an older one than already recorded is ignored,
+    /// so the cursor never goes back.
+    pub fn mark_written(&mut self, checkpoint: &Checkpoint) {
+        if let Checkpoint::Sequence(seq) = checkpoint {
+            if self.written.as_ref().is_none_or(|w| seq > w) {
+                self.written = Some(seq.clone());
+            }
+        }
+    }
+
+    /// The last sequence number written.
+    pub fn written(&self) -> Option<&SequenceNumber> {
+        self.written.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn seq(n: u64) -> SequenceNumber {
+        // Zero-padded like Kinesis' fixed-width numbers, so string order is numeric order too.
+        SequenceNumber::new(format!("{:020}", 1_000 + n * 7), None).expect("valid")
+    }
+
+    /// One step of a scenario: ack the next record of an ack order, or write a checkpoint.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Ack(usize),
+        Write(usize),
+    }
+
+    fn scenario() -> impl Strategy<Value = (Vec<usize>, Vec<Step>)> {
+        prop::collection::vec(1usize..25, 1..4).prop_flat_map(|sizes| {
+            let total: usize = sizes.iter().sum();
+            let shards = sizes.len();
+            let acks = Just((0..total).collect::<Vec<_>>()).prop_shuffle();
+            let writes = prop::collection::vec((0..=total, 0..shards), 0..12);
+            (Just(sizes), acks, writes).prop_map(|(sizes, acks, writes)| {
+                let mut steps: Vec<Step> = acks.into_iter().map(Step::Ack).collect();
+                for (at, shard) in writes {
+                    steps.insert(at.min(steps.len()), Step::Write(shard));
+                }
+                (sizes, steps)
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+        /// Whatever the ack order, each shard offers exactly its largest settled prefix, and
+        /// the checkpoints written through a cursor never go backwards.
+        #[test]
+        fn offer_is_the_settled_prefix((sizes, steps) in scenario()) {
+            let shards: Vec<_> = (0..sizes.len())
+                .map(|i| ShardSettlement::new("s", format!("shard-{i}")))
+                .collect();
+            // Global record index -> (shard, ordinal); production interleaves shards.
+            let mut records = Vec::new();
+            let mut produced = vec![0usize; sizes.len()];
+            let mut left: usize = sizes.iter().sum();
+            let mut turn = 0;
+            while left > 0 {
+                let shard = turn % sizes.len();
+                turn += 1;
+                if produced[shard] < sizes[shard] {
+                    let ordinal = shards[shard].register(seq(produced[shard] as u64));
+                    prop_assert_eq!(ordinal, produced[shard] as u64);
+                    records.push((shard, produced[shard]));
+                    produced[shard] += 1;
+                    left -= 1;
+                }
+            }
+            let mut settled: Vec<Vec<bool>> = sizes.iter().map(|&n| vec![false; n]).collect();
+            let mut cursors = vec![CheckpointCursor::new(None); sizes.len()];
+            let mut stored: Vec<Option<SequenceNumber>> = vec![None; sizes.len()];
+            for step in steps {
+                match step {
+                    Step::Ack(i) => {
+                        let (shard, ordinal) = records[i];
+                        shards[shard].settle(ordinal as u64);
+                        shards[shard].settle(ordinal as u64); // idempotent
+                        settled[shard][ordinal] = true;
+                        let prefix = settled[shard].iter().take_while(|s| **s).count();
+                        let expected = prefix.checked_sub(1).map(|last| seq(last as u64));
+                        let progress = shards[shard].progress();
+                        prop_assert_eq!(progress.checkpoint, expected);
+                        let acked = settled[shard].iter().filter(|s| **s).count() as u64;
+                        prop_assert_eq!(progress.settled, acked);
+                    }
+                    Step::Write(shard) => {
+                        if let Some(cp) = cursors[shard].due(&shards[shard]) {
+                            let Checkpoint::Sequence(new) = &cp else { unreachable!() };
+                            if let Some(old) = &stored[shard] {
+                                prop_assert!(new > old, "stored checkpoint went back: {old} -> {new}");
+                            }
+                            stored[shard] = Some(new.clone());
+                            cursors[shard].mark_written(&cp);
+                        }
+                    }
+                }
+            }
+            for (shard, settlement) in shards.iter().enumerate() {
+                prop_assert_eq!(settlement.progress().in_flight(), 0);
+                prop_assert_eq!(settlement.progress().checkpoint, Some(seq(sizes[shard] as u64 - 1)));
+            }
+        }
+    }
+
+    #[test]
+    fn cursor_ignores_older_marks() {
+        let mut cursor = CheckpointCursor::new(Some(&Checkpoint::Sequence(seq(5))));
+        cursor.mark_written(&Checkpoint::Sequence(seq(3)));
+        assert_eq!(cursor.written(), Some(&seq(5)));
+        let s = ShardSettlement::new("s", "a");
+        for i in 0..=5 {
+            let o = s.register(seq(i));
+            s.settle(o);
+        }
+        assert_eq!(
+            cursor.due(&s),
+            None,
+            "offer equal to the written checkpoint is not due"
+        );
+        let o = s.register(seq(6));
+        s.settle(o);
+        assert_eq!(cursor.due(&s), Some(Checkpoint::Sequence(seq(6))));
+    }
+}

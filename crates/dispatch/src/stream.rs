@@ -1,0 +1,37 @@
+//! `DeliveryStream`: the subscription's deliveries as a `tokio_stream::Stream`, acked by hand.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio_stream::Stream;
+
+use crate::{Delivery, DeliveryReceiver};
+
+/// Yields one delivery at a time, whichever shard it came from; call
+/// [`Delivery::ack`] once each is processed. Deliveries of shards whose lease was lost are
+/// skipped, since their settlement can no longer be checkpointed.
+#[derive(Debug)]
+pub struct DeliveryStream {
+    receiver: DeliveryReceiver,
+}
+
+impl DeliveryStream {
+    /// Wraps a subscription's receiver.
+    pub fn new(receiver: DeliveryReceiver) -> Self {
+        Self { receiver }
+    }
+}
+
+impl Stream for DeliveryStream {
+    type Item = Delivery;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        let this = self.get_mut();
+        loop {
+            match this.receiver.poll_recv(cx) {
+                Poll::Ready(Some(d)) if d.is_revoked() => continue,
+                other => return other,
+            }
+        }
+    }
+}

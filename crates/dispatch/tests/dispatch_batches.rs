@@ -1,0 +1,159 @@
+//! Batch handlers: the size cap, the 50 ms window, and partial failures, on tokio's paused clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_dispatch::{
+    channel, BatchFailure, Delivery, DispatchConfig, Dispatcher, Handler, Record, RetryPolicy,
+    ShardSettlement, Workers,
+};
+use kinesis_lease_core::SequenceNumber;
+
+fn seq(n: u64) -> SequenceNumber {
+    SequenceNumber::new(format!("{}", 100 + n), None).unwrap()
+}
+
+fn record(key: &str, n: u64) -> Record {
+    Record::new(format!("{key}#{n}"), key, seq(n))
+}
+
+type Batches = Arc<Mutex<Vec<Vec<u64>>>>;
+
+fn recording(max: usize, batches: &Batches) -> Handler {
+    let b = batches.clone();
+    Handler::batch(max, move |batch: Vec<Delivery>| {
+        let b = b.clone();
+        async move {
+            let ids = batch
+                .iter()
+                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                .collect();
+            b.lock().unwrap().push(ids);
+            Ok(())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_are_capped_at_the_mount_size() {
+    let (tx, rx) = channel(64);
+    let batches = Batches::default();
+    let handle = Dispatcher::spawn(rx, recording(4, &batches), DispatchConfig::default()).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..10 {
+        feed.send(record("k", n)).await.unwrap();
+    }
+    settlement.all_settled().await;
+    assert_eq!(
+        *batches.lock().unwrap(),
+        vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]
+    );
+    drop((tx, feed));
+    handle.join().await;
+}
+
+/// A batch takes what arrived within 50 ms of its first record, then goes.
+#[tokio::test(start_paused = true)]
+async fn batches_close_after_the_window() {
+    let (tx, rx) = channel(64);
+    let batches = Batches::default();
+    let handle =
+        Dispatcher::spawn(rx, recording(100, &batches), DispatchConfig::default()).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    feed.send(record("k", 0)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    feed.send(record("k", 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(19)).await;
+    feed.send(record("k", 2)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await; // now 51 ms after the first
+    feed.send(record("k", 3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    feed.send(record("k", 4)).await.unwrap();
+    settlement.all_settled().await;
+    assert_eq!(
+        *batches.lock().unwrap(),
+        vec![vec![0, 1, 2], vec![3], vec![4]]
+    );
+    drop((tx, feed));
+    handle.join().await;
+}
+
+/// Records a batch names as failed are retried, with every later record of their keys; the
+/// rest settle, and the checkpoint waits for the retried ones.
+#[tokio::test(start_paused = true)]
+async fn batch_item_failures_retry_the_named_records_and_their_key_followers() {
+    let (tx, rx) = channel(64);
+    let batches = Batches::default();
+    let b = batches.clone();
+    let handler = Handler::batch(10, move |batch: Vec<Delivery>| {
+        let b = b.clone();
+        async move {
+            let ids: Vec<u64> = batch
+                .iter()
+                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                .collect();
+            let first = b.lock().unwrap().is_empty();
+            b.lock().unwrap().push(ids.clone());
+            if first {
+                // Record 1 (key "a") fails on the first call.
+                let at = ids.iter().position(|&i| i == 1).unwrap();
+                return Err(BatchFailure::items([at], "record 1 failed"));
+            }
+            Ok(())
+        }
+    });
+    let config = DispatchConfig {
+        retry: RetryPolicy::default().backoff(Duration::from_millis(10), Duration::from_millis(10)),
+        ..Default::default()
+    };
+    let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for (n, key) in ["b", "a", "b", "a", "c"].iter().enumerate() {
+        feed.send(record(key, n as u64)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    settlement.all_settled().await;
+    // 1 failed; 3 shares its key and comes after it, so it is retried too.
+    assert_eq!(
+        *batches.lock().unwrap(),
+        vec![vec![0, 1, 2, 3, 4], vec![1, 3]]
+    );
+    assert_eq!(settlement.progress().checkpoint, Some(seq(4)));
+    drop((tx, feed));
+    handle.join().await;
+}
+
+/// Batches over lanes: each lane batches its own keys, in order.
+#[tokio::test(start_paused = true)]
+async fn by_key_batches_keep_key_order() {
+    let (tx, rx) = channel(64);
+    let batches = Batches::default();
+    let config = DispatchConfig {
+        workers: Workers::ByKey(4),
+        ..Default::default()
+    };
+    let handle = Dispatcher::spawn(rx, recording(5, &batches), config).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..60 {
+        feed.send(record(&format!("key-{}", n % 6), n))
+            .await
+            .unwrap();
+    }
+    settlement.all_settled().await;
+    let batches = batches.lock().unwrap().clone();
+    assert!(batches.iter().all(|b| b.len() <= 5));
+    let mut per_key: std::collections::HashMap<u64, Vec<u64>> = Default::default();
+    for id in batches.iter().flatten() {
+        per_key.entry(id % 6).or_default().push(*id);
+    }
+    for ids in per_key.values() {
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    }
+    assert_eq!(per_key.values().map(Vec::len).sum::<usize>(), 60);
+    drop((tx, feed, batches));
+    handle.join().await;
+}

@@ -1,0 +1,357 @@
+//! Serial, unordered and by-key dispatch, backpressure and shutdown, on tokio's paused clock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_dispatch::{
+    channel, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+};
+use kinesis_lease_core::SequenceNumber;
+
+fn seq(n: u64) -> SequenceNumber {
+    SequenceNumber::new(format!("{}", 100 + n), None).unwrap()
+}
+
+fn record(key: &str, n: u64) -> Record {
+    Record::new(format!("{key}#{n}"), key, seq(n))
+}
+
+fn config(workers: Workers) -> DispatchConfig {
+    DispatchConfig {
+        workers,
+        ..Default::default()
+    }
+}
+
+/// Tracks how many handlers run at once.
+#[derive(Default)]
+struct Concurrency {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Concurrency {
+    fn enter(&self) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn serial_handles_one_at_a_time_in_order() {
+    let (tx, rx) = channel(64);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let conc = Arc::new(Concurrency::default());
+    let (s, c) = (seen.clone(), conc.clone());
+    let handler = Handler::one(move |d: Delivery| {
+        let (s, c) = (s.clone(), c.clone());
+        async move {
+            c.enter();
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..5))).await;
+            s.lock().unwrap().push(d.sequence().clone());
+            c.leave();
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..200 {
+        feed.send(record(&format!("k{}", n % 7), n)).await.unwrap();
+    }
+    settlement.all_settled().await;
+    assert_eq!(*seen.lock().unwrap(), (0..200).map(seq).collect::<Vec<_>>());
+    assert_eq!(conc.max.load(Ordering::SeqCst), 1);
+    assert_eq!(settlement.progress().checkpoint, Some(seq(199)));
+    drop((tx, feed));
+    handle.join().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn unordered_workers_run_n_at_once() {
+    let (tx, rx) = channel(64);
+    let conc = Arc::new(Concurrency::default());
+    let c = conc.clone();
+    let handler = Handler::one(move |_d: Delivery| {
+        let c = c.clone();
+        async move {
+            c.enter();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            c.leave();
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::Unordered(4))).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..100 {
+        feed.send(record("k", n)).await.unwrap();
+    }
+    settlement.all_settled().await;
+    assert_eq!(
+        conc.max.load(Ordering::SeqCst),
+        4,
+        "exactly n handlers at once"
+    );
+    assert_eq!(settlement.progress().checkpoint, Some(seq(99)));
+    drop((tx, feed));
+    handle.join().await;
+}
+
+/// 50 keys over 8 lanes with random handler delays: each key in sequence order, lanes side by
+/// side, and every shard's checkpoint reaches its last record.
+#[tokio::test(start_paused = true)]
+async fn by_key_keeps_each_key_in_order() {
+    let (tx, rx) = channel(64);
+    let seen: Arc<Mutex<HashMap<String, Vec<SequenceNumber>>>> = Arc::default();
+    let conc = Arc::new(Concurrency::default());
+    let (s, c) = (seen.clone(), conc.clone());
+    let handler = Handler::one(move |d: Delivery| {
+        let (s, c) = (s.clone(), c.clone());
+        async move {
+            c.enter();
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..20))).await;
+            s.lock()
+                .unwrap()
+                .entry(d.partition_key().to_owned())
+                .or_default()
+                .push(d.sequence().clone());
+            c.leave();
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::ByKey(8))).unwrap();
+    let shards: Vec<_> = (0..4)
+        .map(|i| ShardSettlement::new("s", format!("shard-{i}")))
+        .collect();
+    let mut producers = Vec::new();
+    for (i, settlement) in shards.iter().enumerate() {
+        let feed = tx.feed(settlement.clone());
+        producers.push(tokio::spawn(async move {
+            for n in 0..250u64 {
+                // Each key lives on one shard, as Kinesis hashes keys onto shards.
+                let key = format!("key-{}", (n % 13) as usize * 4 + i);
+                feed.send(record(&key, n)).await.unwrap();
+            }
+        }));
+    }
+    for p in producers {
+        p.await.unwrap();
+    }
+    for settlement in &shards {
+        settlement.all_settled().await;
+        assert_eq!(settlement.progress().checkpoint, Some(seq(249)));
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 52);
+    for (key, seqs) in seen.iter() {
+        let mut sorted = seqs.clone();
+        sorted.sort();
+        assert_eq!(seqs, &sorted, "key {key} out of order");
+    }
+    assert!(
+        conc.max.load(Ordering::SeqCst) >= 4,
+        "lanes ran side by side: {}",
+        conc.max.load(Ordering::SeqCst)
+    );
+    drop(tx);
+    handle.join().await;
+}
+
+/// A key blocked on one lane does not stop keys of other lanes while its lane has room.
+#[tokio::test(start_paused = true)]
+async fn slow_key_does_not_stall_other_lanes() {
+    let (tx, rx) = channel(64);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (g, h) = (gate.clone(), handled.clone());
+    let slow = "slow-key";
+    let handler = Handler::one(move |d: Delivery| {
+        let (g, h) = (g.clone(), h.clone());
+        async move {
+            if d.partition_key() == "slow-key" {
+                g.notified().await;
+            }
+            h.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let lanes = 4;
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::ByKey(lanes))).unwrap();
+    let slow_lane = kinesis_dispatch::lane_of(slow, lanes);
+    let others: Vec<String> = (0..200)
+        .map(|i| format!("k{i}"))
+        .filter(|k| kinesis_dispatch::lane_of(k, lanes) != slow_lane)
+        .take(100)
+        .collect();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    feed.send(record(slow, 0)).await.unwrap();
+    for (n, key) in others.iter().enumerate() {
+        feed.send(record(key, n as u64 + 1)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(handled.load(Ordering::SeqCst), 100, "other lanes went on");
+    assert_eq!(
+        settlement.progress().checkpoint,
+        None,
+        "nothing passes the unsettled record"
+    );
+    gate.notify_one();
+    settlement.all_settled().await;
+    assert_eq!(settlement.progress().checkpoint, Some(seq(100)));
+    drop((tx, feed));
+    handle.join().await;
+}
+
+/// With a blocked handler, readers stop once the channel and the lanes are full: the number of
+/// records taken from the source is bounded, exactly.
+#[tokio::test(start_paused = true)]
+async fn backpressure_bounds_what_is_taken() {
+    for (workers, expected) in [
+        // handler 1 + channel 64 + the one the producer waits to send
+        (Workers::Serial, 1 + 64 + 1),
+        // 3 handlers + channel 64 + 1 waiting
+        (Workers::Unordered(3), 3 + 64 + 1),
+        // one key: handler 1 + lane queue 8 + router 1 + channel 64 + 1 waiting
+        (Workers::ByKey(4), 1 + 8 + 1 + 64 + 1),
+    ] {
+        let (tx, rx) = channel(64);
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let g = gate.clone();
+        let handler = Handler::one(move |_d: Delivery| {
+            let g = g.clone();
+            async move {
+                g.notified().await;
+                Ok::<(), std::io::Error>(())
+            }
+        });
+        let handle = Dispatcher::spawn(rx, handler, config(workers)).unwrap();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let t = taken.clone();
+        let feed = tx.feed(ShardSettlement::new("s", "shard-0"));
+        let producer = tokio::spawn(async move {
+            for n in 0..10_000 {
+                t.fetch_add(1, Ordering::SeqCst);
+                if feed.send(record("one-key", n)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(taken.load(Ordering::SeqCst), expected, "{workers:?}");
+        producer.abort();
+        handle.shutdown(Duration::from_millis(10)).await;
+    }
+}
+
+/// Shutdown drops queued deliveries unsettled, lets the one in flight finish, and abandons a
+/// handler stuck past the deadline.
+#[tokio::test(start_paused = true)]
+async fn shutdown_finishes_in_flight_and_drops_the_queue() {
+    let (tx, rx) = channel(64);
+    let started = Arc::new(tokio::sync::Notify::new());
+    let st = started.clone();
+    let handler = Handler::one(move |d: Delivery| {
+        let st = st.clone();
+        async move {
+            st.notify_one();
+            let wait = if d.partition_key() == "stuck" {
+                3_600
+            } else {
+                1
+            };
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..10 {
+        feed.send(record("k", n)).await.unwrap();
+    }
+    started.notified().await;
+    assert!(
+        handle.shutdown(Duration::from_secs(5)).await,
+        "in-flight record finished"
+    );
+    let progress = settlement.progress();
+    assert_eq!((progress.settled, progress.checkpoint), (1, Some(seq(0))));
+
+    let (tx, rx) = channel(64);
+    let st = started.clone();
+    let handler = Handler::one(move |d: Delivery| {
+        let st = st.clone();
+        async move {
+            st.notify_one();
+            let wait = if d.partition_key() == "stuck" {
+                3_600
+            } else {
+                1
+            };
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-1");
+    let feed = tx.feed(settlement.clone());
+    feed.send(record("stuck", 0)).await.unwrap();
+    started.notified().await;
+    assert!(
+        !handle.shutdown(Duration::from_secs(5)).await,
+        "stuck handler abandoned"
+    );
+    assert_eq!(settlement.progress().checkpoint, None);
+    assert!(
+        feed.send(record("k", 1)).await.is_err(),
+        "closed after shutdown"
+    );
+}
+
+/// Deliveries of a revoked shard are dropped, not handled.
+#[tokio::test(start_paused = true)]
+async fn revoked_deliveries_are_dropped() {
+    let (tx, rx) = channel(64);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let handler = Handler::one(move |_d: Delivery| {
+        let h = h.clone();
+        async move {
+            h.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let lost = ShardSettlement::new("s", "lost");
+    let kept = ShardSettlement::new("s", "kept");
+    let (lost_feed, kept_feed) = (tx.feed(lost.clone()), tx.feed(kept.clone()));
+    for n in 0..5 {
+        lost_feed.send(record("a", n)).await.unwrap();
+        kept_feed.send(record("b", n)).await.unwrap();
+    }
+    lost.revoke();
+    assert!(lost_feed.send(record("a", 9)).await.is_err());
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::ByKey(2))).unwrap();
+    kept.all_settled().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(handled.load(Ordering::SeqCst), 5);
+    assert_eq!(lost.progress().settled, 0);
+    drop((tx, lost_feed, kept_feed));
+    handle.join().await;
+}
+
+#[tokio::test]
+async fn zero_workers_is_a_typed_error() {
+    for workers in [Workers::Unordered(0), Workers::ByKey(0)] {
+        let (_tx, rx) = channel(1);
+        let handler = Handler::one(|_d: Delivery| async { Ok::<(), std::io::Error>(()) });
+        let err = Dispatcher::spawn(rx, handler, config(workers)).unwrap_err();
+        assert!(err.to_string().contains("workers"), "{err}");
+    }
+}
