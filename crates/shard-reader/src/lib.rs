@@ -1,3 +1,31 @@
 //! Turns leases into reading: finds a stream's shards, takes their leases, reads each owned
 //! shard into the subscription's channel, renews, checkpoints and lets go.
+//!
+//! - [`KinesisApi`]: the Kinesis calls needed, over the AWS SDK ([`AwsKinesis`]) or in process
+//!   ([`MemoryStream`], with fault injection, for tests and the quickstart).
+//! - [`Coordinator`]: one per subscription; lists shards, creates lease rows, takes leases
+//!   (parents before children, fair share, skew-safe expiry) and runs one reader and one lease
+//!   keeper per held shard.
+//! - The reader reads with GetRecords into the subscription's channel; the keeper renews the
+//!   lease every 3 s with the due checkpoint, and writes `SHARD_END` or the final checkpoint
+//!   with the release. A lost renewal stops the reader at once, with no checkpoint.
+//!
+//! Every shard task runs in a `shard_reader` span with `stream`, `shard` and `owner` fields.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod aws;
+mod config;
+mod coordinator;
+mod error;
+mod keeper;
+mod kinesis;
+mod memory_stream;
+mod reader;
+mod shared;
+
+pub use aws::AwsKinesis;
+pub use config::ReaderConfig;
+pub use coordinator::{Coordinator, CoordinatorHandle, ShardStats};
+pub use error::{validate_stream_name, ReaderError};
+pub use kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+pub use memory_stream::{hash_key, MemoryStream, Op};

@@ -1,0 +1,288 @@
+//! `AwsKinesis`: [`KinesisApi`] over `aws-sdk-kinesis`.
+//!
+//! The client comes from an `aws_config::SdkConfig`, so region, credentials and
+//! `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_KINESIS` work as in any AWS SDK program. The SDK's
+//! own retries are off: readers back off themselves and need to see throttling as such.
+
+use std::time::{Duration, SystemTime};
+
+use aws_config::SdkConfig;
+use aws_sdk_kinesis::config::retry::RetryConfig;
+use aws_sdk_kinesis::config::timeout::TimeoutConfig;
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::primitives::{Blob, DateTime};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_sdk_kinesis::Client;
+use kinesis_dispatch::Record;
+use kinesis_lease_core::{BoxFuture, SequenceNumber};
+
+use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+use crate::ReaderError;
+
+/// [`KinesisApi`] over the AWS SDK.
+#[derive(Debug, Clone)]
+pub struct AwsKinesis {
+    client: Client,
+}
+
+impl AwsKinesis {
+    /// A client from `config`, with SDK retries off and a 10 s limit per attempt.
+    pub fn new(config: &SdkConfig) -> Self {
+        let conf = aws_sdk_kinesis::config::Builder::from(config)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_secs(10))
+                    .build(),
+            )
+            .build();
+        Self {
+            client: Client::from_conf(conf),
+        }
+    }
+
+    /// Wraps a client of your own (its retry settings add to the readers' backoff).
+    pub fn from_client(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+fn classify<E, R>(
+    err: SdkError<E, R>,
+    operation: &'static str,
+    stream: &str,
+    resource: String,
+) -> ReaderError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            ReaderError::Transient {
+                operation,
+                resource,
+                source: Box::new(err),
+            }
+        }
+        SdkError::ServiceError(ctx) => match ctx.err().code().unwrap_or_default() {
+            "ResourceNotFoundException" => ReaderError::StreamNotFound {
+                stream: stream.to_owned(),
+                operation,
+            },
+            "ExpiredIteratorException" => ReaderError::ExpiredIterator {
+                stream: stream.to_owned(),
+                shard: resource
+                    .split_once('/')
+                    .map_or(String::new(), |(_, s)| s.to_owned()),
+            },
+            "ProvisionedThroughputExceededException"
+            | "LimitExceededException"
+            | "KMSThrottlingException"
+            | "ThrottlingException" => ReaderError::Throttled {
+                operation,
+                resource,
+            },
+            "InternalFailure" | "InternalFailureException" | "ServiceUnavailable" | "" => {
+                ReaderError::Transient {
+                    operation,
+                    resource,
+                    source: Box::new(err),
+                }
+            }
+            _ => ReaderError::Refused {
+                operation,
+                resource,
+                source: Box::new(err),
+            },
+        },
+        _ => ReaderError::Refused {
+            operation,
+            resource,
+            source: Box::new(err),
+        },
+    }
+}
+
+fn timestamp(ms: u64) -> DateTime {
+    DateTime::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+fn to_system_time(t: &DateTime) -> Option<SystemTime> {
+    SystemTime::try_from(*t).ok()
+}
+
+fn parse_hash(s: &str) -> u128 {
+    s.parse().unwrap_or(0)
+}
+
+impl KinesisApi for AwsKinesis {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
+        Box::pin(async move {
+            let mut shards = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                // With a token, ListShards takes no stream name.
+                let req = match &token {
+                    Some(t) => self.client.list_shards().next_token(t),
+                    None => self.client.list_shards().stream_name(stream),
+                };
+                let out = req
+                    .send()
+                    .await
+                    .map_err(|e| classify(e, "ListShards", stream, stream.to_owned()))?;
+                for s in out.shards() {
+                    let range = s.hash_key_range();
+                    shards.push(Shard {
+                        id: s.shard_id().to_owned(),
+                        parent: s.parent_shard_id().map(str::to_owned),
+                        adjacent_parent: s.adjacent_parent_shard_id().map(str::to_owned),
+                        hash_range: range.map_or((0, u128::MAX), |r| {
+                            (
+                                parse_hash(r.starting_hash_key()),
+                                parse_hash(r.ending_hash_key()),
+                            )
+                        }),
+                        ending_sequence: s
+                            .sequence_number_range()
+                            .and_then(|r| r.ending_sequence_number())
+                            .map(str::to_owned),
+                    });
+                }
+                match out.next_token() {
+                    Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                    _ => return Ok(shards),
+                }
+            }
+        })
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<String, ReaderError>> {
+        Box::pin(async move {
+            let mut req = self
+                .client
+                .get_shard_iterator()
+                .stream_name(stream)
+                .shard_id(shard);
+            req = match position {
+                Position::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+                Position::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+                Position::AtTimestamp(ms) => req
+                    .shard_iterator_type(ShardIteratorType::AtTimestamp)
+                    .timestamp(timestamp(*ms)),
+                Position::AtSequence(seq) => req
+                    .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+                    .starting_sequence_number(seq.number()),
+                Position::AfterSequence(seq) => req
+                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                    .starting_sequence_number(seq.number()),
+            };
+            let resource = format!("{stream}/{shard}");
+            let out = req
+                .send()
+                .await
+                .map_err(|e| classify(e, "GetShardIterator", stream, resource.clone()))?;
+            out.shard_iterator.ok_or_else(|| ReaderError::Transient {
+                operation: "GetShardIterator",
+                resource,
+                source: "no iterator in the response".into(),
+            })
+        })
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<RecordsPage, ReaderError>> {
+        Box::pin(async move {
+            let resource = format!("{stream}/{shard}");
+            let out = self
+                .client
+                .get_records()
+                .shard_iterator(iterator)
+                .limit(limit.clamp(1, 10_000) as i32)
+                .send()
+                .await
+                .map_err(|e| classify(e, "GetRecords", stream, resource.clone()))?;
+            let mut records = Vec::with_capacity(out.records().len());
+            for r in out.records() {
+                let sequence = SequenceNumber::new(r.sequence_number(), None).map_err(|e| {
+                    ReaderError::Transient {
+                        operation: "GetRecords",
+                        resource: resource.clone(),
+                        source: Box::new(e),
+                    }
+                })?;
+                records.push(Record {
+                    payload: bytes::Bytes::copy_from_slice(r.data().as_ref()),
+                    partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                    sequence,
+                    arrival: r.approximate_arrival_timestamp().and_then(to_system_time),
+                    headers: Vec::new(),
+                });
+            }
+            Ok(RecordsPage {
+                records,
+                next_iterator: out.next_shard_iterator().map(str::to_owned),
+                millis_behind: out.millis_behind_latest().map(|m| m.max(0) as u64),
+                child_shards: out
+                    .child_shards()
+                    .iter()
+                    .map(|c| c.shard_id().to_owned())
+                    .collect(),
+            })
+        })
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [PutEntry],
+    ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>> {
+        Box::pin(async move {
+            let mut req = self.client.put_records().stream_name(stream);
+            for e in entries {
+                let mut entry = PutRecordsRequestEntry::builder()
+                    .data(Blob::new(e.payload.to_vec()))
+                    .partition_key(&e.partition_key);
+                if let Some(h) = e.explicit_hash_key {
+                    entry = entry.explicit_hash_key(h.to_string());
+                }
+                req = req.records(entry.build().map_err(|err| ReaderError::Invalid {
+                    what: "PutRecords entry",
+                    value: e.partition_key.clone(),
+                    reason: err.to_string(),
+                })?);
+            }
+            let out = req
+                .send()
+                .await
+                .map_err(|e| classify(e, "PutRecords", stream, stream.to_owned()))?;
+            Ok(out
+                .records()
+                .iter()
+                .map(|r| match (r.shard_id(), r.sequence_number()) {
+                    (Some(shard), Some(seq)) if r.error_code().is_none() => PutOutcome::Stored {
+                        shard: shard.to_owned(),
+                        sequence: seq.to_owned(),
+                    },
+                    _ => PutOutcome::Failed {
+                        code: r.error_code().unwrap_or("Unknown").to_owned(),
+                        message: r.error_message().unwrap_or_default().to_owned(),
+                    },
+                })
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! `ReaderError`: what reading a stream can run into, each naming the stream and shard.
+
+use kinesis_lease_core::{BoxError, LeaseError};
+
+/// Errors of Kinesis calls and of shard readers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReaderError {
+    /// The stream does not exist (or was deleted).
+    #[error("stream `{stream}` does not exist ({operation})")]
+    StreamNotFound {
+        /// The stream.
+        stream: String,
+        /// The Kinesis operation that found it missing.
+        operation: &'static str,
+    },
+    /// A shard iterator expired (they last 5 minutes); the reader opens a new one.
+    #[error("shard iterator of `{stream}/{shard}` expired")]
+    ExpiredIterator {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+    },
+    /// Kinesis throttled the call (ProvisionedThroughputExceeded, LimitExceeded).
+    #[error("Kinesis throttled {operation} on `{resource}`")]
+    Throttled {
+        /// The operation.
+        operation: &'static str,
+        /// The stream or `stream/shard`.
+        resource: String,
+    },
+    /// A failure worth retrying: a 5xx, a timeout, a dropped connection.
+    #[error("Kinesis {operation} on `{resource}` failed; will retry")]
+    Transient {
+        /// The operation.
+        operation: &'static str,
+        /// The stream or `stream/shard`.
+        resource: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// Kinesis refused the call for good (invalid argument, access denied, bad name).
+    #[error("Kinesis refused {operation} on `{resource}`")]
+    Refused {
+        /// The operation.
+        operation: &'static str,
+        /// The stream or `stream/shard`.
+        resource: String,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+    /// An argument rejected before any call (an invalid stream name, a split key outside the
+    /// shard).
+    #[error("invalid {what} `{value}`: {reason}")]
+    Invalid {
+        /// What was invalid.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+    /// The lease store failed for a shard.
+    #[error("lease store failed for `{stream}/{shard}`")]
+    Lease {
+        /// The stream.
+        stream: String,
+        /// The shard (empty for stream-wide calls such as `list`).
+        shard: String,
+        /// The store's error.
+        #[source]
+        source: LeaseError,
+    },
+}
+
+impl ReaderError {
+    /// True for failures a reader retries with backoff.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ReaderError::Throttled { .. }
+                | ReaderError::Transient { .. }
+                | ReaderError::Lease { .. }
+        )
+    }
+}
+
+/// Checks a stream name against Kinesis' rules: 1 to 128 of `[a-zA-Z0-9_.-]`.
+///
+/// # Errors
+///
+/// [`ReaderError::Invalid`] naming the stream and the rule it breaks.
+pub fn validate_stream_name(stream: &str) -> Result<(), ReaderError> {
+    let invalid = |reason: &str| ReaderError::Invalid {
+        what: "stream name",
+        value: stream.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if stream.is_empty() || stream.len() > 128 {
+        return Err(invalid("a stream name has 1 to 128 characters"));
+    }
+    if !stream
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    {
+        return Err(invalid(
+            "a stream name uses only a-z, A-Z, 0-9, `_`, `.` and `-`",
+        ));
+    }
+    Ok(())
+}

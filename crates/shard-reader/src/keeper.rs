@@ -1,0 +1,136 @@
+//! The lease keeper of one shard: the only writer of its row while it is held.
+//!
+//! It renews every `renew_interval` in a task of its own, so a reader blocked on a full channel
+//! still renews, and folds the due checkpoint into the renewal (one write per interval). It
+//! writes `SHARD_END` when the reader reports the shard read and settled to its end, and the
+//! final checkpoint with the release on shutdown. A renewal that is lost, or renewals failing
+//! for so long that the lease may lapse before the next one, revoke the shard at once: the
+//! reader stops, undelivered records are dropped, and nothing more is written.
+
+use std::sync::Arc;
+
+use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
+use kinesis_lease_core::{Checkpoint, LeaseKey, Outcome};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{interval_at, Instant, MissedTickBehavior};
+
+use crate::shared::{Backoff, Exit, Shared};
+
+/// What the reader asks the keeper to do.
+#[derive(Debug)]
+pub(crate) enum KeeperCmd {
+    /// The shard was read and settled to its end: write `SHARD_END` and release.
+    ShardEnd,
+    /// Release now with the due checkpoint (after a fatal error).
+    Release,
+}
+
+pub(crate) struct Keeper {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: LeaseKey,
+    pub(crate) settlement: Arc<ShardSettlement>,
+    pub(crate) cursor: CheckpointCursor,
+    pub(crate) lost: watch::Sender<bool>,
+    pub(crate) written: Arc<std::sync::Mutex<Option<Checkpoint>>>,
+}
+
+impl Keeper {
+    fn record_written(&mut self, checkpoint: &Checkpoint) {
+        self.cursor.mark_written(checkpoint);
+        *self.written.lock().unwrap_or_else(|p| p.into_inner()) = Some(checkpoint.clone());
+    }
+
+    fn lose(&self, why: &str) -> Exit {
+        tracing::warn!(why, "lease lost; reader stops without checkpoint");
+        self.settlement.revoke();
+        self.lost.send_replace(true);
+        Exit::Lost
+    }
+
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<KeeperCmd>) -> Exit {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let (ttl, every) = (config.lease_duration, config.renew_interval);
+        let mut last_ok = Instant::now();
+        let mut tick = interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut phase = self.shared.phase.subscribe();
+        let mut commands_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(KeeperCmd::ShardEnd) => return self.finish(Some(Checkpoint::ShardEnd), last_ok).await,
+                    Some(KeeperCmd::Release) => {
+                        let due = self.cursor.due(&self.settlement);
+                        return self.finish(due, last_ok).await;
+                    }
+                    None => commands_open = false,
+                },
+                _ = crate::shared::releasing(&mut phase) => {
+                    let due = self.cursor.due(&self.settlement);
+                    return self.finish(due, last_ok).await;
+                }
+                _ = tick.tick() => {
+                    let due = self.cursor.due(&self.settlement);
+                    let store = self.shared.store.clone();
+                    match store.renew(&self.key, &config.owner, ttl, due.as_ref()).await {
+                        Ok(Outcome::Written(_)) => {
+                            last_ok = Instant::now();
+                            if let Some(cp) = &due {
+                                self.record_written(cp);
+                            }
+                            tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
+                        }
+                        Ok(Outcome::Lost(lost)) => {
+                            tracing::warn!(holder = ?lost.holder, counter = lost.counter, "renewal lost");
+                            return self.lose("renewal lost");
+                        }
+                        Err(error) => {
+                            tracing::warn!(error = %error, "renewal failed");
+                            if last_ok.elapsed() + every >= ttl {
+                                return self.lose("renewals failed for most of the lease");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The last write of a held lease: release with `checkpoint`, retried while the lease may
+    /// still be ours.
+    async fn finish(mut self, checkpoint: Option<Checkpoint>, last_ok: Instant) -> Exit {
+        if self.settlement.is_revoked() {
+            return Exit::Lost;
+        }
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        loop {
+            let store = self.shared.store.clone();
+            match store
+                .release(&self.key, &config.owner, checkpoint.as_ref())
+                .await
+            {
+                Ok(Outcome::Written(_)) => {
+                    if let Some(cp) = &checkpoint {
+                        self.record_written(cp);
+                    }
+                    let ended = checkpoint == Some(Checkpoint::ShardEnd);
+                    tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
+                    return if ended { Exit::Ended } else { Exit::Released };
+                }
+                Ok(Outcome::Lost(_)) => return self.lose("lost before the final checkpoint"),
+                Err(error) => {
+                    tracing::warn!(error = %error, "release failed; retrying");
+                    let delay = backoff.next_delay();
+                    if last_ok.elapsed() + delay >= config.lease_duration {
+                        return self.lose("could not release before the lease lapses");
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}

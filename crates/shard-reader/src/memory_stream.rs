@@ -1,0 +1,638 @@
+//! `MemoryStream`: an in-process Kinesis for users' tests and the quickstart.
+//!
+//! It behaves like Kinesis where readers can tell: partition keys are hashed with MD5 onto the
+//! shards' hash key ranges; sequence numbers increase within a shard; every iterator type
+//! works; GetRecords honours its limit and reports MillisBehindLatest; split and merge close
+//! their parents (with an ending sequence number) and open children that name them; a closed
+//! shard read to its end returns no next iterator and lists its children; iterators expire
+//! after 5 minutes. Faults can be injected: throttle or fail the next N calls of an operation,
+//! expire every outstanding iterator. Time comes from an injectable [`Clock`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use kinesis_dispatch::Record;
+use kinesis_lease_core::{BoxFuture, Clock, SequenceNumber, SystemClock};
+use md5::{Digest, Md5};
+
+use crate::error::validate_stream_name;
+use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+use crate::ReaderError;
+
+/// How long an iterator lives, as in Kinesis.
+const ITERATOR_TTL_MS: u64 = 5 * 60 * 1_000;
+
+/// The operations of a [`MemoryStream`], to inject faults into and count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Op {
+    /// ListShards.
+    ListShards,
+    /// GetShardIterator.
+    ShardIterator,
+    /// GetRecords.
+    GetRecords,
+    /// PutRecords.
+    PutRecords,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    sequence: u128,
+    payload: Bytes,
+    key: String,
+    arrival_ms: u64,
+}
+
+#[derive(Debug)]
+struct ShardState {
+    id: String,
+    parent: Option<String>,
+    adjacent_parent: Option<String>,
+    range: (u128, u128),
+    records: Vec<Stored>,
+    ending: Option<u128>,
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    shards: Vec<ShardState>,
+    next_sequence: u128,
+    next_shard: u32,
+}
+
+impl StreamState {
+    fn open_shard(
+        &mut self,
+        range: (u128, u128),
+        parent: Option<String>,
+        adjacent: Option<String>,
+    ) {
+        let id = format!("shardId-{:012}", self.next_shard);
+        self.next_shard += 1;
+        self.shards.push(ShardState {
+            id,
+            parent,
+            adjacent_parent: adjacent,
+            range,
+            records: Vec::new(),
+            ending: None,
+        });
+    }
+
+    fn close(&mut self, index: usize) {
+        let last = self.next_sequence;
+        self.next_sequence += 1;
+        let shard = &mut self.shards[index];
+        shard.ending = Some(shard.records.last().map_or(last, |r| r.sequence));
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    streams: BTreeMap<String, StreamState>,
+    throttle: BTreeMap<Op, u32>,
+    fail: BTreeMap<Op, u32>,
+    calls: BTreeMap<Op, u64>,
+    iterator_generation: u64,
+}
+
+/// An in-process Kinesis; clones share the same streams. See the module docs.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_shard_reader::{KinesisApi, MemoryStream, Position};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let kinesis = MemoryStream::new();
+/// kinesis.create_stream("orders", 4)?;
+/// let (shard, _sequence) = kinesis.put("orders", "customer-1", "order #1")?;
+/// let it = kinesis.shard_iterator("orders", &shard, &Position::TrimHorizon).await?;
+/// let page = kinesis.get_records("orders", &shard, &it, 100).await?;
+/// assert_eq!(page.records[0].payload, "order #1");
+/// # Ok::<(), kinesis_shard_reader::ReaderError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryStream {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for MemoryStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn not_found(stream: &str, operation: &'static str) -> ReaderError {
+    ReaderError::StreamNotFound {
+        stream: stream.to_owned(),
+        operation,
+    }
+}
+
+fn invalid(what: &'static str, value: impl Into<String>, reason: impl Into<String>) -> ReaderError {
+    ReaderError::Invalid {
+        what,
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn sequence_text(sequence: u128) -> String {
+    format!("{sequence:021}")
+}
+
+fn sequence_value(seq: &SequenceNumber) -> Result<u128, ReaderError> {
+    seq.number().parse().map_err(|_| {
+        invalid(
+            "sequence number",
+            seq.number(),
+            "not a sequence number of this stream",
+        )
+    })
+}
+
+/// The MD5 hash key of a partition key, as Kinesis computes it.
+pub fn hash_key(partition_key: &str) -> u128 {
+    u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into())
+}
+
+impl MemoryStream {
+    /// An empty Kinesis on the system clock.
+    pub fn new() -> Self {
+        Self {
+            state: Arc::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same Kinesis stamping and reading arrival times from `clock`.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Creates `stream` with `shards` open shards splitting the hash key space evenly.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::Invalid`] for a bad name, zero shards, or a stream that exists.
+    pub fn create_stream(&self, stream: &str, shards: u32) -> Result<(), ReaderError> {
+        validate_stream_name(stream)?;
+        if shards == 0 {
+            return Err(invalid(
+                "shard count",
+                "0",
+                format!("stream `{stream}` needs at least one shard"),
+            ));
+        }
+        let mut state = self.state();
+        if state.streams.contains_key(stream) {
+            return Err(invalid("stream", stream, "already exists"));
+        }
+        let mut new = StreamState::default();
+        let step = u128::MAX / u128::from(shards);
+        for i in 0..shards {
+            let start = step * u128::from(i);
+            let end = if i + 1 == shards {
+                u128::MAX
+            } else {
+                step * u128::from(i + 1) - 1
+            };
+            new.open_shard((start, end), None, None);
+        }
+        state.streams.insert(stream.to_owned(), new);
+        Ok(())
+    }
+
+    /// Deletes `stream`; later calls on it fail with [`ReaderError::StreamNotFound`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`] when it does not exist.
+    pub fn delete_stream(&self, stream: &str) -> Result<(), ReaderError> {
+        self.state()
+            .streams
+            .remove(stream)
+            .map(drop)
+            .ok_or_else(|| not_found(stream, "DeleteStream"))
+    }
+
+    /// Puts one record; returns its shard and sequence number.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`], or [`ReaderError::Invalid`] for a partition key that is
+    /// empty or longer than 256 characters.
+    pub fn put(
+        &self,
+        stream: &str,
+        partition_key: &str,
+        payload: impl Into<Bytes>,
+    ) -> Result<(String, String), ReaderError> {
+        let entry = PutEntry::new(payload, partition_key);
+        let mut state = self.state();
+        Self::put_one(&mut state, self.clock.now_ms(), stream, &entry)
+    }
+
+    fn put_one(
+        state: &mut State,
+        now: u64,
+        stream: &str,
+        entry: &PutEntry,
+    ) -> Result<(String, String), ReaderError> {
+        let len = entry.partition_key.chars().count();
+        if !(1..=256).contains(&len) {
+            return Err(invalid(
+                "partition key",
+                &entry.partition_key,
+                "1 to 256 characters",
+            ));
+        }
+        let s = state
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| not_found(stream, "PutRecords"))?;
+        let hash = entry
+            .explicit_hash_key
+            .unwrap_or_else(|| hash_key(&entry.partition_key));
+        let sequence = s.next_sequence;
+        let shard = s
+            .shards
+            .iter_mut()
+            .find(|sh| sh.ending.is_none() && sh.range.0 <= hash && hash <= sh.range.1)
+            .ok_or_else(|| {
+                invalid(
+                    "hash key",
+                    hash.to_string(),
+                    format!("no open shard of `{stream}` covers it"),
+                )
+            })?;
+        shard.records.push(Stored {
+            sequence,
+            payload: entry.payload.clone(),
+            key: entry.partition_key.clone(),
+            arrival_ms: now,
+        });
+        let id = shard.id.clone();
+        s.next_sequence += 1;
+        Ok((id, sequence_text(sequence)))
+    }
+
+    /// Splits an open shard at `new_starting_hash_key` (the first hash key of the second
+    /// child): the parent closes, two children open.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`]; [`ReaderError::Invalid`] for an unknown or closed
+    /// shard or a key outside (or at the start of) its range.
+    pub fn split_shard(
+        &self,
+        stream: &str,
+        shard: &str,
+        new_starting_hash_key: u128,
+    ) -> Result<(), ReaderError> {
+        let mut state = self.state();
+        let s = state
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| not_found(stream, "SplitShard"))?;
+        let index = open_index(s, stream, shard)?;
+        let (start, end) = s.shards[index].range;
+        if new_starting_hash_key <= start || new_starting_hash_key > end {
+            return Err(invalid(
+                "new starting hash key",
+                new_starting_hash_key.to_string(),
+                format!("must be inside ({start}, {end}] of `{stream}/{shard}`"),
+            ));
+        }
+        s.close(index);
+        s.open_shard(
+            (start, new_starting_hash_key - 1),
+            Some(shard.to_owned()),
+            None,
+        );
+        s.open_shard((new_starting_hash_key, end), Some(shard.to_owned()), None);
+        Ok(())
+    }
+
+    /// Splits an open shard in the middle of its hash key range.
+    ///
+    /// # Errors
+    ///
+    /// As [`split_shard`](Self::split_shard).
+    pub fn split_evenly(&self, stream: &str, shard: &str) -> Result<(), ReaderError> {
+        let range = self
+            .shards(stream)?
+            .into_iter()
+            .find(|s| s.id == shard)
+            .map(|s| s.hash_range)
+            .ok_or_else(|| invalid("shard", shard, format!("not a shard of `{stream}`")))?;
+        self.split_shard(stream, shard, range.0 + (range.1 - range.0) / 2 + 1)
+    }
+
+    /// Merges two open shards with adjacent hash key ranges into one child.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`]; [`ReaderError::Invalid`] for unknown, closed or
+    /// non-adjacent shards.
+    pub fn merge_shards(
+        &self,
+        stream: &str,
+        shard: &str,
+        adjacent: &str,
+    ) -> Result<(), ReaderError> {
+        let mut state = self.state();
+        let s = state
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| not_found(stream, "MergeShards"))?;
+        let (a, b) = (
+            open_index(s, stream, shard)?,
+            open_index(s, stream, adjacent)?,
+        );
+        let (ra, rb) = (s.shards[a].range, s.shards[b].range);
+        if ra.1.checked_add(1) != Some(rb.0) && rb.1.checked_add(1) != Some(ra.0) {
+            return Err(invalid(
+                "shard pair",
+                format!("{shard}+{adjacent}"),
+                "hash key ranges are not adjacent",
+            ));
+        }
+        s.close(a);
+        s.close(b);
+        s.open_shard(
+            (ra.0.min(rb.0), ra.1.max(rb.1)),
+            Some(shard.to_owned()),
+            Some(adjacent.to_owned()),
+        );
+        Ok(())
+    }
+
+    /// The shards of `stream`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`].
+    pub fn shards(&self, stream: &str) -> Result<Vec<Shard>, ReaderError> {
+        let state = self.state();
+        let s = state
+            .streams
+            .get(stream)
+            .ok_or_else(|| not_found(stream, "ListShards"))?;
+        Ok(s.shards
+            .iter()
+            .map(|sh| Shard {
+                id: sh.id.clone(),
+                parent: sh.parent.clone(),
+                adjacent_parent: sh.adjacent_parent.clone(),
+                hash_range: sh.range,
+                ending_sequence: sh.ending.map(sequence_text),
+            })
+            .collect())
+    }
+
+    /// Makes the next `n` calls of `op` fail with [`ReaderError::Throttled`].
+    pub fn throttle_next(&self, op: Op, n: u32) {
+        *self.state().throttle.entry(op).or_default() += n;
+    }
+
+    /// Makes the next `n` calls of `op` fail with [`ReaderError::Transient`] (a 500).
+    pub fn fail_next(&self, op: Op, n: u32) {
+        *self.state().fail.entry(op).or_default() += n;
+    }
+
+    /// Expires every iterator handed out so far.
+    pub fn expire_iterators(&self) {
+        self.state().iterator_generation += 1;
+    }
+
+    /// How many calls of `op` were made (faulted ones included).
+    pub fn calls(&self, op: Op) -> u64 {
+        self.state().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Counts the call and applies an injected fault, if any is pending.
+    fn enter(&self, state: &mut State, op: Op, resource: &str) -> Result<(), ReaderError> {
+        *state.calls.entry(op).or_default() += 1;
+        let name = op_name(op);
+        if let Some(n) = state.throttle.get_mut(&op).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(ReaderError::Throttled {
+                operation: name,
+                resource: resource.to_owned(),
+            });
+        }
+        if let Some(n) = state.fail.get_mut(&op).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(ReaderError::Transient {
+                operation: name,
+                resource: resource.to_owned(),
+                source: "injected failure (HTTP 500)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn iterator(&self, state: &State, stream: &str, shard: &str, position: usize) -> String {
+        format!(
+            "mem|{stream}|{shard}|{position}|{}|{}",
+            state.iterator_generation,
+            self.clock.now_ms()
+        )
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::ListShards => "ListShards",
+        Op::ShardIterator => "GetShardIterator",
+        Op::GetRecords => "GetRecords",
+        Op::PutRecords => "PutRecords",
+    }
+}
+
+fn open_index(s: &StreamState, stream: &str, shard: &str) -> Result<usize, ReaderError> {
+    let index = s
+        .shards
+        .iter()
+        .position(|sh| sh.id == shard)
+        .ok_or_else(|| invalid("shard", shard, format!("not a shard of `{stream}`")))?;
+    if s.shards[index].ending.is_some() {
+        return Err(invalid(
+            "shard",
+            shard,
+            format!("shard of `{stream}` is closed"),
+        ));
+    }
+    Ok(index)
+}
+
+impl KinesisApi for MemoryStream {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
+        Box::pin(async move {
+            self.enter(&mut self.state(), Op::ListShards, stream)?;
+            self.shards(stream)
+        })
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<String, ReaderError>> {
+        Box::pin(async move {
+            let mut state = self.state();
+            self.enter(&mut state, Op::ShardIterator, &format!("{stream}/{shard}"))?;
+            let s = state
+                .streams
+                .get(stream)
+                .ok_or_else(|| not_found(stream, "GetShardIterator"))?;
+            let sh = s
+                .shards
+                .iter()
+                .find(|sh| sh.id == shard)
+                .ok_or_else(|| invalid("shard", shard, format!("not a shard of `{stream}`")))?;
+            let index = match position {
+                Position::TrimHorizon => 0,
+                Position::Latest => sh.records.len(),
+                Position::AtTimestamp(ms) => sh.records.partition_point(|r| r.arrival_ms < *ms),
+                Position::AtSequence(seq) => {
+                    let v = sequence_value(seq)?;
+                    sh.records.partition_point(|r| r.sequence < v)
+                }
+                Position::AfterSequence(seq) => {
+                    let v = sequence_value(seq)?;
+                    sh.records.partition_point(|r| r.sequence <= v)
+                }
+            };
+            Ok(self.iterator(&state, stream, shard, index))
+        })
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<RecordsPage, ReaderError>> {
+        Box::pin(async move {
+            let mut state = self.state();
+            let resource = format!("{stream}/{shard}");
+            self.enter(&mut state, Op::GetRecords, &resource)?;
+            let bad = || {
+                invalid(
+                    "shard iterator",
+                    iterator,
+                    format!("not an iterator of `{resource}`"),
+                )
+            };
+            let parts: Vec<&str> = iterator.split('|').collect();
+            let [_, it_stream, it_shard, position, generation, issued] = parts[..] else {
+                return Err(bad());
+            };
+            if it_stream != stream || it_shard != shard {
+                return Err(bad());
+            }
+            let (position, generation, issued): (usize, u64, u64) =
+                match (position.parse(), generation.parse(), issued.parse()) {
+                    (Ok(p), Ok(g), Ok(i)) => (p, g, i),
+                    _ => return Err(bad()),
+                };
+            let now = self.clock.now_ms();
+            if generation != state.iterator_generation
+                || now.saturating_sub(issued) > ITERATOR_TTL_MS
+            {
+                return Err(ReaderError::ExpiredIterator {
+                    stream: stream.to_owned(),
+                    shard: shard.to_owned(),
+                });
+            }
+            let s = state
+                .streams
+                .get(stream)
+                .ok_or_else(|| not_found(stream, "GetRecords"))?;
+            let sh = s.shards.iter().find(|sh| sh.id == shard).ok_or_else(bad)?;
+            let limit = limit.clamp(1, 10_000);
+            let end = (position + limit).min(sh.records.len());
+            let records = sh.records[position.min(end)..end]
+                .iter()
+                .map(|r| Record {
+                    payload: r.payload.clone(),
+                    partition_key: r.key.clone(),
+                    sequence: SequenceNumber::new(sequence_text(r.sequence), None).expect("digits"),
+                    arrival: Some(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.arrival_ms),
+                    ),
+                    headers: Vec::new(),
+                })
+                .collect();
+            let millis_behind = match sh.records.get(end) {
+                Some(next) => now.saturating_sub(next.arrival_ms).max(1),
+                None => 0,
+            };
+            let at_end = end == sh.records.len() && sh.ending.is_some();
+            let child_shards = if at_end {
+                s.shards
+                    .iter()
+                    .filter(|c| {
+                        c.parent.as_deref() == Some(shard)
+                            || c.adjacent_parent.as_deref() == Some(shard)
+                    })
+                    .map(|c| c.id.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let next_iterator = (!at_end).then(|| self.iterator(&state, stream, shard, end));
+            Ok(RecordsPage {
+                records,
+                next_iterator,
+                millis_behind: Some(millis_behind),
+                child_shards,
+            })
+        })
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [PutEntry],
+    ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>> {
+        Box::pin(async move {
+            if entries.len() > 500 {
+                return Err(invalid(
+                    "PutRecords batch",
+                    entries.len().to_string(),
+                    "at most 500 records",
+                ));
+            }
+            let mut state = self.state();
+            self.enter(&mut state, Op::PutRecords, stream)?;
+            if !state.streams.contains_key(stream) {
+                return Err(not_found(stream, "PutRecords"));
+            }
+            let now = self.clock.now_ms();
+            entries
+                .iter()
+                .map(|e| {
+                    Self::put_one(&mut state, now, stream, e)
+                        .map(|(shard, sequence)| PutOutcome::Stored { shard, sequence })
+                })
+                .collect()
+        })
+    }
+}

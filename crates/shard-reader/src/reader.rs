@@ -1,0 +1,211 @@
+//! The reader of one shard: GetRecords into the subscription's channel.
+//!
+//! It opens its iterator after the checkpoint (or at the start position), reads at most
+//! `max_reads_per_second` times a second, reads again at once while behind the tip and waits a
+//! poll interval after an empty read at the tip. It recovers instead of failing: an expired
+//! iterator is reopened just after the last record it delivered (no duplicate), throttling and
+//! transient failures back off with jitter, a deleted stream becomes the subscription's error
+//! and the lease is released. At the end of a closed shard it waits until every delivery of the
+//! shard has settled and has the keeper write `SHARD_END`.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_dispatch::{ShardFeed, ShardSettlement};
+use kinesis_lease_core::{Checkpoint, Lease, SequenceNumber};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::keeper::KeeperCmd;
+use crate::shared::{Backoff, Phase, Shared};
+use crate::{Position, ReaderError};
+
+pub(crate) struct Reader {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) shard: String,
+    pub(crate) feed: ShardFeed,
+    pub(crate) settlement: Arc<ShardSettlement>,
+    pub(crate) lost: watch::Receiver<bool>,
+    pub(crate) phase: watch::Receiver<Phase>,
+    pub(crate) keeper: mpsc::Sender<KeeperCmd>,
+    pub(crate) millis_behind: Arc<AtomicU64>,
+}
+
+/// Where to open the first iterator, and which records to skip at its start.
+pub(crate) fn start_position(
+    shared: &Shared,
+    lease: &Lease,
+    reposition: bool,
+) -> (Position, Option<SequenceNumber>) {
+    let config = &shared.config;
+    if reposition {
+        if let Some(position) = &config.reposition {
+            tracing::warn!(?position, checkpoint = ?lease.checkpoint, "repositioning over the stored checkpoint");
+            return (position.clone(), None);
+        }
+    }
+    match &lease.checkpoint {
+        Some(Checkpoint::Sequence(seq)) if seq.subsequence().is_some() => {
+            // Part of an aggregated record settled: read it again, skip what settled.
+            (Position::AtSequence(seq.clone()), Some(seq.clone()))
+        }
+        Some(Checkpoint::Sequence(seq)) => {
+            (Position::AfterSequence(seq.clone()), Some(seq.clone()))
+        }
+        Some(Checkpoint::TrimHorizon) => (Position::TrimHorizon, None),
+        Some(Checkpoint::Latest) => (Position::Latest, None),
+        Some(Checkpoint::AtTimestamp(ms)) => (Position::AtTimestamp(*ms), None),
+        // A finished shard is never taken; should one be, it reads nothing new from the tip.
+        Some(Checkpoint::ShardEnd) => (Position::Latest, None),
+        None if !lease.parents.is_empty() => (Position::TrimHorizon, None),
+        None => (config.start_at.clone(), None),
+    }
+}
+
+enum Stop {
+    /// Lost, shutting down, or the channel closed.
+    Stopped,
+}
+
+impl Reader {
+    fn stopping(&self) -> bool {
+        *self.lost.borrow()
+            || *self.phase.borrow() != Phase::Running
+            || self.settlement.is_revoked()
+    }
+
+    /// Runs `fut` unless the reader must stop first.
+    async fn or_stop<F: Future>(&mut self, fut: F) -> Result<F::Output, Stop> {
+        if self.stopping() {
+            return Err(Stop::Stopped);
+        }
+        let (mut lost, mut phase) = (self.lost.clone(), self.phase.clone());
+        tokio::select! {
+            biased;
+            _ = async { let _ = lost.wait_for(|l| *l).await.map(drop); } => Err(Stop::Stopped),
+            _ = crate::shared::left_running(&mut phase) => Err(Stop::Stopped),
+            out = fut => Ok(out),
+        }
+    }
+
+    async fn pause(&mut self, delay: Duration) -> Result<(), Stop> {
+        self.or_stop(tokio::time::sleep(delay)).await
+    }
+
+    pub(crate) async fn run(mut self, start: Position, mut skip_upto: Option<SequenceNumber>) {
+        let config = self.shared.config.clone();
+        let kinesis = self.shared.kinesis.clone();
+        let (stream, shard) = (config.stream.as_str(), self.shard.clone());
+        let mut last_delivered: Option<SequenceNumber> = None;
+        let mut iterator: Option<String> = None;
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        let mut last_read: Option<Instant> = None;
+        let gap = config.min_read_gap();
+        loop {
+            let it = match iterator.take() {
+                Some(it) => it,
+                None => {
+                    let position = match &last_delivered {
+                        Some(seq) => Position::AfterSequence(seq.clone()),
+                        None => start.clone(),
+                    };
+                    match self
+                        .or_stop(kinesis.shard_iterator(stream, &shard, &position))
+                        .await
+                    {
+                        Err(Stop::Stopped) => return,
+                        Ok(Ok(it)) => it,
+                        Ok(Err(error)) => {
+                            if self.failed(error, &mut backoff).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Some(at) = last_read {
+                let wait = (at + gap).saturating_duration_since(Instant::now());
+                if !wait.is_zero() && self.pause(wait).await.is_err() {
+                    return;
+                }
+            }
+            last_read = Some(Instant::now());
+            let page = match self
+                .or_stop(kinesis.get_records(stream, &shard, &it, config.records_per_call))
+                .await
+            {
+                Err(Stop::Stopped) => return,
+                Ok(Ok(page)) => page,
+                Ok(Err(ReaderError::ExpiredIterator { .. })) => {
+                    tracing::info!(after = ?last_delivered.as_ref().map(ToString::to_string), "iterator expired; reopening after the last delivered record");
+                    continue;
+                }
+                Ok(Err(error)) => {
+                    // Keep the iterator for the retry unless Kinesis refused it.
+                    if !matches!(error, ReaderError::Refused { .. }) {
+                        iterator = Some(it);
+                    }
+                    if self.failed(error, &mut backoff).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            backoff.reset();
+            let behind = page.millis_behind.unwrap_or(0);
+            self.millis_behind.store(behind, Ordering::Relaxed);
+            let empty = page.records.is_empty();
+            for record in page.records {
+                if skip_upto.as_ref().is_some_and(|s| record.sequence <= *s) {
+                    continue;
+                }
+                let sequence = record.sequence.clone();
+                let feed = self.feed.clone();
+                match self.or_stop(feed.send(record)).await {
+                    Ok(Ok(())) => last_delivered = Some(sequence),
+                    // Revoked or closed: nothing more can be delivered.
+                    Ok(Err(_)) | Err(Stop::Stopped) => return,
+                }
+            }
+            skip_upto = None;
+            match page.next_iterator {
+                None => {
+                    tracing::info!(children = ?page.child_shards, "shard end reached; waiting for its deliveries to settle");
+                    let settlement = self.settlement.clone();
+                    if self.or_stop(settlement.all_settled()).await.is_ok() {
+                        let _ = self.keeper.send(KeeperCmd::ShardEnd).await;
+                    }
+                    return;
+                }
+                Some(next) => iterator = Some(next),
+            }
+            if empty && behind == 0 && self.pause(config.poll_interval).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Handles a failed call: backs off for retryable ones, fails the subscription for a
+    /// deleted stream. `Err` when the reader must stop.
+    async fn failed(&mut self, error: ReaderError, backoff: &mut Backoff) -> Result<(), Stop> {
+        match error {
+            ReaderError::StreamNotFound { .. } => {
+                self.shared.fail(error);
+                let _ = self.keeper.send(KeeperCmd::Release).await;
+                Err(Stop::Stopped)
+            }
+            error => {
+                let delay = backoff.next_delay();
+                if error.is_retryable() {
+                    tracing::warn!(error = %error, ?delay, "read failed; backing off");
+                } else {
+                    tracing::error!(error = %error, ?delay, "Kinesis refused a read; retrying after a pause");
+                }
+                self.pause(delay).await
+            }
+        }
+    }
+}

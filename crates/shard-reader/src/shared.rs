@@ -1,0 +1,129 @@
+//! What a subscription's coordinator and its shard tasks share.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kinesis_dispatch::{DeliverySender, ShardSettlement};
+use kinesis_lease_core::{Checkpoint, LeaseKey, LeaseStore};
+use tokio::sync::{mpsc, watch};
+
+use crate::{KinesisApi, ReaderConfig, ReaderError};
+
+/// Where the subscription is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Taking leases and reading.
+    Running,
+    /// Shutting down: no new leases, no more reads; leases still renewed while handlers finish.
+    Draining,
+    /// Writing final checkpoints and releasing every lease.
+    Releasing,
+}
+
+/// Resolves once the phase is no longer `Running` (the borrow is not held across awaits).
+pub(crate) async fn left_running(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p != Phase::Running).await.map(drop);
+}
+
+/// Resolves once the phase is `Releasing`.
+pub(crate) async fn releasing(phase: &mut watch::Receiver<Phase>) {
+    let _ = phase.wait_for(|p| *p == Phase::Releasing).await.map(drop);
+}
+
+/// Why a shard task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Read and settled to its end; `SHARD_END` written and the lease released.
+    Ended,
+    /// The lease was lost (or renewals failed too long); nothing written.
+    Lost,
+    /// Released on shutdown (or after a fatal error) with the final checkpoint.
+    Released,
+}
+
+/// A shard task's report to the coordinator.
+#[derive(Debug)]
+pub(crate) struct Report {
+    pub(crate) shard: String,
+    pub(crate) exit: Exit,
+}
+
+/// The live view of one held shard, for `stats()`.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) settlement: Arc<ShardSettlement>,
+    pub(crate) millis_behind: Arc<AtomicU64>,
+    pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ReaderConfig,
+    pub(crate) kinesis: Arc<dyn KinesisApi>,
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) sender: DeliverySender,
+    pub(crate) phase: watch::Sender<Phase>,
+    pub(crate) fatal: watch::Sender<Option<Arc<ReaderError>>>,
+    pub(crate) reports: mpsc::UnboundedSender<Report>,
+    pub(crate) held: Mutex<HashMap<String, Held>>,
+}
+
+impl Shared {
+    pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn key(&self, shard: &str) -> Result<LeaseKey, ReaderError> {
+        LeaseKey::new(self.config.stream.clone(), shard).map_err(|source| ReaderError::Lease {
+            stream: self.config.stream.clone(),
+            shard: shard.to_owned(),
+            source,
+        })
+    }
+
+    /// Records a fatal error (the first one wins) for the subscription to surface.
+    pub(crate) fn fail(&self, error: ReaderError) {
+        tracing::error!(stream = %self.config.stream, error = %error, "subscription failed");
+        self.fatal.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(Arc::new(error));
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Capped exponential backoff with full jitter.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    attempt: u32,
+    base: std::time::Duration,
+    cap: std::time::Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(base: std::time::Duration, cap: std::time::Duration) -> Self {
+        Self {
+            attempt: 0,
+            base,
+            cap,
+        }
+    }
+
+    pub(crate) fn next_delay(&mut self) -> std::time::Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1 << self.attempt.min(16))
+            .min(self.cap);
+        self.attempt += 1;
+        // Full jitter, but never less than a tenth of the ceiling.
+        ceiling.mul_f64(0.1 + 0.9 * fastrand::f64())
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}

@@ -1,0 +1,135 @@
+//! Test support: a consumer made of a coordinator and a dispatcher that records deliveries.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_dispatch::{
+    channel, Delivery, DispatchConfig, DispatchHandle, Dispatcher, Handler, Workers,
+};
+use kinesis_lease_core::LeaseStore;
+use kinesis_shard_reader::{Coordinator, CoordinatorHandle, MemoryStream, Position, ReaderConfig};
+
+/// One handled record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub owner: String,
+    pub shard: String,
+    pub key: String,
+    pub sequence: String,
+    pub payload: String,
+}
+
+pub type Log = Arc<Mutex<Vec<Seen>>>;
+
+pub struct Consumer {
+    pub coordinator: CoordinatorHandle,
+    pub dispatch: DispatchHandle,
+    pub log: Log,
+}
+
+pub fn config(stream: &str, owner: &str, start_at: Position) -> ReaderConfig {
+    let mut config = ReaderConfig::new(stream, owner);
+    config.start_at = start_at;
+    config
+}
+
+pub fn start(
+    kinesis: &MemoryStream,
+    store: Arc<dyn LeaseStore>,
+    config: ReaderConfig,
+    workers: Workers,
+) -> Consumer {
+    start_with_log(kinesis, store, config, workers, Log::default())
+}
+
+pub fn start_with_log(
+    kinesis: &MemoryStream,
+    store: Arc<dyn LeaseStore>,
+    config: ReaderConfig,
+    workers: Workers,
+    log: Log,
+) -> Consumer {
+    let (sender, receiver) = channel(64);
+    let owner = config.owner.clone();
+    let l = log.clone();
+    let handler = Handler::one(move |d: Delivery| {
+        let (l, owner) = (l.clone(), owner.clone());
+        async move {
+            l.lock().unwrap().push(Seen {
+                owner,
+                shard: d.shard().to_owned(),
+                key: d.partition_key().to_owned(),
+                sequence: d.sequence().to_string(),
+                payload: String::from_utf8_lossy(d.payload()).into_owned(),
+            });
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let dispatch = Dispatcher::spawn(
+        receiver,
+        handler,
+        DispatchConfig {
+            workers,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let coordinator = Coordinator::spawn(config, Arc::new(kinesis.clone()), store, sender);
+    Consumer {
+        coordinator,
+        dispatch,
+        log,
+    }
+}
+
+impl Consumer {
+    /// Crash: everything stops at once, nothing is written.
+    pub fn crash(self) {
+        self.coordinator.abort();
+        self.dispatch.close();
+    }
+
+    /// Graceful stop: stop reading, finish handlers, write final checkpoints, release.
+    pub async fn stop(self) {
+        self.coordinator.stop_reading();
+        self.dispatch.shutdown(Duration::from_secs(5)).await;
+        self.coordinator.release_all().await;
+    }
+}
+
+/// Waits (in paused time) until `log` holds `n` records, or panics after `limit`.
+pub async fn wait_for_count(log: &Log, n: usize, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let len = log.lock().unwrap().len();
+        if len >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {len} of {n} records after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Puts `n` records over `keys` keys; payload `key#i`.
+pub fn put_many(kinesis: &MemoryStream, stream: &str, keys: usize, from: usize, n: usize) {
+    for i in from..from + n {
+        let key = format!("key-{}", i % keys);
+        kinesis.put(stream, &key, format!("{key}#{i}")).unwrap();
+    }
+}
+
+/// The payloads handled per key, in handling order.
+pub fn per_key(log: &Log) -> HashMap<String, Vec<usize>> {
+    let mut out: HashMap<String, Vec<usize>> = HashMap::new();
+    for seen in log.lock().unwrap().iter() {
+        let n = seen.payload.rsplit('#').next().unwrap().parse().unwrap();
+        out.entry(seen.key.clone()).or_default().push(n);
+    }
+    out
+}
