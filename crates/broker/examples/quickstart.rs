@@ -1,41 +1,99 @@
-//! Quickstart: a lease taken, renewed, checkpointed and released on the in-process store.
+//! Quickstart: an in-process 4-shard stream, orders of a handful of customers, consumed with
+//! two lanes by customer, checkpointed and shut down cleanly. No AWS account, no network.
+//!
+//! `cargo run --example quickstart`
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kinesis_broker::{Checkpoint, LeaseKey, LeaseStore, MemoryLeaseStore, Outcome, Take};
+use kinesis_broker::{Broker, Delivery, MemoryStream, Publisher, PutEntry, StartAt};
 
-#[tokio::main(flavor = "current_thread")]
+const CUSTOMERS: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];
+const ORDERS_EACH: usize = 20;
+
+#[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = MemoryLeaseStore::new();
-    let key = LeaseKey::new("orders", "shardId-000000000000")?;
-    let ttl = Duration::from_secs(10);
-    let show = |what: &str, out: &Outcome| match out {
-        Outcome::Written(l) => println!(
-            "{what:<10} {key} owner={:?} counter={} checkpoint={:?}",
-            l.owner,
-            l.counter,
-            l.checkpoint.as_ref().map(ToString::to_string)
-        ),
-        Outcome::Lost(lost) => println!("{what:<10} lost to {:?}", lost.holder),
-    };
-    show(
-        "take",
-        &store.take(&key, "instance-a", Take::new(ttl)).await?,
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("orders", 4)?;
+
+    // Publish 100 orders: order n of each customer says so in its payload.
+    let entries = (0..ORDERS_EACH)
+        .flat_map(|n| {
+            CUSTOMERS
+                .iter()
+                .map(move |c| PutEntry::new(format!("{c} order {n}"), *c))
+        })
+        .collect();
+    let stored = Publisher::new(kinesis.clone(), "orders")
+        .put_all(entries)
+        .await?;
+    println!(
+        "published {} orders over {} customers",
+        stored.len(),
+        CUSTOMERS.len()
     );
-    show(
-        "steal",
-        &store.take(&key, "instance-b", Take::new(ttl)).await?,
-    );
-    show("renew", &store.renew(&key, "instance-a", ttl, None).await?);
-    let cp = Checkpoint::sequence("49590338271490256608559692538361571095921575989136588898")?;
-    show(
-        "checkpoint",
-        &store.checkpoint(&key, "instance-a", &cp).await?,
-    );
-    show("release", &store.release(&key, "instance-a", None).await?);
-    show(
-        "take",
-        &store.take(&key, "instance-b", Take::new(ttl)).await?,
+
+    let seen: Arc<Mutex<BTreeMap<String, Vec<usize>>>> = Arc::default();
+    let done = Arc::new(tokio::sync::Notify::new());
+    let mut broker = Broker::builder().kinesis(kinesis.clone()).build()?;
+    let (s, d) = (seen.clone(), done.clone());
+    broker
+        .subscribe("orders")
+        .start_at(StartAt::TrimHorizon)
+        .workers(2)
+        .by_key()
+        .handle(move |delivery: Delivery| {
+            let (s, d) = (s.clone(), d.clone());
+            async move {
+                let text = String::from_utf8_lossy(delivery.payload()).into_owned();
+                let n: usize = text.rsplit(' ').next().unwrap_or("0").parse()?;
+                let mut seen = s.lock().unwrap_or_else(|p| p.into_inner());
+                let orders = seen.entry(delivery.partition_key().to_owned()).or_default();
+                orders.push(n);
+                let total: usize = seen.values().map(Vec::len).sum();
+                if total.is_multiple_of(25) {
+                    println!(
+                        "handled {total} orders (last: {text} from {})",
+                        delivery.shard()
+                    );
+                }
+                if total == CUSTOMERS.len() * ORDERS_EACH {
+                    d.notify_one();
+                }
+                Ok::<(), std::num::ParseIntError>(())
+            }
+        })?;
+
+    let running = broker.start().await?;
+    println!("broker {} started", running.owner_id());
+    tokio::time::timeout(Duration::from_secs(20), done.notified()).await?;
+
+    for (customer, orders) in seen.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        let in_order = orders.windows(2).all(|w| w[0] < w[1]);
+        println!(
+            "{customer:>6}: {} orders, in order: {in_order}",
+            orders.len()
+        );
+        if !in_order {
+            return Err(format!("{customer}'s orders were handled out of order").into());
+        }
+    }
+    let stats = running.stats();
+    let report = running.shutdown().await;
+    for shard in stats.shards("orders") {
+        let checkpoint = shard
+            .checkpoint
+            .as_ref()
+            .map_or("none".to_owned(), ToString::to_string);
+        println!(
+            "{}: delivered {}, settled {}, in flight {}, checkpoint {checkpoint}",
+            shard.shard, shard.delivered, shard.settled, shard.in_flight
+        );
+    }
+    println!(
+        "shut down cleanly: {}; final checkpoints written, leases released",
+        report.handlers_finished
     );
     Ok(())
 }

@@ -169,6 +169,24 @@ impl CoordinatorHandle {
         stats
     }
 
+    /// Waits until every delivery of every held shard has settled.
+    pub async fn settled(&self) {
+        let settlements: Vec<Arc<ShardSettlement>> = self
+            .shared
+            .held()
+            .values()
+            .map(|held| held.settlement.clone())
+            .collect();
+        for settlement in settlements {
+            settlement.all_settled().await;
+        }
+    }
+
+    /// The subscription's stream.
+    pub fn stream(&self) -> &str {
+        &self.shared.config.stream
+    }
+
     /// Resolves with the first fatal error of the subscription (a deleted stream).
     pub async fn failed(&self) -> Arc<ReaderError> {
         let mut fatal = self.fatal.clone();

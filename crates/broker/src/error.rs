@@ -1,0 +1,76 @@
+//! `BrokerError`: what configuring, starting and running a broker can run into.
+
+use std::sync::Arc;
+
+use kinesis_dispatch::DispatchError;
+use kinesis_lease_core::LeaseError;
+use kinesis_shard_reader::ReaderError;
+
+/// Errors of the broker, each naming the stream or table concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// A second subscription to a stream this broker already reads.
+    #[error("stream `{stream}` already has a subscription on this broker; one broker reads a stream through one subscription")]
+    DuplicateSubscription {
+        /// The stream.
+        stream: String,
+    },
+    /// The lease store instance is already mounted on another broker.
+    #[error("this lease store instance is already mounted on broker `{owner}`; give each broker its own store (several stores may share one table)")]
+    StoreAlreadyMounted {
+        /// The lease-owner id of the broker that holds it.
+        owner: String,
+    },
+    /// `start()` on a broker without subscriptions.
+    #[error("the broker has no subscription to start")]
+    NoSubscriptions,
+    /// The stream name is invalid, or the stream does not exist.
+    #[error("stream `{stream}` cannot be read")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Box<ReaderError>,
+    },
+    /// The lease table is missing, has the wrong schema, or cannot be reached.
+    #[error("lease table for stream `{stream}` is not usable")]
+    LeaseTable {
+        /// The stream whose leases it holds.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Box<LeaseError>,
+    },
+    /// A dispatch setting is invalid.
+    #[error("subscription to `{stream}` is misconfigured")]
+    Dispatch {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Box<DispatchError>,
+    },
+    /// A running subscription failed (its stream was deleted).
+    #[error("subscription to `{stream}` failed")]
+    Subscription {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Arc<ReaderError>,
+    },
+    /// Publishing failed.
+    #[error("publishing to `{stream}` failed")]
+    Publish {
+        /// The stream.
+        stream: String,
+        /// Why.
+        #[source]
+        source: Box<ReaderError>,
+    },
+    /// Waiting for a shutdown signal failed.
+    #[error("cannot listen for shutdown signals")]
+    Signal(#[source] std::io::Error),
+}

@@ -1,0 +1,201 @@
+//! Subscriptions: how one stream's records reach a handler or a stream of deliveries.
+
+use std::future::Future;
+use std::time::Duration;
+
+use kinesis_dispatch::{
+    channel, BatchFailure, Delivery, DeliveryReceiver, DeliverySender, DeliveryStream,
+    DispatchConfig, Handler, HandlerError, RetryPolicy, Workers, DEFAULT_CAPACITY,
+};
+use kinesis_shard_reader::Position;
+
+use crate::{Broker, BrokerError};
+
+/// A registered subscription, waiting for `start()`.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub(crate) stream: String,
+    pub(crate) start_at: Position,
+    pub(crate) reposition: Option<Position>,
+    pub(crate) records_per_call: usize,
+    pub(crate) sender: DeliverySender,
+    /// `None` for a stream subscription: the user holds the receiver.
+    pub(crate) dispatch: Option<(DeliveryReceiver, Handler, DispatchConfig)>,
+}
+
+/// Configures a subscription; finish with [`handle`](Self::handle), [`batch`](Self::batch) or
+/// [`stream`](Self::stream).
+#[derive(Debug)]
+#[must_use = "a subscription does nothing until `handle(..)` or `stream()`"]
+pub struct SubscriptionBuilder<'b> {
+    broker: &'b mut Broker,
+    stream: String,
+    start_at: Position,
+    reposition: Option<Position>,
+    capacity: usize,
+    records_per_call: Option<usize>,
+    dispatch: DispatchConfig,
+}
+
+impl<'b> SubscriptionBuilder<'b> {
+    pub(crate) fn new(broker: &'b mut Broker, stream: String) -> Self {
+        Self {
+            broker,
+            stream,
+            start_at: Position::Latest,
+            reposition: None,
+            capacity: DEFAULT_CAPACITY,
+            records_per_call: None,
+            dispatch: DispatchConfig::default(),
+        }
+    }
+
+    /// Where shards without a checkpoint start (default: the tip). Never applies over a
+    /// checkpoint; see [`reposition`](Self::reposition) for that.
+    pub fn start_at(mut self, position: Position) -> Self {
+        self.start_at = position;
+        self
+    }
+
+    /// Starts every shard this broker takes at `position` the first time it takes it, over
+    /// stored checkpoints (logged at `warn`). For a one-off replay or skip.
+    pub fn reposition(mut self, position: Position) -> Self {
+        self.reposition = Some(position);
+        self
+    }
+
+    /// Up to `n` handlers at once, in no particular order; add [`by_key`](Self::by_key) for
+    /// `n` lanes that keep each partition key in order.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.dispatch.workers = Workers::Unordered(n);
+        self
+    }
+
+    /// Turns `workers(n)` into n lanes by partition key (`workers(n, by_key)`): records of one
+    /// key are handled one at a time, in order, keys spread over lanes.
+    pub fn by_key(mut self) -> Self {
+        self.dispatch.workers = match self.dispatch.workers {
+            Workers::Unordered(n) | Workers::ByKey(n) => Workers::ByKey(n),
+            Workers::Serial => Workers::ByKey(1),
+        };
+        self
+    }
+
+    /// What happens when a handler fails (default: retry in place forever).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.dispatch.retry = policy;
+        self
+    }
+
+    /// The shared channel's capacity (64 deliveries).
+    pub fn channel_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Each lane's queue under `by_key` (8 deliveries).
+    pub fn lane_capacity(mut self, capacity: usize) -> Self {
+        self.dispatch.lane_capacity = capacity;
+        self
+    }
+
+    /// Records asked for per GetRecords call (default 1,000; a batch handler's size between
+    /// 1,000 and 10,000).
+    pub fn records_per_call(mut self, n: usize) -> Self {
+        self.records_per_call = Some(n.clamp(1, 10_000));
+        self
+    }
+
+    /// Batches of up to `size` records (or what arrived within 50 ms of the first); finish
+    /// with [`BatchSubscriptionBuilder::handle`].
+    pub fn batch(self, size: usize) -> BatchSubscriptionBuilder<'b> {
+        BatchSubscriptionBuilder {
+            inner: self,
+            size: size.max(1),
+        }
+    }
+
+    /// Handles one delivery at a time: `Ok` settles it; `Err` or a panic retries it.
+    ///
+    /// # Errors
+    ///
+    /// [`BrokerError::DuplicateSubscription`] when the stream already has a subscription on
+    /// this broker; [`BrokerError::Stream`] for an invalid stream name.
+    pub fn handle<F, Fut, E>(self, handler: F) -> Result<(), BrokerError>
+    where
+        F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        self.register(Handler::one(handler))
+    }
+
+    /// The deliveries as a stream, one at a time whichever shard they come from; call
+    /// [`Delivery::ack`] on each once processed. Reading starts at `start()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle`](Self::handle).
+    pub fn stream(self) -> Result<DeliveryStream, BrokerError> {
+        let (sender, receiver) = channel(self.capacity);
+        self.register_parts(sender, None, 1)?;
+        Ok(DeliveryStream::new(receiver))
+    }
+
+    fn register(self, handler: Handler) -> Result<(), BrokerError> {
+        let (sender, receiver) = channel(self.capacity);
+        let batch_size = handler.batch_size();
+        self.register_parts(sender, Some((receiver, handler)), batch_size)
+    }
+
+    fn register_parts(
+        self,
+        sender: DeliverySender,
+        handler: Option<(DeliveryReceiver, Handler)>,
+        batch_size: usize,
+    ) -> Result<(), BrokerError> {
+        let records_per_call = self.records_per_call.unwrap_or(if batch_size > 1 {
+            kinesis_shard_reader::ReaderConfig::records_per_call_for(batch_size)
+        } else {
+            1_000
+        });
+        let dispatch = self.dispatch;
+        self.broker.add(Subscription {
+            stream: self.stream,
+            start_at: self.start_at,
+            reposition: self.reposition,
+            records_per_call,
+            sender,
+            dispatch: handler.map(|(receiver, handler)| (receiver, handler, dispatch)),
+        })
+    }
+}
+
+/// A subscription whose handler takes batches; see [`SubscriptionBuilder::batch`].
+#[derive(Debug)]
+#[must_use = "a subscription does nothing until `handle(..)`"]
+pub struct BatchSubscriptionBuilder<'b> {
+    inner: SubscriptionBuilder<'b>,
+    size: usize,
+}
+
+impl BatchSubscriptionBuilder<'_> {
+    /// How long a batch waits for more records after its first (50 ms).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.inner.dispatch.batch_window = window;
+        self
+    }
+
+    /// Handles batches: `Ok` settles all; [`BatchFailure`] names the failed records.
+    ///
+    /// # Errors
+    ///
+    /// As [`SubscriptionBuilder::handle`].
+    pub fn handle<F, Fut>(self, handler: F) -> Result<(), BrokerError>
+    where
+        F: Fn(Vec<Delivery>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), BatchFailure>> + Send + 'static,
+    {
+        self.inner.register(Handler::batch(self.size, handler))
+    }
+}
