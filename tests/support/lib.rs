@@ -87,3 +87,187 @@ pub async fn sdk_config_for(account: &str) -> SdkConfig {
         .load()
         .await
 }
+
+/// A Kinesis client in `account` (endpoint from the environment), checked to have an endpoint.
+pub async fn kinesis_client(account: &str) -> (SdkConfig, aws_sdk_kinesis::Client) {
+    endpoint(Service::Kinesis);
+    let config = sdk_config_for(account).await;
+    let client = aws_sdk_kinesis::Client::new(&config);
+    (config, client)
+}
+
+/// Creates `stream` with `shards` shards and waits until it is ACTIVE.
+pub async fn create_stream(client: &aws_sdk_kinesis::Client, stream: &str, shards: i32) {
+    client
+        .create_stream()
+        .stream_name(stream)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "create stream {stream}: {}",
+                aws_sdk_kinesis::error::DisplayErrorContext(e)
+            )
+        });
+    wait_active(client, stream).await;
+}
+
+/// Waits until `stream` is ACTIVE (after a create, split or merge).
+pub async fn wait_active(client: &aws_sdk_kinesis::Client, stream: &str) {
+    for _ in 0..200 {
+        let out = client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .expect("describe stream");
+        let status = out
+            .stream_description_summary()
+            .map(|d| d.stream_status().clone());
+        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("stream {stream} did not become ACTIVE");
+}
+
+/// Puts records `from..from + n` over `keys` partition keys, payload `key#i`, 500 a call.
+pub async fn put_records(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    keys: usize,
+    from: usize,
+    n: usize,
+) {
+    use aws_sdk_kinesis::primitives::Blob;
+    use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+    let all: Vec<usize> = (from..from + n).collect();
+    for chunk in all.chunks(500) {
+        let mut pending: Vec<usize> = chunk.to_vec();
+        for _ in 0..10 {
+            let entries = pending.iter().map(|i| {
+                let key = format!("key-{}", i % keys);
+                PutRecordsRequestEntry::builder()
+                    .partition_key(&key)
+                    .data(Blob::new(format!("{key}#{i}")))
+                    .build()
+                    .expect("entry")
+            });
+            let out = client
+                .put_records()
+                .stream_name(stream)
+                .set_records(Some(entries.collect()))
+                .send()
+                .await
+                .expect("put records");
+            pending = pending
+                .iter()
+                .zip(out.records())
+                .filter(|(_, r)| r.error_code().is_some())
+                .map(|(i, _)| *i)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+        }
+        assert!(pending.is_empty(), "records not stored: {pending:?}");
+    }
+}
+
+/// The shard ids of `stream`, open and closed.
+pub async fn shard_ids(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Vec<aws_sdk_kinesis::types::Shard> {
+    client
+        .list_shards()
+        .stream_name(stream)
+        .send()
+        .await
+        .expect("list shards")
+        .shards()
+        .to_vec()
+}
+
+/// A log of handled records: `(owner, shard, key, payload)`.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, String)>>>;
+
+/// Waits until `log` has `n` entries, panicking after `limit` (real time: I/O to emulators).
+pub async fn wait_for_count(log: &Log, n: usize, limit: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let len = log.lock().expect("log").len();
+        if len >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {len} of {n} records within {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts that `log` holds each payload of `0..n` exactly once and each key in order.
+pub fn assert_exactly_once_in_key_order(log: &Log, n: usize) {
+    let log = log.lock().expect("log");
+    let mut per_key: std::collections::HashMap<&str, Vec<usize>> = Default::default();
+    for (_, _, key, payload) in log.iter() {
+        let i: usize = payload
+            .rsplit('#')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("payload");
+        per_key.entry(key.as_str()).or_default().push(i);
+    }
+    for (key, seen) in &per_key {
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "key {key} out of order or twice: {seen:?}"
+        );
+    }
+    let mut all: Vec<usize> = per_key.into_values().flatten().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..n).collect::<Vec<_>>(), "every record exactly once");
+}
+
+/// A broker reading `stream` with `workers` lanes by key into `log`, polling every 200 ms.
+pub fn logging_broker(
+    config: &SdkConfig,
+    store: std::sync::Arc<dyn kinesis_broker::LeaseStore>,
+    owner: &str,
+    stream: &str,
+    start_at: kinesis_broker::StartAt,
+    log: &Log,
+) -> kinesis_broker::Broker {
+    let mut broker = kinesis_broker::Broker::builder()
+        .sdk_config(config)
+        .lease_store_arc(store)
+        .owner_id(owner)
+        .poll_interval(std::time::Duration::from_millis(200))
+        .shard_sync_interval(std::time::Duration::from_secs(2))
+        .build()
+        .expect("broker");
+    let (l, o) = (log.clone(), owner.to_owned());
+    broker
+        .subscribe(stream)
+        .start_at(start_at)
+        .workers(4)
+        .by_key()
+        .handle(move |d: kinesis_broker::Delivery| {
+            let (l, o) = (l.clone(), o.clone());
+            async move {
+                l.lock().expect("log").push((
+                    o,
+                    d.shard().to_owned(),
+                    d.partition_key().to_owned(),
+                    String::from_utf8_lossy(d.payload()).into_owned(),
+                ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .expect("subscribe");
+    broker
+}
