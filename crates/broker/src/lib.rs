@@ -73,3 +73,8 @@ pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub use kinesis_shard_reader::{
     AwsKinesis, KinesisApi, MemoryStream, Op, Position as StartAt, PutEntry, ReaderError,
 };
+
+/// The README's usage example, compiled as a doctest.
+#[cfg(all(doctest, feature = "dynamodb-lease"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
