@@ -44,6 +44,7 @@ pub(crate) struct Timings {
     pub(crate) lease: Duration,
     pub(crate) renew: Duration,
     pub(crate) take: Duration,
+    pub(crate) list: Duration,
     pub(crate) shard_sync: Duration,
     pub(crate) poll: Duration,
     pub(crate) shutdown_deadline: Duration,
@@ -55,6 +56,7 @@ impl Default for Timings {
             lease: Duration::from_secs(10),
             renew: Duration::from_secs(3),
             take: Duration::from_secs(1),
+            list: Duration::from_secs(2),
             shard_sync: Duration::from_secs(10),
             poll: Duration::from_secs(1),
             shutdown_deadline: Duration::from_secs(10),
@@ -221,9 +223,15 @@ impl BrokerBuilder {
         self
     }
 
-    /// How often free and expired leases are looked for (1 s).
+    /// How often the stream's epoch is read to notice released and handed-over rows (1 s).
     pub fn take_interval(mut self, every: Duration) -> Self {
         self.timings.take = every;
+        self
+    }
+
+    /// How often every lease row is read, to notice crashed owners and balance (2 s).
+    pub fn list_interval(mut self, every: Duration) -> Self {
+        self.timings.list = every;
         self
     }
 

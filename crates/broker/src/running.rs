@@ -108,6 +108,7 @@ pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> 
         config.lease_duration = t.lease;
         config.renew_interval = t.renew;
         config.take_interval = t.take;
+        config.list_interval = t.list;
         config.shard_sync_interval = t.shard_sync;
         config.poll_interval = t.poll;
         config.records_per_call = sub.records_per_call;

@@ -203,8 +203,8 @@ async fn batch_subscription_settles_what_did_not_fail() {
     running.shutdown().await;
 }
 
-/// Broker A shuts down gracefully; B, on the same table, holds every shard about a take
-/// interval later and resumes after A's final checkpoints: nothing lost, nothing twice.
+/// Two brokers balance 2 + 2; A shuts down gracefully; B, on the same table, holds every
+/// shard about a take interval later and resumes after A's final checkpoints: nothing lost, nothing twice.
 #[tokio::test(start_paused = true)]
 async fn graceful_shutdown_hands_every_shard_over() {
     let kinesis = MemoryStream::new();
@@ -239,14 +239,22 @@ async fn graceful_shutdown_hands_every_shard_over() {
     let a = make("a").start().await.unwrap();
     publish(&kinesis, "s", 0, 200).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let b = make("b").start().await.unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         a.stats().shards("s").len(),
         4,
-        "the first instance up holds everything"
+        "the first instance up takes everything"
     );
-    assert!(b.stats().shards("s").is_empty());
+    let b = make("b").start().await.unwrap();
+    // b asks for its share; a hands shards over one at a time.
+    let balancing = tokio::time::Instant::now();
+    while b.stats().shards("s").len() < 2 {
+        assert!(
+            balancing.elapsed() < Duration::from_secs(20),
+            "not balanced"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(a.stats().shards("s").len(), 2);
     publish(&kinesis, "s", 200, 100).await;
     let report = a.shutdown().await;
     assert!(report.handlers_finished);

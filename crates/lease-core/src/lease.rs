@@ -17,6 +17,8 @@ pub struct Lease {
     pub checkpoint: Option<Checkpoint>,
     /// The shards this one was split or merged from: it starts only after they end.
     pub parents: Vec<String>,
+    /// Another owner that asked for this row; the owner hands it over at its next renewal.
+    pub wanted_by: Option<String>,
 }
 
 impl Lease {
@@ -29,6 +31,7 @@ impl Lease {
             counter: 0,
             checkpoint: None,
             parents,
+            wanted_by: None,
         }
     }
 

@@ -21,6 +21,21 @@ pub fn holds(row: Option<&Lease>, owner: &str) -> bool {
     row.is_some_and(|r| r.is_held_by(owner))
 }
 
+/// Whether `asker` may mark `row` as wanted: it exists, still has the counter the asker
+/// observed, is held by someone else, and nobody asked for it yet.
+pub fn may_request(row: Option<&Lease>, asker: &str, observed: u64) -> bool {
+    row.is_some_and(|r| {
+        r.counter == observed
+            && r.owner.as_deref().is_some_and(|o| o != asker)
+            && r.wanted_by.is_none()
+    })
+}
+
+/// Whether `owner` may hand `row` over to `to`: it holds the row and `to` asked for it.
+pub fn may_hand_over(row: Option<&Lease>, owner: &str, to: &str) -> bool {
+    holds(row, owner) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
+}
+
 /// The [`Lost`] outcome describing `row` as it stands.
 pub fn lost(row: Option<&Lease>) -> Lost {
     Lost {

@@ -95,6 +95,19 @@ impl Take {
 /// counter; that is a value, never an error. Errors are reserved for bad input and for the
 /// backend failing.
 ///
+/// *Hand-over.* [`request`](LeaseStore::request) marks a row held by another owner as wanted
+/// by the asker; it succeeds only while the row still has the counter the asker observed, has
+/// an owner other than the asker, and is not wanted yet. The owner sees the mark in the row its
+/// next renewal returns and [`hand_over`](LeaseStore::hand_over)s it: one write that makes the
+/// asker the owner (expiry now + ttl), stores the final checkpoint and clears the mark; it
+/// succeeds only while this owner holds the row and `to` is the one who asked. A take and a
+/// release clear the mark; renewals and checkpoints keep it.
+///
+/// *Epoch.* Each stream has an epoch counter. Owners [`bump_epoch`](LeaseStore::bump_epoch)
+/// after writes that free rows for others (releases, hand-overs, shard ends), so other
+/// instances notice with one cheap [`epoch`](LeaseStore::epoch) read instead of reading every
+/// row.
+///
 /// *Counter.* Every write that lands bumps the row's counter by exactly one; a created row has
 /// counter 1 after its first write. Readers compare counters to detect writes they did not see.
 ///
@@ -148,6 +161,31 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         owner: &'a str,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
+
+    /// Marks a row held by another owner as wanted by `asker`, if it still has the counter
+    /// `observed` (see *Hand-over*).
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>>;
+
+    /// Hands `owner`'s row to `to`, who asked for it, with the final `checkpoint`, in one write.
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>>;
+
+    /// Bumps `stream`'s epoch: rows were freed or moved.
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>>;
+
+    /// Reads `stream`'s epoch (strongly consistent; 0 before the first bump).
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>>;
 
     /// Reads one row (strongly consistent), `None` when it does not exist.
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>>;

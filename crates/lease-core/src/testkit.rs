@@ -445,6 +445,132 @@ pub async fn lapsed_owner_checkpoint_refused(h: &Harness) {
     assert_eq!(h.read(&key).await.checkpoint, Some(seq("10")));
 }
 
+/// A request marks a foreign row wanted; the owner's renewal shows the mark; the hand-over
+/// moves the row to the asker with the final checkpoint in one write.
+pub async fn request_then_hand_over_moves_the_row(h: &Harness) {
+    let key = h.key("handover", "shardId-000000000000");
+    let taken = written(h.take(&key, "a").await, "take by a");
+    let marked = written(
+        h.store
+            .request(&key, "b", taken.counter)
+            .await
+            .expect("request"),
+        "request by b",
+    );
+    assert_eq!(marked.wanted_by.as_deref(), Some("b"));
+    assert_eq!(
+        (marked.owner.as_deref(), marked.counter),
+        (Some("a"), taken.counter + 1)
+    );
+    let renewed = written(
+        h.store.renew(&key, "a", TTL, None).await.expect("renew"),
+        "renew",
+    );
+    assert_eq!(
+        renewed.wanted_by.as_deref(),
+        Some("b"),
+        "the owner sees the mark"
+    );
+    h.clock.advance(Duration::from_secs(1));
+    let moved = written(
+        h.store
+            .hand_over(&key, "a", "b", TTL, Some(&seq("77")))
+            .await
+            .expect("hand over"),
+        "hand over to b",
+    );
+    assert_eq!(moved.owner.as_deref(), Some("b"));
+    assert_eq!(moved.wanted_by, None);
+    assert_eq!(moved.checkpoint, Some(seq("77")));
+    assert_eq!(moved.expiry_ms, h.clock.now_ms_for_kit() + 10_000);
+    assert_eq!(moved.counter, renewed.counter + 1);
+    lost(
+        h.store.renew(&key, "a", TTL, None).await.expect("renew"),
+        "renew by the old owner",
+    );
+    written(
+        h.store.renew(&key, "b", TTL, None).await.expect("renew"),
+        "renew by the new owner",
+    );
+}
+
+/// Requests are refused on stale counters, free, own, missing or already wanted rows; a
+/// hand-over is refused to anyone but the asker and by anyone but the owner.
+pub async fn request_and_hand_over_refusals(h: &Harness) {
+    let key = h.key("refuse", "shardId-000000000000");
+    let s = &h.store;
+    assert!(s.create(&key, &[]).await.expect("create"));
+    let free = h.read(&key).await;
+    lost(
+        s.request(&key, "b", free.counter).await.expect("request"),
+        "request of a free row",
+    );
+    let taken = written(h.take(&key, "a").await, "take by a");
+    lost(
+        s.request(&key, "a", taken.counter).await.expect("request"),
+        "request of an own row",
+    );
+    lost(
+        s.request(&key, "b", taken.counter - 1)
+            .await
+            .expect("request"),
+        "request on a stale counter",
+    );
+    let marked = written(
+        s.request(&key, "b", taken.counter).await.expect("request"),
+        "request",
+    );
+    lost(
+        s.request(&key, "c", marked.counter).await.expect("request"),
+        "second request",
+    );
+    lost(
+        s.hand_over(&key, "a", "c", TTL, None)
+            .await
+            .expect("hand over"),
+        "hand over to a non-asker",
+    );
+    lost(
+        s.hand_over(&key, "b", "b", TTL, None)
+            .await
+            .expect("hand over"),
+        "hand over by a non-owner",
+    );
+    let missing = h.key("refuse", "shardId-000000000009");
+    lost(
+        s.request(&missing, "b", 0).await.expect("request"),
+        "request of a missing row",
+    );
+    assert_eq!(h.read(&key).await, marked, "refusals change nothing");
+    // A take by the owner (or anyone) and a release clear the mark.
+    let retaken = written(h.take(&key, "a").await, "retake");
+    assert_eq!(retaken.wanted_by, None);
+    written(
+        s.request(&key, "b", retaken.counter)
+            .await
+            .expect("request"),
+        "request again",
+    );
+    let released = written(
+        s.release(&key, "a", None).await.expect("release"),
+        "release",
+    );
+    assert_eq!(released.wanted_by, None);
+}
+
+/// Epochs start at 0, bump by one per call, and are per stream.
+pub async fn epochs_bump_per_stream(h: &Harness) {
+    let (one, two) = (h.key("epoch1", "x"), h.key("epoch2", "x"));
+    assert_eq!(h.store.epoch(one.stream()).await.expect("epoch"), 0);
+    h.store.bump_epoch(one.stream()).await.expect("bump");
+    h.store.bump_epoch(one.stream()).await.expect("bump");
+    assert_eq!(h.store.epoch(one.stream()).await.expect("epoch"), 2);
+    assert_eq!(h.store.epoch(two.stream()).await.expect("epoch"), 0);
+    h.store.create(&one, &[]).await.expect("create");
+    let rows = h.store.list(one.stream()).await.expect("list");
+    assert_eq!(rows.len(), 1, "epochs are not rows");
+}
+
 /// 32 takers race for one free row, round after round: exactly one wins each round.
 pub async fn concurrent_takers_one_winner(h: &Harness) {
     let started = Instant::now();
@@ -513,6 +639,9 @@ macro_rules! conformance_tests {
             checkpoints_round_trip,
             lapsed_owner_checkpoint_refused,
             concurrent_takers_one_winner,
+            request_then_hand_over_moves_the_row,
+            request_and_hand_over_refusals,
+            epochs_bump_per_stream,
         );
     };
 }

@@ -12,6 +12,9 @@ pub(crate) const COUNTER: &str = "lease_counter";
 pub(crate) const CHECKPOINT: &str = "checkpoint";
 pub(crate) const SUBSEQUENCE: &str = "checkpoint_subsequence";
 pub(crate) const PARENTS: &str = "parent_shards";
+pub(crate) const WANTED_BY: &str = "lease_wanted_by";
+/// The index row's epoch counter.
+pub(crate) const EPOCH: &str = "epoch";
 /// The index row's set of shard ids.
 pub(crate) const SHARDS: &str = "shards";
 
@@ -38,11 +41,15 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
     };
     let bad = |reason: String| corrupt(table, &raw_key, reason);
     let key: LeaseKey = raw_key.parse().map_err(|e| bad(format!("{e}")))?;
-    let owner = match item.get(OWNER) {
-        None => None,
-        Some(AttributeValue::S(o)) => Some(o.clone()),
-        Some(_) => return Err(bad(format!("`{OWNER}` is not a string"))),
+    let string = |name: &str| -> Result<Option<String>, LeaseError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(AttributeValue::S(v)) => Ok(Some(v.clone())),
+            Some(_) => Err(bad(format!("`{name}` is not a string"))),
+        }
     };
+    let owner = string(OWNER)?;
+    let wanted_by = string(WANTED_BY)?;
     let number = |name: &str| -> Result<Option<u64>, LeaseError> {
         match item.get(name) {
             None => Ok(None),
@@ -75,6 +82,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         counter,
         checkpoint,
         parents,
+        wanted_by,
     })
 }
 

@@ -19,8 +19,8 @@ use kinesis_lease_core::{
 };
 
 use crate::item::{
-    index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
-    SHARDS, SUBSEQUENCE,
+    index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EPOCH, EXPIRY, KEY, OWNER,
+    PARENTS, SHARDS, SUBSEQUENCE, WANTED_BY,
 };
 use crate::retry::{retrying, RetryPolicy};
 use crate::{table, DynamoLeaseError};
@@ -413,11 +413,14 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             let now = self.clock.now_ms();
-            let mut expr = Expr::default().set(OWNER, ":owner", s(owner)).set(
-                EXPIRY,
-                ":expiry",
-                n(now.saturating_add(duration_ms(take.ttl))),
-            );
+            let mut expr = Expr::default()
+                .set(OWNER, ":owner", s(owner))
+                .set(
+                    EXPIRY,
+                    ":expiry",
+                    n(now.saturating_add(duration_ms(take.ttl))),
+                )
+                .remove(WANTED_BY);
             let condition = match take.fence {
                 Some(0) => format!("attribute_not_exists({KEY})"),
                 Some(fence) => {
@@ -482,9 +485,109 @@ impl LeaseStore for DynamoLeaseStore {
             let expr = Expr::default()
                 .set(EXPIRY, ":expiry", n(0))
                 .remove(OWNER)
+                .remove(WANTED_BY)
                 .value(":owner", s(owner))
                 .checkpoint(checkpoint);
             self.update(key, expr, &held()).await
+        })
+    }
+
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let expr = Expr::default()
+                .set(WANTED_BY, ":asker", s(asker))
+                .value(":observed", n(observed));
+            let condition = format!(
+                "{COUNTER} = :observed AND attribute_exists({OWNER}) AND {OWNER} <> :asker \
+                 AND attribute_not_exists({WANTED_BY})"
+            );
+            self.update(key, expr, &condition).await
+        })
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let now = self.clock.now_ms();
+            let expr = Expr::default()
+                .set(OWNER, ":to", s(to))
+                .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
+                .remove(WANTED_BY)
+                .value(":owner", s(owner))
+                .checkpoint(checkpoint);
+            let condition = format!("{OWNER} = :owner AND {WANTED_BY} = :to");
+            self.update(key, expr, &condition).await
+        })
+    }
+
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        Box::pin(async move {
+            let index = index_key(stream);
+            let resource = self.resource(&index);
+            retrying(self.retry, &self.table, "UpdateItem", &resource, || {
+                self.count(&self.calls.writes);
+                self.client
+                    .update_item()
+                    .table_name(&*self.table)
+                    .key(KEY, s(index.clone()))
+                    .update_expression(format!("ADD {EPOCH} :one"))
+                    .expression_attribute_values(":one", n(1))
+                    .send()
+            })
+            .await?
+            .map_err(|e| LeaseError::Refused {
+                operation: "UpdateItem",
+                resource,
+                source: Box::new(e),
+            })?;
+            Ok(())
+        })
+    }
+
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        Box::pin(async move {
+            let index = index_key(stream);
+            let resource = self.resource(&index);
+            let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
+                self.count(&self.calls.reads);
+                self.client
+                    .get_item()
+                    .table_name(&*self.table)
+                    .key(KEY, s(index.clone()))
+                    .consistent_read(true)
+                    .projection_expression(EPOCH)
+                    .send()
+            })
+            .await?
+            .map_err(|e| LeaseError::Refused {
+                operation: "GetItem",
+                resource: resource.clone(),
+                source: Box::new(e),
+            })?;
+            match out.item.as_ref().and_then(|i| i.get(EPOCH)) {
+                None => Ok(0),
+                Some(AttributeValue::N(v)) => v.parse().map_err(|_| LeaseError::CorruptRow {
+                    table: self.table.to_string(),
+                    key: index.clone(),
+                    reason: format!("`{EPOCH}` = {v} is not a u64"),
+                }),
+                Some(_) => Err(LeaseError::CorruptRow {
+                    table: self.table.to_string(),
+                    key: index,
+                    reason: format!("`{EPOCH}` is not a number"),
+                }),
+            }
         })
     }
 

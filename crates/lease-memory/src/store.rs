@@ -128,6 +128,7 @@ impl LeaseStore for MemoryLeaseStore {
                 |row, now| {
                     row.owner = Some(owner.to_owned());
                     row.expiry_ms = now.saturating_add(duration_ms(take.ttl));
+                    row.wanted_by = None;
                 },
             ))
         })
@@ -173,11 +174,62 @@ impl LeaseStore for MemoryLeaseStore {
             Ok(self.held_write(key, owner, |row, _| {
                 row.owner = None;
                 row.expiry_ms = 0;
+                row.wanted_by = None;
                 if let Some(cp) = checkpoint {
                     row.checkpoint = Some(cp.clone());
                 }
             }))
         })
+    }
+
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.write(
+                key,
+                |row, _| rules::may_request(row, asker, observed),
+                |row, _| row.wanted_by = Some(asker.to_owned()),
+            ))
+        })
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        owner: &'a str,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.write(
+                key,
+                |row, _| rules::may_hand_over(row, owner, to),
+                |row, now| {
+                    row.owner = Some(to.to_owned());
+                    row.expiry_ms = now.saturating_add(duration_ms(ttl));
+                    row.wanted_by = None;
+                    if let Some(cp) = checkpoint {
+                        row.checkpoint = Some(cp.clone());
+                    }
+                },
+            ))
+        })
+    }
+
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        Box::pin(async move {
+            *self.table.epochs().entry(stream.to_owned()).or_default() += 1;
+            Ok(())
+        })
+    }
+
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        Box::pin(async move { Ok(self.table.epochs().get(stream).copied().unwrap_or(0)) })
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {

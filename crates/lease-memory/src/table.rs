@@ -20,6 +20,7 @@ use kinesis_lease_core::Lease;
 pub struct MemoryLeaseTable {
     // Keyed by `stream` then `shard`, so `list(stream)` reads one stream's rows only.
     rows: Arc<Mutex<BTreeMap<String, BTreeMap<String, Lease>>>>,
+    epochs: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl MemoryLeaseTable {
@@ -36,6 +37,12 @@ impl MemoryLeaseTable {
     /// True when the table has no row.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    pub(crate) fn epochs(&self) -> MutexGuard<'_, BTreeMap<String, u64>> {
+        self.epochs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, BTreeMap<String, Lease>>> {

@@ -15,8 +15,12 @@ pub struct ReaderConfig {
     pub lease_duration: Duration,
     /// How often a held lease is renewed (3 s); the due checkpoint rides along.
     pub renew_interval: Duration,
-    /// How often free and expired leases are looked for (1 s).
+    /// How often the stream's epoch is read (1 s): a changed epoch (rows released or handed
+    /// over) makes the coordinator list the rows at once.
     pub take_interval: Duration,
+    /// How often every row of the stream is read regardless of the epoch (2 s): how crashed
+    /// owners are noticed. Costs one read per shard per `list_interval` per instance.
+    pub list_interval: Duration,
     /// How often the stream's shards are listed (10 s; also at once when a shard ends).
     pub shard_sync_interval: Duration,
     /// How long a reader at the tip waits after an empty read (1 s).
@@ -42,6 +46,7 @@ impl ReaderConfig {
             lease_duration: Duration::from_secs(10),
             renew_interval: Duration::from_secs(3),
             take_interval: Duration::from_secs(1),
+            list_interval: Duration::from_secs(2),
             shard_sync_interval: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
             max_reads_per_second: 5,

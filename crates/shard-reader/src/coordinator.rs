@@ -94,6 +94,9 @@ impl Coordinator {
             observed: HashMap::new(),
             tasks: JoinSet::new(),
             reposition_done: HashSet::new(),
+            epoch: None,
+            listed: None,
+            asked: None,
         };
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
         CoordinatorHandle {
@@ -126,6 +129,11 @@ impl CoordinatorHandle {
         match self.coordinator.await {
             Ok(mut tasks) => while tasks.join_next().await.is_some() {},
             Err(error) => tracing::error!(%error, "coordinator task failed"),
+        }
+        // Let the other instances see the released rows at their next epoch read.
+        let stream = &self.shared.config.stream;
+        if let Err(error) = self.shared.store.bump_epoch(stream).await {
+            tracing::warn!(%stream, error = %error, "could not bump the stream's epoch after releasing");
         }
     }
 
@@ -222,6 +230,12 @@ struct State {
     observed: HashMap<String, Seen>,
     tasks: JoinSet<()>,
     reposition_done: HashSet<String>,
+    /// The stream's epoch at the last listing.
+    epoch: Option<u64>,
+    /// When the rows were last listed.
+    listed: Option<Instant>,
+    /// The row this instance asked for, and when.
+    asked: Option<(String, Instant)>,
 }
 
 impl State {
@@ -242,7 +256,7 @@ impl State {
                     self.on_report(report).await;
                 }
                 _ = sync.tick() => self.sync_shards().await,
-                _ = take.tick() => self.take_round().await,
+                _ = take.tick() => self.tick().await,
             }
             if self.shared.fatal.borrow().is_some() {
                 // Stream gone: stop taking; shard tasks release on their own.
@@ -316,6 +330,25 @@ impl State {
             })
     }
 
+    /// Every take interval: list the rows when the epoch moved or the list interval passed.
+    async fn tick(&mut self) {
+        let shared = self.shared.clone();
+        let due = self
+            .listed
+            .is_none_or(|at| at.elapsed() >= shared.config.list_interval);
+        let epoch = match shared.store.epoch(&shared.config.stream).await {
+            Ok(epoch) => Some(epoch),
+            Err(error) => {
+                tracing::warn!(error = %error, "reading the stream's epoch failed");
+                None
+            }
+        };
+        if due || epoch.is_none() || epoch != self.epoch {
+            self.epoch = epoch;
+            self.take_round().await;
+        }
+    }
+
     async fn take_round(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -327,6 +360,7 @@ impl State {
             }
         };
         let now = Instant::now();
+        self.listed = Some(now);
         for row in &rows {
             let shard = row.key.shard();
             match self.observed.get(shard) {
@@ -348,13 +382,18 @@ impl State {
             .filter(|r| !r.is_finished() && self.parents_done(r, &by_shard))
             .collect();
         let ttl = config.lease_duration;
-        let is_live = |row: &Lease| {
-            row.owner.is_some()
-                && self
-                    .observed
-                    .get(row.key.shard())
+        // Rows with an owner whose counter moved within a lease duration, on our own clock.
+        let live_shards: HashSet<String> = readable
+            .iter()
+            .filter(|r| r.owner.is_some())
+            .filter(|r| {
+                self.observed
+                    .get(r.key.shard())
                     .is_some_and(|seen| now.duration_since(seen.since) < ttl)
-        };
+            })
+            .map(|r| r.key.shard().to_owned())
+            .collect();
+        let is_live = |row: &Lease| live_shards.contains(row.key.shard());
         let mut owners: HashSet<&str> = readable
             .iter()
             .filter(|r| is_live(r))
@@ -382,13 +421,21 @@ impl State {
             }
         }
         candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
-        for (_, row, take) in candidates {
-            if room == 0 {
+        for (rank, row, take) in candidates {
+            // Rows already ours (handed over to us, or ours before a restart) are always taken.
+            if room == 0 && rank > 0 {
                 break;
             }
             match shared.store.take(&row.key, &config.owner, take).await {
                 Ok(Outcome::Written(lease)) => {
-                    room -= 1;
+                    room = room.saturating_sub(1);
+                    if self
+                        .asked
+                        .as_ref()
+                        .is_some_and(|(s, _)| s == lease.key.shard())
+                    {
+                        self.asked = None;
+                    }
                     self.start(lease);
                 }
                 Ok(Outcome::Lost(lost)) => {
@@ -397,6 +444,58 @@ impl State {
                 Err(error) => {
                     tracing::warn!(shard = %row.key.shard(), error = %error, "take failed");
                 }
+            }
+        }
+        self.ask_for_one(&readable, &live_shards, target).await;
+    }
+
+    /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
+    /// shard. Owners one apart do not move (hysteresis).
+    async fn ask_for_one(&mut self, readable: &[&Lease], live: &HashSet<String>, target: usize) {
+        let config = &self.shared.config;
+        if let Some((_, at)) = &self.asked {
+            if at.elapsed() < config.lease_duration {
+                return; // one request at a time
+            }
+            self.asked = None;
+        }
+        let mine = self.shared.held().len();
+        if mine >= target {
+            return;
+        }
+        let mut counts: HashMap<&str, Vec<&Lease>> = HashMap::new();
+        for row in readable.iter().filter(|r| live.contains(r.key.shard())) {
+            if let Some(owner) = row.owner.as_deref().filter(|o| *o != config.owner) {
+                counts.entry(owner).or_default().push(row);
+            }
+        }
+        let Some((victim, rows)) = counts
+            .into_iter()
+            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))
+        else {
+            return;
+        };
+        if rows.len() <= target || rows.len() < mine + 2 {
+            return;
+        }
+        let open: Vec<&&Lease> = rows.iter().filter(|r| r.wanted_by.is_none()).collect();
+        if open.is_empty() {
+            return;
+        }
+        let row = open[fastrand::usize(..open.len())];
+        match self
+            .shared
+            .store
+            .request(&row.key, &config.owner, row.counter)
+            .await
+        {
+            Ok(Outcome::Written(_)) => {
+                tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = rows.len(), target, "asked for a shard");
+                self.asked = Some((row.key.shard().to_owned(), Instant::now()));
+            }
+            Ok(Outcome::Lost(_)) => {}
+            Err(error) => {
+                tracing::warn!(shard = %row.key.shard(), error = %error, "asking for a shard failed")
             }
         }
     }
@@ -419,14 +518,14 @@ impl State {
         );
         let reposition = config.reposition.is_some() && self.reposition_done.insert(shard.clone());
         let (start, skip) = start_position(&shared, &lease, reposition);
-        let (lost_tx, lost_rx) = watch::channel(false);
+        let (signal_tx, signal_rx) = watch::channel(crate::shared::Signal::Reading);
         let (cmd_tx, cmd_rx) = mpsc::channel(2);
         let keeper = Keeper {
             shared: shared.clone(),
             key: lease.key.clone(),
             settlement: settlement.clone(),
             cursor: CheckpointCursor::new(lease.checkpoint.as_ref()),
-            lost: lost_tx,
+            signal: signal_tx,
             written,
         };
         let reader = Reader {
@@ -434,7 +533,7 @@ impl State {
             shard: shard.clone(),
             feed: shared.sender.feed(settlement.clone()),
             settlement,
-            lost: lost_rx,
+            signal: signal_rx,
             phase: shared.phase.subscribe(),
             keeper: cmd_tx,
             millis_behind,

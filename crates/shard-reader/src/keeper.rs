@@ -14,7 +14,7 @@ use kinesis_lease_core::{Checkpoint, LeaseKey, Outcome};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 
-use crate::shared::{Backoff, Exit, Shared};
+use crate::shared::{Backoff, Exit, Shared, Signal};
 
 /// What the reader asks the keeper to do.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ pub(crate) struct Keeper {
     pub(crate) key: LeaseKey,
     pub(crate) settlement: Arc<ShardSettlement>,
     pub(crate) cursor: CheckpointCursor,
-    pub(crate) lost: watch::Sender<bool>,
+    pub(crate) signal: watch::Sender<Signal>,
     pub(crate) written: Arc<std::sync::Mutex<Option<Checkpoint>>>,
 }
 
@@ -43,7 +43,7 @@ impl Keeper {
     fn lose(&self, why: &str) -> Exit {
         tracing::warn!(why, "lease lost; reader stops without checkpoint");
         self.settlement.revoke();
-        self.lost.send_replace(true);
+        self.signal.send_replace(Signal::Lost);
         Exit::Lost
     }
 
@@ -75,12 +75,15 @@ impl Keeper {
                     let due = self.cursor.due(&self.settlement);
                     let store = self.shared.store.clone();
                     match store.renew(&self.key, &config.owner, ttl, due.as_ref()).await {
-                        Ok(Outcome::Written(_)) => {
+                        Ok(Outcome::Written(row)) => {
                             last_ok = Instant::now();
                             if let Some(cp) = &due {
                                 self.record_written(cp);
                             }
                             tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
+                            if let Some(asker) = row.wanted_by.filter(|a| *a != config.owner) {
+                                return self.hand_off(asker, last_ok).await;
+                            }
                         }
                         Ok(Outcome::Lost(lost)) => {
                             tracing::warn!(holder = ?lost.holder, counter = lost.counter, "renewal lost");
@@ -93,6 +96,54 @@ impl Keeper {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// Hands the shard to `asker`: stop reading, let what was handed out settle (for at most
+    /// half a lease), then one write moves the row with the final checkpoint. Whatever did not
+    /// settle in time is dropped unsettled, so the new owner reads it again.
+    async fn hand_off(mut self, asker: String, last_ok: Instant) -> Exit {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        tracing::info!(%asker, "shard wanted by another instance; handing it over");
+        self.signal.send_replace(Signal::Stop);
+        let settled =
+            tokio::time::timeout(config.lease_duration / 2, self.settlement.all_settled())
+                .await
+                .is_ok();
+        if !settled {
+            tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
+        }
+        self.settlement.revoke();
+        let checkpoint = self.cursor.due(&self.settlement);
+        let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        loop {
+            let store = shared.store.clone();
+            let ttl = config.lease_duration;
+            match store
+                .hand_over(&self.key, &config.owner, &asker, ttl, checkpoint.as_ref())
+                .await
+            {
+                Ok(Outcome::Written(_)) => {
+                    if let Some(cp) = &checkpoint {
+                        self.record_written(cp);
+                    }
+                    tracing::info!(%asker, checkpoint = ?checkpoint.as_ref().map(ToString::to_string), "shard handed over");
+                    if let Err(error) = store.bump_epoch(&config.stream).await {
+                        tracing::warn!(error = %error, "could not bump the stream's epoch after a hand-over");
+                    }
+                    return Exit::HandedOver;
+                }
+                Ok(Outcome::Lost(_)) => return self.lose("lost before the hand-over"),
+                Err(error) => {
+                    tracing::warn!(error = %error, "hand-over failed; retrying");
+                    let delay = backoff.next_delay();
+                    if last_ok.elapsed() + delay >= config.lease_duration {
+                        return self.lose("could not hand over before the lease lapses");
+                    }
+                    tokio::time::sleep(delay).await;
                 }
             }
         }
@@ -119,6 +170,12 @@ impl Keeper {
                     }
                     let ended = checkpoint == Some(Checkpoint::ShardEnd);
                     tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
+                    if ended {
+                        // Other instances may read the children now.
+                        if let Err(error) = store.bump_epoch(&config.stream).await {
+                            tracing::warn!(error = %error, "could not bump the stream's epoch at shard end");
+                        }
+                    }
                     return if ended { Exit::Ended } else { Exit::Released };
                 }
                 Ok(Outcome::Lost(_)) => return self.lose("lost before the final checkpoint"),

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;
-use crate::shared::{Backoff, Phase, Shared};
+use crate::shared::{Backoff, Phase, Shared, Signal};
 use crate::{Position, ReaderError};
 
 pub(crate) struct Reader {
@@ -27,7 +27,7 @@ pub(crate) struct Reader {
     pub(crate) shard: String,
     pub(crate) feed: ShardFeed,
     pub(crate) settlement: Arc<ShardSettlement>,
-    pub(crate) lost: watch::Receiver<bool>,
+    pub(crate) signal: watch::Receiver<Signal>,
     pub(crate) phase: watch::Receiver<Phase>,
     pub(crate) keeper: mpsc::Sender<KeeperCmd>,
     pub(crate) millis_behind: Arc<AtomicU64>,
@@ -71,7 +71,7 @@ enum Stop {
 
 impl Reader {
     fn stopping(&self) -> bool {
-        *self.lost.borrow()
+        *self.signal.borrow() != Signal::Reading
             || *self.phase.borrow() != Phase::Running
             || self.settlement.is_revoked()
     }
@@ -81,10 +81,10 @@ impl Reader {
         if self.stopping() {
             return Err(Stop::Stopped);
         }
-        let (mut lost, mut phase) = (self.lost.clone(), self.phase.clone());
+        let (mut signal, mut phase) = (self.signal.clone(), self.phase.clone());
         tokio::select! {
             biased;
-            _ = async { let _ = lost.wait_for(|l| *l).await.map(drop); } => Err(Stop::Stopped),
+            _ = async { let _ = signal.wait_for(|s| *s != Signal::Reading).await.map(drop); } => Err(Stop::Stopped),
             _ = crate::shared::left_running(&mut phase) => Err(Stop::Stopped),
             out = fut => Ok(out),
         }

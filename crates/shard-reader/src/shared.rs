@@ -31,6 +31,17 @@ pub(crate) async fn releasing(phase: &mut watch::Receiver<Phase>) {
     let _ = phase.wait_for(|p| *p == Phase::Releasing).await.map(drop);
 }
 
+/// What the keeper tells its reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// Keep reading.
+    Reading,
+    /// Stop reading; the deliveries handed out may still settle (a hand-over is under way).
+    Stop,
+    /// The lease is lost: stop at once.
+    Lost,
+}
+
 /// Why a shard task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
@@ -40,6 +51,8 @@ pub(crate) enum Exit {
     Lost,
     /// Released on shutdown (or after a fatal error) with the final checkpoint.
     Released,
+    /// Handed over to the instance that asked for it, with the final checkpoint.
+    HandedOver,
 }
 
 /// A shard task's report to the coordinator.
