@@ -134,12 +134,18 @@ pub async fn wait_active(client: &aws_sdk_kinesis::Client, stream: &str) {
 }
 
 /// Puts records `from..from + n` over `keys` partition keys, payload `key#i`, 500 a call.
-pub async fn put_records(
+pub async fn put_records(client: &aws_sdk_kinesis::Client, stream: &str, keys: usize, from: usize, n: usize) {
+    put_records_sized(client, stream, keys, from, n, 0).await;
+}
+
+/// As [`put_records`], each payload padded with spaces to at least `size` bytes.
+pub async fn put_records_sized(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
     keys: usize,
     from: usize,
     n: usize,
+    size: usize,
 ) {
     use aws_sdk_kinesis::primitives::Blob;
     use aws_sdk_kinesis::types::PutRecordsRequestEntry;
@@ -151,7 +157,7 @@ pub async fn put_records(
                 let key = format!("key-{}", i % keys);
                 PutRecordsRequestEntry::builder()
                     .partition_key(&key)
-                    .data(Blob::new(format!("{key}#{i}")))
+                    .data(Blob::new(format!("{key}#{i:<width$}", width = size.saturating_sub(key.len() + 1))))
                     .build()
                     .expect("entry")
             });
@@ -218,7 +224,7 @@ pub fn assert_exactly_once_in_key_order(log: &Log, n: usize) {
         let i: usize = payload
             .rsplit('#')
             .next()
-            .and_then(|p| p.parse().ok())
+            .and_then(|p| p.trim().parse().ok())
             .expect("payload");
         per_key.entry(key.as_str()).or_default().push(i);
     }

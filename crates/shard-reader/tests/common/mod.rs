@@ -116,6 +116,22 @@ pub async fn wait_for_count(log: &Log, n: usize, limit: Duration) {
     }
 }
 
+/// Waits (in paused time) until `log` holds `n` distinct payloads, or panics after `limit`.
+pub async fn wait_for_distinct(log: &Log, n: usize, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let distinct = {
+            let log = log.lock().unwrap();
+            log.iter().map(|s| s.payload.as_str()).collect::<std::collections::HashSet<_>>().len()
+        };
+        if distinct >= n {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "only {distinct} of {n} distinct records after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Puts `n` records over `keys` keys; payload `key#i`.
 pub fn put_many(kinesis: &MemoryStream, stream: &str, keys: usize, from: usize, n: usize) {
     for i in from..from + n {

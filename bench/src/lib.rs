@@ -1,0 +1,101 @@
+//! Shared pieces of the benchmark scenarios: how figures are printed, process measurements.
+//!
+//! Each scenario is a binary under `src/bin/` that can run alone (`cargo run --release -p
+//! kinesis-bench --bin NAME`); `cargo xtask bench` runs them all (starting the emulators the
+//! ones on kinesis-local and moto need) and gathers the `FIGURE` lines into one table.
+
+use std::time::Duration;
+
+/// Prints one figure as `FIGURE<TAB>name<TAB>value<TAB>target<TAB>met`, the line
+/// `cargo xtask bench` collects.
+pub fn figure(name: &str, value: &str, target: &str, met: Option<bool>) {
+    let verdict = match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "-",
+    };
+    println!("FIGURE\t{name}\t{value}\t{target}\t{verdict}");
+}
+
+/// This process's resident set size in KiB (Linux `/proc`), 0 where unknown.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) this process has used so far (Linux `/proc`).
+pub fn cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name (which may hold spaces) start after the last ')'.
+            let rest = s.rsplit_once(')')?.1.to_owned();
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    // Linux reports clock ticks of 1/100 s on every platform this runs on.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Records per second.
+pub fn rate(records: usize, took: Duration) -> f64 {
+    records as f64 / took.as_secs_f64().max(f64::EPSILON)
+}
+
+/// Watches every row of a stream's lease table every 100 ms and remembers, per row, the longest
+/// time its counter stood still while held: the longest gap between two renewals, as another
+/// instance would see it.
+#[derive(Debug)]
+pub struct RenewalGaps {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<Duration>,
+}
+
+impl RenewalGaps {
+    /// Starts watching `stream` through `store` (a store of its own over the same table).
+    pub fn watch(store: std::sync::Arc<dyn kinesis_broker::LeaseStore>, stream: &str) -> Self {
+        use std::collections::HashMap;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (s, stream) = (stop.clone(), stream.to_owned());
+        let task = tokio::spawn(async move {
+            let mut last: HashMap<String, (u64, tokio::time::Instant)> = HashMap::new();
+            let mut longest = Duration::ZERO;
+            while !s.load(Ordering::SeqCst) {
+                if let Ok(rows) = store.list(&stream).await {
+                    let now = tokio::time::Instant::now();
+                    for row in rows.iter().filter(|r| r.owner.is_some()) {
+                        let shard = row.key.shard().to_owned();
+                        match last.get(&shard) {
+                            Some((counter, since)) if *counter == row.counter => {
+                                longest = longest.max(now.duration_since(*since));
+                            }
+                            _ => {
+                                last.insert(shard, (row.counter, now));
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            longest
+        });
+        Self { stop, task }
+    }
+
+    /// Stops watching; the longest gap seen.
+    pub async fn finish(self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.unwrap_or(Duration::MAX)
+    }
+}
