@@ -134,7 +134,13 @@ pub async fn wait_active(client: &aws_sdk_kinesis::Client, stream: &str) {
 }
 
 /// Puts records `from..from + n` over `keys` partition keys, payload `key#i`, 500 a call.
-pub async fn put_records(client: &aws_sdk_kinesis::Client, stream: &str, keys: usize, from: usize, n: usize) {
+pub async fn put_records(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    keys: usize,
+    from: usize,
+    n: usize,
+) {
     put_records_sized(client, stream, keys, from, n, 0).await;
 }
 
@@ -157,7 +163,10 @@ pub async fn put_records_sized(
                 let key = format!("key-{}", i % keys);
                 PutRecordsRequestEntry::builder()
                     .partition_key(&key)
-                    .data(Blob::new(format!("{key}#{i:<width$}", width = size.saturating_sub(key.len() + 1))))
+                    .data(Blob::new(format!(
+                        "{key}#{i:<width$}",
+                        width = size.saturating_sub(key.len() + 1)
+                    )))
                     .build()
                     .expect("entry")
             });

@@ -2,6 +2,7 @@
 //!
 //! Dependency-free on purpose: it must build in seconds on a fresh machine.
 
+mod bench;
 mod emulators;
 mod integ;
 
@@ -12,12 +13,15 @@ const USAGE: &str = "usage: cargo xtask <job> [args]
 
 jobs:
   integ [FILTER..]   install and start kinesis-local and moto on 127.0.0.1 (or use
-                     AWS_ENDPOINT_URL when set), run the integration suite, stop them";
+                     AWS_ENDPOINT_URL when set), run the integration suite, stop them
+  bench [NAME..]     run the benchmark scenarios (release build, emulators where needed)
+                     and print one table of figures";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("integ") => integ::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

@@ -18,8 +18,13 @@ const SHARDS: usize = 8;
 const KEYS: usize = 50;
 
 fn record(shard: usize, i: usize, payload: &Bytes) -> Record {
-    let sequence = SequenceNumber::new(format!("{}", 1_000_000_000 + i * SHARDS + shard), None).expect("digits");
-    Record::new(payload.clone(), format!("key-{}", (i * SHARDS + shard) % KEYS), sequence)
+    let sequence = SequenceNumber::new(format!("{}", 1_000_000_000 + i * SHARDS + shard), None)
+        .expect("digits");
+    Record::new(
+        payload.clone(),
+        format!("key-{}", (i * SHARDS + shard) % KEYS),
+        sequence,
+    )
 }
 
 async fn trivial(d: &Record) {
@@ -57,10 +62,15 @@ async fn ours(workers: Workers, batch: Option<usize>) -> Duration {
             Ok(())
         }),
     };
-    let config = DispatchConfig { workers, ..Default::default() };
+    let config = DispatchConfig {
+        workers,
+        ..Default::default()
+    };
     let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
     let payload = Bytes::from(vec![7u8; 64]);
-    let settlements: Vec<_> = (0..SHARDS).map(|s| ShardSettlement::new("bench", format!("shard-{s}"))).collect();
+    let settlements: Vec<_> = (0..SHARDS)
+        .map(|s| ShardSettlement::new("bench", format!("shard-{s}")))
+        .collect();
     let started = Instant::now();
     let mut producers = Vec::new();
     for (shard, settlement) in settlements.iter().enumerate() {
@@ -97,12 +107,21 @@ where
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
         let base = best(bare).await;
         let base_rate = rate(RECORDS, base);
         println!("bare mpsc loop: {base_rate:.0} records/s ({base:.2?} for {RECORDS})");
-        figure("dispatch: bare mpsc loop", &format!("{base_rate:.0} rec/s"), "baseline", None);
+        figure(
+            "dispatch: bare mpsc loop",
+            &format!("{base_rate:.0} rec/s"),
+            "baseline",
+            None,
+        );
         let modes: [(&str, Workers, Option<usize>); 4] = [
             ("serial", Workers::Serial, None),
             ("workers(4)", Workers::Unordered(4), None),
@@ -114,7 +133,12 @@ fn main() {
             let r = rate(RECORDS, took);
             let ratio = r / base_rate;
             println!("{name}: {r:.0} records/s, {ratio:.2}x of bare");
-            figure(&format!("dispatch: {name}"), &format!("{r:.0} rec/s = {ratio:.2}x bare"), ">= 0.5x", Some(ratio >= 0.5));
+            figure(
+                &format!("dispatch: {name}"),
+                &format!("{r:.0} rec/s = {ratio:.2}x bare"),
+                ">= 0.5x",
+                Some(ratio >= 0.5),
+            );
         }
     });
 }

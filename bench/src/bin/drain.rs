@@ -16,7 +16,9 @@ use kinesis_bench::{figure, rate, RenewalGaps};
 use kinesis_broker::{
     Broker, Delivery, DynamoLeaseStore, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, StartAt,
 };
-use kinesis_integ::{create_stream, kinesis_client, put_records_sized, unique_account, unique_name};
+use kinesis_integ::{
+    create_stream, kinesis_client, put_records_sized, unique_account, unique_name,
+};
 
 const RECORDS: usize = 20_000;
 const LIMIT: usize = 1_000;
@@ -40,7 +42,13 @@ async fn raw(client: &aws_sdk_kinesis::Client, stream: &str) -> Duration {
                 .shard_iterator
                 .expect("iterator");
             loop {
-                let out = client.get_records().shard_iterator(&iterator).limit(LIMIT as i32).send().await.expect("get records");
+                let out = client
+                    .get_records()
+                    .shard_iterator(&iterator)
+                    .limit(LIMIT as i32)
+                    .send()
+                    .await
+                    .expect("get records");
                 for r in out.records() {
                     std::hint::black_box(r.data().as_ref().len());
                 }
@@ -70,7 +78,11 @@ async fn broker_run(
     run_for: Option<Duration>,
 ) -> (Duration, usize, Duration) {
     let handled = Arc::new(AtomicUsize::new(0));
-    let mut broker = Broker::builder().sdk_config(config).lease_store_arc(store).build().expect("broker");
+    let mut broker = Broker::builder()
+        .sdk_config(config)
+        .lease_store_arc(store)
+        .build()
+        .expect("broker");
     let h = handled.clone();
     broker
         .subscribe(stream)
@@ -97,7 +109,10 @@ async fn broker_run(
         if done >= RECORDS || run_for.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(300), "drain stalled at {done}");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "drain stalled at {done}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let took = started.elapsed();
@@ -107,7 +122,11 @@ async fn broker_run(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
         let (config, client) = kinesis_client(&unique_account()).await;
         let stream = unique_name("drain");

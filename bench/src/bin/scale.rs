@@ -9,7 +9,11 @@ use kinesis_broker::{Broker, Delivery, MemoryStream, StartAt};
 const SHARDS: u32 = 1_000;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime.block_on(async {
         let kinesis = MemoryStream::new();
         kinesis.create_stream("scale", SHARDS).expect("stream");
@@ -22,7 +26,10 @@ fn main() {
         let running = broker.start().await.expect("start");
         let started = Instant::now();
         while running.stats().shards("scale").len() < SHARDS as usize {
-            assert!(started.elapsed() < Duration::from_secs(60), "not all shards taken");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "not all shards taken"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         println!("holding {SHARDS} shards after {:.1?}", started.elapsed());
@@ -32,9 +39,21 @@ fn main() {
         let (cpu, wall) = (cpu_time() - cpu0, wall0.elapsed());
         let rss_mib = rss_kib() as f64 / 1024.0;
         let share = 100.0 * cpu.as_secs_f64() / wall.as_secs_f64();
-        println!("idle 30 s with {SHARDS} shards: RSS {rss_mib:.1} MiB, CPU {share:.2}% of one core");
-        figure("scale: RSS, 1,000 idle shards", &format!("{rss_mib:.1} MiB"), "<= 64 MiB", Some(rss_mib <= 64.0));
-        figure("scale: CPU, 1,000 idle shards", &format!("{share:.2}% of a core"), "< 5%", Some(share < 5.0));
+        println!(
+            "idle 30 s with {SHARDS} shards: RSS {rss_mib:.1} MiB, CPU {share:.2}% of one core"
+        );
+        figure(
+            "scale: RSS, 1,000 idle shards",
+            &format!("{rss_mib:.1} MiB"),
+            "<= 64 MiB",
+            Some(rss_mib <= 64.0),
+        );
+        figure(
+            "scale: CPU, 1,000 idle shards",
+            &format!("{share:.2}% of a core"),
+            "< 5%",
+            Some(share < 5.0),
+        );
         running.shutdown().await;
     });
 }

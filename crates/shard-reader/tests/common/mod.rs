@@ -122,12 +122,18 @@ pub async fn wait_for_distinct(log: &Log, n: usize, limit: Duration) {
     loop {
         let distinct = {
             let log = log.lock().unwrap();
-            log.iter().map(|s| s.payload.as_str()).collect::<std::collections::HashSet<_>>().len()
+            log.iter()
+                .map(|s| s.payload.as_str())
+                .collect::<std::collections::HashSet<_>>()
+                .len()
         };
         if distinct >= n {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "only {distinct} of {n} distinct records after {limit:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {distinct} of {n} distinct records after {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
