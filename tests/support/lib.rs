@@ -6,6 +6,10 @@
 //! reads by itself: the code under test has no test-only endpoint plumbing. Without them every
 //! test fails loudly, naming the command to use.
 
+mod proxy;
+
+pub use proxy::FaultProxy;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -285,4 +289,46 @@ pub fn logging_broker(
         })
         .expect("subscribe");
     broker
+}
+
+/// An SDK config in `account` whose every service goes to `endpoint` (a fault proxy).
+pub async fn sdk_config_via(account: &str, endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            account,
+            "integ-secret",
+            None,
+            None,
+            "integ",
+        ))
+        .endpoint_url(endpoint)
+        .load()
+        .await
+}
+
+/// The number of distinct payloads in `log`.
+pub fn distinct(log: &Log) -> usize {
+    log.lock()
+        .expect("log")
+        .iter()
+        .map(|(_, _, _, p)| p.clone())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+/// Waits until `log` holds `n` distinct payloads, panicking after `limit`.
+pub async fn wait_for_distinct(log: &Log, n: usize, limit: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let d = distinct(log);
+        if d >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {d} of {n} distinct records within {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

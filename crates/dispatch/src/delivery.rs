@@ -52,7 +52,8 @@ impl Record {
 
 struct Data {
     record: Record,
-    sequence_text: String,
+    /// `number[/subsequence]`, made the first time the header is asked for.
+    sequence_text: std::sync::OnceLock<String>,
     settlement: Arc<ShardSettlement>,
     ordinal: u64,
 }
@@ -69,11 +70,10 @@ pub struct Delivery {
 
 impl Delivery {
     pub(crate) fn new(record: Record, settlement: Arc<ShardSettlement>, ordinal: u64) -> Self {
-        let sequence_text = record.sequence.to_string();
         Self {
             data: Arc::new(Data {
                 record,
-                sequence_text,
+                sequence_text: std::sync::OnceLock::new(),
                 settlement,
                 ordinal,
             }),
@@ -115,7 +115,7 @@ impl Delivery {
     pub fn header(&self, name: &str) -> Option<&str> {
         match name {
             PARTITION_KEY_HEADER => Some(self.partition_key()),
-            SEQUENCE_HEADER => Some(&self.data.sequence_text),
+            SEQUENCE_HEADER => Some(self.sequence_text()),
             SHARD_HEADER => Some(self.shard()),
             STREAM_HEADER => Some(self.stream()),
             _ => self
@@ -128,11 +128,17 @@ impl Delivery {
         }
     }
 
+    fn sequence_text(&self) -> &str {
+        self.data
+            .sequence_text
+            .get_or_init(|| self.data.record.sequence.to_string())
+    }
+
     /// Every header: the four filled from the record, then the extra ones.
     pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
         [
             (PARTITION_KEY_HEADER, self.partition_key()),
-            (SEQUENCE_HEADER, self.data.sequence_text.as_str()),
+            (SEQUENCE_HEADER, self.sequence_text()),
             (SHARD_HEADER, self.shard()),
             (STREAM_HEADER, self.stream()),
         ]
@@ -164,7 +170,7 @@ impl fmt::Debug for Delivery {
         f.debug_struct("Delivery")
             .field("stream", &self.stream())
             .field("shard", &self.shard())
-            .field("sequence", &self.data.sequence_text)
+            .field("sequence", &self.sequence_text())
             .field("partition_key", &self.partition_key())
             .field("bytes", &self.payload().len())
             .finish()

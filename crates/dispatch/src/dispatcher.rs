@@ -309,6 +309,12 @@ async fn route(
             continue;
         }
         let lane = &lanes[lane_of(delivery.partition_key(), lanes.len())];
+        // Fast path: the lane has room.
+        let delivery = match lane.try_send(delivery) {
+            Ok(()) => continue,
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
+            Err(mpsc::error::TrySendError::Full(delivery)) => delivery,
+        };
         tokio::select! {
             biased;
             _ = closing.wait_for(|c| *c) => return,

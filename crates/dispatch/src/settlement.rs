@@ -10,11 +10,11 @@
 //! (one write per interval carries whatever settled since the last one).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kinesis_lease_core::{Checkpoint, SequenceNumber};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// A shard's delivery counts and checkpoint offer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,6 +46,8 @@ struct Window {
     base: u64,
     /// Deliveries from `base` on, settled or not; the front is never settled.
     entries: VecDeque<Entry>,
+    /// Counts and offer, kept under the same lock so one settle is one lock.
+    progress: Progress,
 }
 
 /// The settlement of one shard's deliveries; shared by its reader and its deliveries.
@@ -54,7 +56,9 @@ pub struct ShardSettlement {
     stream: Arc<str>,
     shard: Arc<str>,
     window: Mutex<Window>,
-    progress: watch::Sender<Progress>,
+    /// Tasks waiting in [`wait_until`](Self::wait_until); settles notify only when some wait.
+    waiters: AtomicUsize,
+    changed: Notify,
     revoked: AtomicBool,
 }
 
@@ -65,7 +69,8 @@ impl ShardSettlement {
             stream: stream.into(),
             shard: shard.into(),
             window: Mutex::default(),
-            progress: watch::Sender::new(Progress::default()),
+            waiters: AtomicUsize::new(0),
+            changed: Notify::new(),
             revoked: AtomicBool::new(false),
         })
     }
@@ -85,6 +90,12 @@ impl ShardSettlement {
         self.window.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn changed(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_waiters();
+        }
+    }
+
     /// Numbers the next delivery of this shard and returns its ordinal.
     pub(crate) fn register(&self, sequence: SequenceNumber) -> u64 {
         let mut window = self.window();
@@ -93,8 +104,9 @@ impl ShardSettlement {
             sequence,
             settled: false,
         });
+        window.progress.delivered += 1;
         drop(window);
-        self.progress.send_modify(|p| p.delivered += 1);
+        self.changed();
         ordinal
     }
 
@@ -111,35 +123,43 @@ impl ShardSettlement {
             return;
         }
         entry.settled = true;
+        window.progress.settled += 1;
         let mut advanced = None;
         while window.entries.front().is_some_and(|e| e.settled) {
             advanced = window.entries.pop_front().map(|e| e.sequence);
             window.base += 1;
         }
+        if advanced.is_some() {
+            window.progress.checkpoint = advanced;
+        }
         drop(window);
-        self.progress.send_modify(|p| {
-            p.settled += 1;
-            if advanced.is_some() {
-                p.checkpoint = advanced;
-            }
-        });
+        self.changed();
     }
 
     /// The current counts and checkpoint offer.
     pub fn progress(&self) -> Progress {
-        self.progress.borrow().clone()
+        self.window().progress.clone()
     }
 
-    /// A receiver that sees every change of [`progress`](Self::progress).
-    pub fn watch(&self) -> watch::Receiver<Progress> {
-        self.progress.subscribe()
+    /// Waits until `condition` holds for the shard's progress.
+    pub async fn wait_until(&self, condition: impl Fn(&Progress) -> bool) {
+        loop {
+            self.waiters.fetch_add(1, Ordering::SeqCst);
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if condition(&self.window().progress) {
+                self.waiters.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+            notified.await;
+            self.waiters.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Waits until every delivery produced so far has settled.
     pub async fn all_settled(&self) {
-        let mut rx = self.watch();
-        // The sender lives as long as `self`, so this cannot fail.
-        let _ = rx.wait_for(|p| p.in_flight() == 0).await;
+        self.wait_until(|p| p.in_flight() == 0).await;
     }
 
     /// Marks the shard's lease lost: its deliveries not yet handled are dropped.

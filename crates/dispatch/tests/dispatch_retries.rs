@@ -179,8 +179,7 @@ async fn failing_dead_letter_leaves_the_record_unsettled() {
     for n in 0..4 {
         feed.send(record("k", n)).await.unwrap();
     }
-    let mut progress = settlement.watch();
-    progress.wait_for(|p| p.settled == 3).await.unwrap();
+    settlement.wait_until(|p| p.settled == 3).await;
     assert_eq!(called.load(Ordering::SeqCst), 1);
     assert_eq!(*order.lock().unwrap(), vec![0, 2, 3]);
     let p = settlement.progress();

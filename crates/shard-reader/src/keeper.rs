@@ -74,7 +74,18 @@ impl Keeper {
                 _ = tick.tick() => {
                     let due = self.cursor.due(&self.settlement);
                     let store = self.shared.store.clone();
-                    match store.renew(&self.key, &config.owner, ttl, due.as_ref()).await {
+                    // However long the store retries, the reader must stop before anyone else
+                    // may see the lease stand still for a full lease duration.
+                    let deadline = last_ok + ttl.saturating_sub(every);
+                    let renewed = tokio::time::timeout_at(
+                        deadline,
+                        store.renew(&self.key, &config.owner, ttl, due.as_ref()),
+                    )
+                    .await;
+                    let Ok(renewed) = renewed else {
+                        return self.lose("renewals failed for most of the lease");
+                    };
+                    match renewed {
                         Ok(Outcome::Written(row)) => {
                             last_ok = Instant::now();
                             if let Some(cp) = &due {
@@ -91,7 +102,7 @@ impl Keeper {
                         }
                         Err(error) => {
                             tracing::warn!(error = %error, "renewal failed");
-                            if last_ok.elapsed() + every >= ttl {
+                            if Instant::now() >= deadline {
                                 return self.lose("renewals failed for most of the lease");
                             }
                         }
@@ -140,7 +151,9 @@ impl Keeper {
                 Err(error) => {
                     tracing::warn!(error = %error, "hand-over failed; retrying");
                     let delay = backoff.next_delay();
-                    if last_ok.elapsed() + delay >= config.lease_duration {
+                    if last_ok.elapsed() + delay
+                        >= config.lease_duration.saturating_sub(config.renew_interval)
+                    {
                         return self.lose("could not hand over before the lease lapses");
                     }
                     tokio::time::sleep(delay).await;
@@ -182,7 +195,9 @@ impl Keeper {
                 Err(error) => {
                     tracing::warn!(error = %error, "release failed; retrying");
                     let delay = backoff.next_delay();
-                    if last_ok.elapsed() + delay >= config.lease_duration {
+                    if last_ok.elapsed() + delay
+                        >= config.lease_duration.saturating_sub(config.renew_interval)
+                    {
                         return self.lose("could not release before the lease lapses");
                     }
                     tokio::time::sleep(delay).await;

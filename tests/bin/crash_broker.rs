@@ -1,0 +1,52 @@
+//! A broker process for the multi-process crash test: reads STREAM with a DynamoDB lease
+//! table, appends every handled record to OUTFILE as `shard<TAB>sequence<TAB>key<TAB>payload`,
+//! and runs until SIGTERM (graceful) or SIGKILL.
+//!
+//! Usage: `crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE`; endpoints from the environment.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [account, table, stream, owner, outfile] = &args[..] else {
+        eprintln!("usage: crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE");
+        std::process::exit(2);
+    };
+    let config = kinesis_integ::sdk_config_for(account).await;
+    let file = Arc::new(Mutex::new(std::fs::File::create(outfile)?));
+    let mut broker = Broker::builder()
+        .sdk_config(&config)
+        .lease_store(DynamoLeaseStore::new(&config, table.as_str()))
+        .owner_id(owner.as_str())
+        .poll_interval(std::time::Duration::from_millis(200))
+        .build()?;
+    broker
+        .subscribe(stream.as_str())
+        .start_at(StartAt::TrimHorizon)
+        .workers(4)
+        .by_key()
+        .handle(move |d: Delivery| {
+            let file = file.clone();
+            async move {
+                let line = format!(
+                    "{}\t{}\t{}\t{}\n",
+                    d.shard(),
+                    d.sequence(),
+                    d.partition_key(),
+                    String::from_utf8_lossy(d.payload())
+                );
+                // Written to the kernel before the ack: a SIGKILL cannot lose it.
+                file.lock()
+                    .map_err(|_| std::io::Error::other("poisoned"))?
+                    .write_all(line.as_bytes())
+            }
+        })?;
+    let running = broker.start().await?;
+    eprintln!("{owner} running");
+    running.run_until_signal().await?;
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Multi-process crash: 3 broker processes share one DynamoDB lease table on a 16-shard stream
+//! while 40,000 records over 50 keys are put; one process is killed with SIGKILL mid-stream.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kinesis_broker::{DynamoLeaseStore, LeaseStore};
+use kinesis_integ::*;
+
+const SHARDS: i32 = 16;
+const RECORDS: usize = 40_000;
+const KEYS: usize = 50;
+
+/// One handled record: (shard, sequence, key, payload index).
+type Line = (String, String, String, usize);
+
+fn read_log(path: &std::path::Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split('\t');
+            let (shard, seq, key, payload) =
+                (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            let i = payload.rsplit('#').next()?.trim().parse().ok()?;
+            Some((shard.to_owned(), seq.to_owned(), key.to_owned(), i))
+        })
+        .collect()
+}
+
+fn seq_key(seq: &str) -> (usize, String) {
+    (seq.len(), seq.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_one_of_three_processes_loses_nothing() {
+    let account = unique_account();
+    let (config, client) = kinesis_client(&account).await;
+    let stream = unique_name("crash");
+    create_stream(&client, &stream, SHARDS).await;
+    let table = unique_name("crash-leases");
+    let store = DynamoLeaseStore::new(&config, &table);
+    store.ensure_table().await.expect("table");
+    let dir = std::env::temp_dir().join(unique_name("kinesis-crash"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let owners = ["p0", "p1", "p2"];
+    let mut children: HashMap<&str, Child> = HashMap::new();
+    for owner in owners {
+        let child = Command::new(env!("CARGO_BIN_EXE_crash-broker"))
+            .args([
+                &account,
+                &table,
+                &stream,
+                owner,
+                dir.join(owner).to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn broker process");
+        children.insert(owner, child);
+    }
+    let producer = {
+        let (client, stream) = (client.clone(), stream.clone());
+        tokio::spawn(async move {
+            for start in (0..RECORDS).step_by(2_000) {
+                put_records(&client, &stream, KEYS, start, 2_000).await;
+            }
+        })
+    };
+    // Wait until the three processes balance (each holds at least 5 of 16).
+    let owned = |rows: &[kinesis_broker::Lease]| {
+        let mut by: BTreeMap<String, usize> = BTreeMap::new();
+        for row in rows {
+            if let Some(o) = &row.owner {
+                *by.entry(o.clone()).or_default() += 1;
+            }
+        }
+        by
+    };
+    let started = Instant::now();
+    loop {
+        let by = owned(&store.list(&stream).await.unwrap());
+        if owners.iter().all(|o| by.get(*o).copied().unwrap_or(0) >= 5) {
+            eprintln!("balanced after {:.1?}: {by:?}", started.elapsed());
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "not balanced: {by:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Mid-stream: kill p1.
+    while read_log(&dir.join("p0")).len()
+        + read_log(&dir.join("p1")).len()
+        + read_log(&dir.join("p2")).len()
+        < RECORDS / 3
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut victim = children.remove("p1").unwrap();
+    victim.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    victim.wait().unwrap();
+    let victim_shards: HashSet<String> = store
+        .list(&stream)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.owner.as_deref() == Some("p1"))
+        .map(|r| r.key.shard().to_owned())
+        .collect();
+    let takeover = loop {
+        let by = owned(&store.list(&stream).await.unwrap());
+        let survivors = by.get("p0").copied().unwrap_or(0) + by.get("p2").copied().unwrap_or(0);
+        if survivors == SHARDS as usize {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "survivors own {survivors} of {SHARDS}: {by:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "survivors owned all {SHARDS} shards {takeover:.2?} after the SIGKILL (p1 held {})",
+        victim_shards.len()
+    );
+    producer.await.unwrap();
+    // Every record handled at least once.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen: HashSet<usize> = owners
+            .iter()
+            .flat_map(|o| read_log(&dir.join(o)))
+            .map(|l| l.3)
+            .collect();
+        if seen.len() == RECORDS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {RECORDS} records handled",
+            seen.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Graceful stop of the survivors (SIGTERM).
+    for (owner, mut child) in children {
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{owner} exited with {status}");
+    }
+    let logs: HashMap<&str, Vec<Line>> = owners
+        .iter()
+        .map(|o| (*o, read_log(&dir.join(o))))
+        .collect();
+    // Per key, each process handled its records in order.
+    for (owner, lines) in &logs {
+        let mut last: HashMap<&str, (usize, String)> = HashMap::new();
+        for (_, seq, key, _) in lines {
+            let k = seq_key(seq);
+            if let Some(prev) = last.get(key.as_str()) {
+                assert!(*prev < k, "{owner}: key {key} out of order");
+            }
+            last.insert(key, k);
+        }
+    }
+    // Duplicates: only records of p1's shards that p1 handled after its last checkpoint, i.e. a
+    // suffix of what p1 handled on each of those shards.
+    let mut count: HashMap<usize, usize> = HashMap::new();
+    for lines in logs.values() {
+        for l in lines {
+            *count.entry(l.3).or_default() += 1;
+        }
+    }
+    let duplicates: HashSet<usize> = count
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, _)| *i)
+        .collect();
+    let mut p1_by_shard: HashMap<&str, Vec<&Line>> = HashMap::new();
+    for l in &logs["p1"] {
+        p1_by_shard.entry(l.0.as_str()).or_default().push(l);
+    }
+    for (shard, lines) in &p1_by_shard {
+        let first_dup = lines.iter().position(|l| duplicates.contains(&l.3));
+        if let Some(first) = first_dup {
+            assert!(
+                victim_shards.contains(*shard),
+                "duplicates on {shard}, which p1 did not hold at the kill"
+            );
+            assert!(
+                lines[first..].iter().all(|l| duplicates.contains(&l.3)),
+                "duplicates on {shard} are not a suffix of p1's records"
+            );
+        }
+    }
+    let p1_records: HashSet<usize> = logs["p1"].iter().map(|l| l.3).collect();
+    assert!(
+        duplicates.iter().all(|d| p1_records.contains(d)),
+        "a duplicate not handled by p1"
+    );
+    eprintln!(
+        "records {RECORDS}, lost 0, duplicates {}, takeover {:.2} s",
+        duplicates.len(),
+        takeover.as_secs_f64()
+    );
+    assert!(
+        takeover <= Duration::from_secs(13),
+        "takeover took {takeover:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,269 @@
+//! `FaultProxy`: an HTTP proxy on 127.0.0.1 between the brokers and one emulator, that adds
+//! latency, cuts open connections, refuses new ones, and answers a chosen share of calls with
+//! AWS error bodies (throttling or 500) instead of forwarding them.
+//!
+//! Each request is forwarded on a fresh upstream connection with `Connection: close`, and the
+//! response relayed until the emulator closes; the client connection is closed after it. That
+//! keeps the proxy free of HTTP response parsing; the AWS SDK reconnects as it would after any
+//! server close.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What share of which calls to answer with an error.
+#[derive(Debug, Clone)]
+struct ErrorRule {
+    /// A substring of the `X-Amz-Target` header (`GetRecords`, `UpdateItem`).
+    target: String,
+    /// 0.0 to 1.0.
+    share: f64,
+    /// `true`: HTTP 400 ProvisionedThroughputExceededException; `false`: HTTP 500.
+    throttle: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    latency_ms: AtomicU64,
+    refusing: AtomicBool,
+    rules: Mutex<Vec<ErrorRule>>,
+    forwarded: AtomicU64,
+    faulted: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// A fault-injecting proxy; see the module docs. Dropping it stops it.
+#[derive(Debug)]
+pub struct FaultProxy {
+    endpoint: String,
+    state: Arc<State>,
+    cut: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultProxy {
+    /// Listens on a free port of 127.0.0.1 and forwards to `upstream` (`http://127.0.0.1:P`).
+    pub async fn start(upstream: &str) -> Self {
+        let upstream = upstream
+            .strip_prefix("http://")
+            .unwrap_or(upstream)
+            .trim_end_matches('/')
+            .to_owned();
+        assert!(
+            upstream.starts_with("127.0.0.1:") || upstream.starts_with("localhost:"),
+            "proxy only to loopback: {upstream}"
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(State::default());
+        let (cut, _) = watch::channel(0u64);
+        let (s, c) = (state.clone(), cut.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                if s.refusing.load(Ordering::SeqCst) {
+                    s.refused.fetch_add(1, Ordering::SeqCst);
+                    drop(client); // reset: the connection is refused
+                    continue;
+                }
+                let (s, up, cut) = (s.clone(), upstream.clone(), c.subscribe());
+                tokio::spawn(async move {
+                    let _ = serve(client, &up, &s, cut).await;
+                });
+            }
+        });
+        Self {
+            endpoint,
+            state,
+            cut,
+            task,
+        }
+    }
+
+    /// The proxy's endpoint URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Delay added before each request is forwarded.
+    pub fn set_latency(&self, latency: Duration) {
+        self.state
+            .latency_ms
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Drops every open connection now.
+    pub fn cut_connections(&self) {
+        self.cut.send_modify(|g| *g += 1);
+    }
+
+    /// While set, new connections are closed at once and open ones are cut: an outage.
+    pub fn set_down(&self, down: bool) {
+        self.state.refusing.store(down, Ordering::SeqCst);
+        if down {
+            self.cut_connections();
+        }
+    }
+
+    /// Answers `share` of the calls whose `X-Amz-Target` contains `target` with HTTP 400
+    /// `ProvisionedThroughputExceededException`.
+    pub fn throttle(&self, target: &str, share: f64) {
+        self.add_rule(target, share, true);
+    }
+
+    /// Answers `share` of the calls whose `X-Amz-Target` contains `target` with HTTP 500.
+    pub fn fail(&self, target: &str, share: f64) {
+        self.add_rule(target, share, false);
+    }
+
+    /// Removes every error rule.
+    pub fn clear_errors(&self) {
+        self.state.rules.lock().expect("rules").clear();
+    }
+
+    fn add_rule(&self, target: &str, share: f64, throttle: bool) {
+        self.state.rules.lock().expect("rules").push(ErrorRule {
+            target: target.to_owned(),
+            share,
+            throttle,
+        });
+    }
+
+    /// (forwarded, answered with an error, refused) so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.state.forwarded.load(Ordering::SeqCst),
+            self.state.faulted.load(Ordering::SeqCst),
+            self.state.refused.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// Reads one request head and body from `client`.
+async fn read_request(client: &mut TcpStream) -> std::io::Result<Option<(String, Vec<u8>)>> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos + 4;
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < length {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Some((head, body)))
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn error_response(throttle: bool, target: &str) -> Vec<u8> {
+    let (status, kind, message) = if throttle {
+        (
+            "400 Bad Request",
+            "ProvisionedThroughputExceededException",
+            "Rate exceeded (injected by the fault proxy)",
+        )
+    } else {
+        (
+            "500 Internal Server Error",
+            "InternalFailure",
+            "Internal failure (injected by the fault proxy)",
+        )
+    };
+    let body = format!(r#"{{"__type":"{kind}","message":"{message} for {target}"}}"#);
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-ErrorType: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+async fn serve(
+    mut client: TcpStream,
+    upstream: &str,
+    state: &State,
+    mut cut: watch::Receiver<u64>,
+) -> std::io::Result<()> {
+    cut.mark_unchanged();
+    let work = async {
+        let Some((head, body)) = read_request(&mut client).await? else {
+            return Ok(());
+        };
+        let latency = state.latency_ms.load(Ordering::SeqCst);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+        }
+        let target = header(&head, "x-amz-target").unwrap_or_default().to_owned();
+        let rule = state
+            .rules
+            .lock()
+            .expect("rules")
+            .iter()
+            .find(|r| target.contains(&r.target) && fastrand::f64() < r.share)
+            .cloned();
+        if let Some(rule) = rule {
+            state.faulted.fetch_add(1, Ordering::SeqCst);
+            client
+                .write_all(&error_response(rule.throttle, &target))
+                .await?;
+            return client.shutdown().await;
+        }
+        let mut upstream_conn = TcpStream::connect(upstream).await?;
+        // Forward with `Connection: close` so the response ends when the emulator closes.
+        let mut rewritten = String::new();
+        for line in head.trim_end_matches("\r\n\r\n").split("\r\n") {
+            if line.to_ascii_lowercase().starts_with("connection:") {
+                continue;
+            }
+            rewritten.push_str(line);
+            rewritten.push_str("\r\n");
+        }
+        rewritten.push_str("Connection: close\r\n\r\n");
+        upstream_conn.write_all(rewritten.as_bytes()).await?;
+        upstream_conn.write_all(&body).await?;
+        state.forwarded.fetch_add(1, Ordering::SeqCst);
+        tokio::io::copy(&mut upstream_conn, &mut client).await?;
+        client.shutdown().await
+    };
+    tokio::select! {
+        out = work => out,
+        _ = cut.changed() => Ok(()), // dropped: the connection is cut
+    }
+}
