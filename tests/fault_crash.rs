@@ -12,6 +12,18 @@ const SHARDS: i32 = 16;
 const RECORDS: usize = 40_000;
 const KEYS: usize = 50;
 
+/// Kills every child still running when the test ends, passed or not.
+struct Reaper(HashMap<&'static str, Child>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for child in self.0.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// One handled record: (shard, sequence, key, payload index).
 type Line = (String, String, String, usize);
 
@@ -45,7 +57,7 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
     let dir = std::env::temp_dir().join(unique_name("kinesis-crash"));
     std::fs::create_dir_all(&dir).unwrap();
     let owners = ["p0", "p1", "p2"];
-    let mut children: HashMap<&str, Child> = HashMap::new();
+    let mut children = Reaper(HashMap::new());
     for owner in owners {
         let child = Command::new(env!("CARGO_BIN_EXE_crash-broker"))
             .args([
@@ -58,7 +70,7 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn broker process");
-        children.insert(owner, child);
+        children.0.insert(owner, child);
     }
     let producer = {
         let (client, stream) = (client.clone(), stream.clone());
@@ -99,7 +111,7 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut victim = children.remove("p1").unwrap();
+    let mut victim = children.0.remove("p1").unwrap();
     victim.kill().expect("SIGKILL");
     let killed = Instant::now();
     victim.wait().unwrap();
@@ -147,7 +159,7 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Graceful stop of the survivors (SIGTERM).
-    for (owner, mut child) in children {
+    for (owner, mut child) in std::mem::take(&mut children.0) {
         Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()

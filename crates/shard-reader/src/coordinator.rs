@@ -97,6 +97,7 @@ impl Coordinator {
             epoch: None,
             listed: None,
             asked: None,
+            next_expiry: None,
         };
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
         CoordinatorHandle {
@@ -236,6 +237,10 @@ struct State {
     listed: Option<Instant>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
+    /// The earliest time a foreign row seen standing still will count as expired: the rows are
+    /// listed again then, so a crashed owner's shards are taken without waiting for the next
+    /// list interval.
+    next_expiry: Option<Instant>,
 }
 
 impl State {
@@ -335,7 +340,8 @@ impl State {
         let shared = self.shared.clone();
         let due = self
             .listed
-            .is_none_or(|at| at.elapsed() >= shared.config.list_interval);
+            .is_none_or(|at| at.elapsed() >= shared.config.list_interval)
+            || self.next_expiry.is_some_and(|at| Instant::now() >= at);
         let epoch = match shared.store.epoch(&shared.config.stream).await {
             Ok(epoch) => Some(epoch),
             Err(error) => {
@@ -394,6 +400,16 @@ impl State {
             .map(|r| r.key.shard().to_owned())
             .collect();
         let is_live = |row: &Lease| live_shards.contains(row.key.shard());
+        self.next_expiry = readable
+            .iter()
+            .filter(|r| r.owner.as_deref().is_some_and(|o| o != config.owner))
+            .filter(|r| live_shards.contains(r.key.shard()))
+            .filter_map(|r| {
+                self.observed
+                    .get(r.key.shard())
+                    .map(|seen| seen.since + ttl)
+            })
+            .min();
         let mut owners: HashSet<&str> = readable
             .iter()
             .filter(|r| is_live(r))
@@ -450,7 +466,8 @@ impl State {
     }
 
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
-    /// shard. Owners one apart do not move (hysteresis).
+    /// shard, if it holds at least two more than this instance. Owners one apart do not move
+    /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
     async fn ask_for_one(&mut self, readable: &[&Lease], live: &HashSet<String>, target: usize) {
         let config = &self.shared.config;
         if let Some((_, at)) = &self.asked {
@@ -475,7 +492,7 @@ impl State {
         else {
             return;
         };
-        if rows.len() <= target || rows.len() < mine + 2 {
+        if rows.len() < mine + 2 {
             return;
         }
         let open: Vec<&&Lease> = rows.iter().filter(|r| r.wanted_by.is_none()).collect();
