@@ -146,16 +146,9 @@ impl DynamoLeaseStore {
             self.client.describe_table().table_name(&*self.table).send()
         })
         .await?
-        .map_err(|e| LeaseError::Refused {
-            operation: "DescribeTable",
-            resource: resource.clone(),
-            source: Box::new(e),
-        })?;
-        table::check_schema(&self.table, out.table.as_ref()).map_err(|e| LeaseError::Refused {
-            operation: "DescribeTable",
-            resource,
-            source: Box::new(e),
-        })
+        .map_err(|e| refused("DescribeTable", &resource, e))?;
+        table::check_schema(&self.table, out.table.as_ref())
+            .map_err(|e| refused("DescribeTable", &resource, e))
     }
 
     fn count(&self, counter: &AtomicU64) {
@@ -164,6 +157,30 @@ impl DynamoLeaseStore {
 
     fn resource(&self, key: &str) -> String {
         format!("{}/{key}", self.table)
+    }
+
+    /// An unconditional `ADD` of `value` to `attribute` of `stream`'s index row.
+    async fn add_to_index(
+        &self,
+        stream: &str,
+        attribute: &str,
+        value: AttributeValue,
+    ) -> LeaseResult<()> {
+        let index = index_key(stream);
+        let resource = self.resource(&index);
+        retrying(self.retry, &self.table, "UpdateItem", &resource, || {
+            self.count(&self.calls.writes);
+            self.client
+                .update_item()
+                .table_name(&*self.table)
+                .key(KEY, s(index.clone()))
+                .update_expression(format!("ADD {attribute} :value"))
+                .expression_attribute_values(":value", value.clone())
+                .send()
+        })
+        .await?
+        .map_err(|e| refused("UpdateItem", &resource, e))?;
+        Ok(())
     }
 
     /// One conditional UpdateItem that bumps the counter and returns the new row.
@@ -199,38 +216,14 @@ impl DynamoLeaseStore {
             Err(UpdateItemError::ConditionalCheckFailedException(e)) => {
                 Ok(Outcome::Lost(lost_from(e.item())))
             }
-            Err(other) => Err(LeaseError::Refused {
-                operation: "UpdateItem",
-                resource,
-                source: Box::new(other),
-            }),
+            Err(other) => Err(refused("UpdateItem", &resource, other)),
         }
     }
 
     /// Adds `key`'s shard to its stream's index row (idempotent).
     async fn index_add(&self, key: &LeaseKey) -> LeaseResult<()> {
-        let index = index_key(key.stream());
-        let resource = self.resource(&index);
-        retrying(self.retry, &self.table, "UpdateItem", &resource, || {
-            self.count(&self.calls.writes);
-            self.client
-                .update_item()
-                .table_name(&*self.table)
-                .key(KEY, s(index.clone()))
-                .update_expression(format!("ADD {SHARDS} :shard"))
-                .expression_attribute_values(
-                    ":shard",
-                    AttributeValue::Ss(vec![key.shard().to_owned()]),
-                )
-                .send()
-        })
-        .await?
-        .map_err(|e| LeaseError::Refused {
-            operation: "UpdateItem",
-            resource,
-            source: Box::new(e),
-        })?;
-        Ok(())
+        let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
+        self.add_to_index(key.stream(), SHARDS, shard).await
     }
 
     async fn get(&self, raw_key: &str) -> LeaseResult<Option<Item>> {
@@ -245,11 +238,7 @@ impl DynamoLeaseStore {
                 .send()
         })
         .await?
-        .map_err(|e| LeaseError::Refused {
-            operation: "GetItem",
-            resource,
-            source: Box::new(e),
-        })?;
+        .map_err(|e| refused("GetItem", &resource, e))?;
         Ok(out.item)
     }
 
@@ -264,11 +253,7 @@ impl DynamoLeaseStore {
                 .set_keys(Some(std::mem::take(&mut pending)))
                 .consistent_read(true)
                 .build()
-                .map_err(|e| LeaseError::Refused {
-                    operation: "BatchGetItem",
-                    resource: resource.clone(),
-                    source: Box::new(e),
-                })?;
+                .map_err(|e| refused("BatchGetItem", &resource, e))?;
             let out = retrying(self.retry, &self.table, "BatchGetItem", &resource, || {
                 self.count(&self.calls.reads);
                 self.client
@@ -277,11 +262,7 @@ impl DynamoLeaseStore {
                     .send()
             })
             .await?
-            .map_err(|e| LeaseError::Refused {
-                operation: "BatchGetItem",
-                resource: resource.clone(),
-                source: Box::new(e),
-            })?;
+            .map_err(|e| refused("BatchGetItem", &resource, e))?;
             items.extend(
                 out.responses
                     .and_then(|mut r| r.remove(&*self.table))
@@ -304,6 +285,19 @@ impl DynamoLeaseStore {
             }
         }
         Ok(items)
+    }
+}
+
+/// A final refusal of `operation` on `resource`.
+fn refused(
+    operation: &'static str,
+    resource: &str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> LeaseError {
+    LeaseError::Refused {
+        operation,
+        resource: resource.to_owned(),
+        source: Box::new(error),
     }
 }
 
@@ -396,11 +390,7 @@ impl LeaseStore for DynamoLeaseStore {
             match out {
                 Ok(_) => Ok(true),
                 Err(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                Err(other) => Err(LeaseError::Refused {
-                    operation: "PutItem",
-                    resource,
-                    source: Box::new(other),
-                }),
+                Err(other) => Err(refused("PutItem", &resource, other)),
             }
         })
     }
@@ -532,27 +522,7 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
-        Box::pin(async move {
-            let index = index_key(stream);
-            let resource = self.resource(&index);
-            retrying(self.retry, &self.table, "UpdateItem", &resource, || {
-                self.count(&self.calls.writes);
-                self.client
-                    .update_item()
-                    .table_name(&*self.table)
-                    .key(KEY, s(index.clone()))
-                    .update_expression(format!("ADD {EPOCH} :one"))
-                    .expression_attribute_values(":one", n(1))
-                    .send()
-            })
-            .await?
-            .map_err(|e| LeaseError::Refused {
-                operation: "UpdateItem",
-                resource,
-                source: Box::new(e),
-            })?;
-            Ok(())
-        })
+        Box::pin(self.add_to_index(stream, EPOCH, n(1)))
     }
 
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
@@ -570,11 +540,7 @@ impl LeaseStore for DynamoLeaseStore {
                     .send()
             })
             .await?
-            .map_err(|e| LeaseError::Refused {
-                operation: "GetItem",
-                resource: resource.clone(),
-                source: Box::new(e),
-            })?;
+            .map_err(|e| refused("GetItem", &resource, e))?;
             match out.item.as_ref().and_then(|i| i.get(EPOCH)) {
                 None => Ok(0),
                 Some(AttributeValue::N(v)) => v.parse().map_err(|_| LeaseError::CorruptRow {

@@ -67,23 +67,6 @@ fn producer(kinesis: &MemoryStream) -> (tokio::task::JoinHandle<usize>, Arc<Atom
     (handle, stop)
 }
 
-fn exactly_once(log: &Log, total: usize) {
-    let mut payloads: Vec<String> = log
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.payload.clone())
-        .collect();
-    let handled = payloads.len();
-    payloads.sort();
-    payloads.dedup();
-    assert_eq!(
-        (handled, payloads.len()),
-        (total, total),
-        "planned moves must not duplicate or lose"
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn one_two_three_instances_settle_at_fair_shares_without_duplicates() {
     let kinesis = MemoryStream::new();
@@ -123,7 +106,7 @@ async fn one_two_three_instances_settle_at_fair_shares_without_duplicates() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     a.stop().await;
     b.stop().await;
-    exactly_once(&log, total);
+    assert_exactly_once(&log, total);
 }
 
 /// Counts one apart do not move: 7 shards over 2 instances stay at 4 + 3.

@@ -12,23 +12,6 @@ use kinesis_lease_core::{LeaseKey, LeaseStore};
 use kinesis_lease_memory::MemoryLeaseStore;
 use kinesis_shard_reader::{MemoryStream, Op, Position, ReaderError};
 
-fn no_duplicates(log: &Log, expected: usize) {
-    let mut payloads: Vec<String> = log
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.payload.clone())
-        .collect();
-    let total = payloads.len();
-    payloads.sort();
-    payloads.dedup();
-    assert_eq!(
-        (total, payloads.len()),
-        (expected, expected),
-        "duplicates or losses"
-    );
-}
-
 #[tokio::test(start_paused = true)]
 async fn expired_iterators_reopen_after_the_last_delivered_record() {
     let kinesis = MemoryStream::new();
@@ -50,7 +33,7 @@ async fn expired_iterators_reopen_after_the_last_delivered_record() {
     assert!(calls >= 10, "iterators were reopened: {calls}");
     let log = consumer.log.clone();
     consumer.stop().await;
-    no_duplicates(&log, 200);
+    assert_exactly_once(&log, 200);
 }
 
 #[tokio::test(start_paused = true)]
@@ -76,7 +59,7 @@ async fn throttling_backs_off_and_loses_nothing() {
     wait_for_count(&consumer.log, 100, Duration::from_secs(60)).await;
     let log = consumer.log.clone();
     consumer.stop().await;
-    no_duplicates(&log, 100);
+    assert_exactly_once(&log, 100);
 }
 
 /// At most 5 GetRecords per second per shard while behind; one per poll interval at the tip.

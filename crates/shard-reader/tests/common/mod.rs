@@ -138,6 +138,24 @@ pub async fn wait_for_distinct(log: &Log, n: usize, limit: Duration) {
     }
 }
 
+/// Asserts that `log` holds `expected` records, each payload once.
+pub fn assert_exactly_once(log: &Log, expected: usize) {
+    let mut payloads: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.payload.clone())
+        .collect();
+    let total = payloads.len();
+    payloads.sort();
+    payloads.dedup();
+    assert_eq!(
+        (total, payloads.len()),
+        (expected, expected),
+        "duplicates or losses"
+    );
+}
+
 /// Puts `n` records over `keys` keys; payload `key#i`.
 pub fn put_many(kinesis: &MemoryStream, stream: &str, keys: usize, from: usize, n: usize) {
     for i in from..from + n {
