@@ -157,7 +157,9 @@ pub(crate) fn start_kinesis() -> Result<Emulator, String> {
         .env("KINESIS_MOCK_CERT_PATH", home.join("server.json"))
         .env("KINESIS_MOCK_PLAIN_PORT", plain.to_string())
         .env("KINESIS_MOCK_TLS_PORT", tls.to_string())
-        .env("LOG_LEVEL", "WARN");
+        .env("LOG_LEVEL", "WARN")
+        // The default of 50 open shards is reached by the suite as a whole.
+        .env("SHARD_LIMIT", "10000");
     for duration in [
         "CREATE_STREAM_DURATION",
         "DELETE_STREAM_DURATION",
