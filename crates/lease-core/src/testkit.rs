@@ -7,18 +7,19 @@
 //! `assert!`. The calling crate needs `tokio` with the `macros` and `rt-multi-thread` features.
 //!
 //! ```
-//! # mod hidden {
+//! use std::sync::Arc;
 //! use kinesis_lease_core::testkit::Harness;
-//! # fn my_store(clock: kinesis_lease_core::ManualClock) -> std::sync::Arc<dyn kinesis_lease_core::LeaseStore> { unimplemented!() }
+//! use kinesis_lease_core::{LeaseStore, ManualClock};
 //!
-//! fn harness() -> Harness {
-//!     let clock = kinesis_lease_core::ManualClock::new(1_700_000_000_000);
-//!     Harness::new(my_store(clock.clone()), clock, "kit")
+//! /// Builds the harness for your store, opened on the clock the kit will move.
+//! fn harness(open: impl Fn(ManualClock) -> Arc<dyn LeaseStore>) -> Harness {
+//!     let clock = ManualClock::new(1_700_000_000_000);
+//!     Harness::new(open(clock.clone()), clock, "kit")
 //! }
-//!
-//! kinesis_lease_core::conformance_tests!(harness());
-//! # }
 //! ```
+//!
+//! and then, in a test file: `kinesis_lease_core::conformance_tests!(harness(|clock| ..));`
+//! (see `crates/lease-memory/tests/lease_conformance.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
