@@ -1,8 +1,8 @@
 //! `Dispatcher`: the loops that take deliveries from the channel and run the handler.
 //!
 //! - [`Workers::Serial`]: one loop, one unit (record or batch) at a time, in arrival order.
-//! - [`Workers::Unordered`]`(n)`: n loops share the channel; up to n units run at once, in no
-//!   particular order.
+//! - [`Workers::Unordered`]`(n)`: a router hands each delivery to whichever of n loops has
+//!   room (one waiting delivery each); up to n units run at once, in no particular order.
 //! - [`Workers::ByKey`]`(n)`: a router sends each delivery to lane
 //!   [`lane_of`](crate::lane_of)`(partition key, n)`; each lane is one loop over its own
 //!   bounded queue, so a key's records are handled one after another in order, across retries
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -130,20 +130,22 @@ impl Dispatcher {
             Workers::Serial => {
                 tasks.spawn(worker(Source::Own(receiver), ctx));
             }
-            Workers::Unordered(n) => {
-                let shared = Arc::new(Mutex::new(receiver));
-                for _ in 0..n {
-                    tasks.spawn(worker(Source::Shared(shared.clone()), ctx.clone()));
-                }
-            }
-            Workers::ByKey(n) => {
+            Workers::Unordered(n) | Workers::ByKey(n) => {
+                let batch = ctx.handler.batch_size();
+                let (pick, capacity) = match config.workers {
+                    // Any worker with room takes the next delivery: one waiting per worker, or
+                    // a batch's worth, filled one worker at a time, for batch handlers.
+                    Workers::Unordered(_) if batch > 1 => (Pick::AnyFree { sticky: true }, batch),
+                    Workers::Unordered(_) => (Pick::AnyFree { sticky: false }, 1),
+                    _ => (Pick::ByKey, config.lane_capacity),
+                };
                 let mut lanes = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let (tx, rx) = mpsc::channel(config.lane_capacity);
+                    let (tx, rx) = mpsc::channel(capacity);
                     lanes.push(tx);
                     tasks.spawn(worker(Source::Lane(rx), ctx.clone()));
                 }
-                tasks.spawn(route(receiver, lanes, ctx.closing.clone()));
+                tasks.spawn(route(receiver, lanes, pick, ctx.closing.clone()));
             }
         }
         Ok(DispatchHandle {
@@ -202,7 +204,6 @@ struct Ctx {
 
 enum Source {
     Own(DeliveryReceiver),
-    Shared(Arc<Mutex<DeliveryReceiver>>),
     Lane(mpsc::Receiver<Delivery>),
 }
 
@@ -240,7 +241,6 @@ impl Source {
         match self {
             Source::Own(rx) => take_unit(rx, max, window).await,
             Source::Lane(rx) => take_unit(rx, max, window).await,
-            Source::Shared(shared) => take_unit(&mut *shared.lock().await, max, window).await,
         }
     }
 }
@@ -293,11 +293,26 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
     }
 }
 
+/// How the router picks a lane.
+#[derive(Clone, Copy)]
+enum Pick {
+    /// The lane of the partition key.
+    ByKey,
+    /// Any lane with room, round robin (staying on a lane while it has room when `sticky`,
+    /// so batches fill); the first to free up when all are full.
+    AnyFree {
+        /// Keep filling the same lane while it has room.
+        sticky: bool,
+    },
+}
+
 async fn route(
     mut rx: DeliveryReceiver,
     lanes: Vec<mpsc::Sender<Delivery>>,
+    pick: Pick,
     mut closing: watch::Receiver<bool>,
 ) {
+    let mut next = 0;
     loop {
         let delivery = tokio::select! {
             biased;
@@ -308,19 +323,56 @@ async fn route(
         if delivery.is_revoked() {
             continue;
         }
-        let lane = &lanes[lane_of(delivery.partition_key(), lanes.len())];
-        // Fast path: the lane has room.
-        let delivery = match lane.try_send(delivery) {
-            Ok(()) => continue,
-            Err(mpsc::error::TrySendError::Closed(_)) => return,
-            Err(mpsc::error::TrySendError::Full(delivery)) => delivery,
+        let candidates: &[mpsc::Sender<Delivery>] = match pick {
+            Pick::ByKey => {
+                let lane = lane_of(delivery.partition_key(), lanes.len());
+                &lanes[lane..=lane]
+            }
+            Pick::AnyFree { .. } => &lanes,
         };
+        let advance = usize::from(!matches!(pick, Pick::AnyFree { sticky: true }));
+        // Fast path: a lane with room, starting after the last one used.
+        let delivery = match place(candidates, next, delivery) {
+            Placement::Placed(i) => {
+                next = (next + i + advance) % candidates.len();
+                continue;
+            }
+            Placement::Closed => return,
+            Placement::AllFull(delivery) => delivery,
+        };
+        // Every candidate is full: wait for the first to free a place.
+        let reserve =
+            futures_util::future::select_all(candidates.iter().map(|l| Box::pin(l.reserve())));
         tokio::select! {
             biased;
             _ = closing.wait_for(|c| *c) => return,
-            sent = lane.send(delivery) => if sent.is_err() { return },
+            (permit, _, _) = reserve => match permit {
+                Ok(permit) => permit.send(delivery),
+                Err(_) => return,
+            },
         }
     }
+}
+
+enum Placement {
+    /// Sent to the candidate `start + i`.
+    Placed(usize),
+    /// A lane is closed: dispatch is ending.
+    Closed,
+    /// Every candidate is full; the delivery comes back.
+    AllFull(Delivery),
+}
+
+/// Tries each candidate once, from `start` round, without waiting.
+fn place(candidates: &[mpsc::Sender<Delivery>], start: usize, mut delivery: Delivery) -> Placement {
+    for i in 0..candidates.len() {
+        match candidates[(start + i) % candidates.len()].try_send(delivery) {
+            Ok(()) => return Placement::Placed(i),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Placement::Closed,
+            Err(mpsc::error::TrySendError::Full(d)) => delivery = d,
+        }
+    }
+    Placement::AllFull(delivery)
 }
 
 fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {

@@ -216,8 +216,8 @@ async fn backpressure_bounds_what_is_taken() {
     for (workers, expected) in [
         // handler 1 + channel 64 + the one the producer waits to send
         (Workers::Serial, 1 + 64 + 1),
-        // 3 handlers + channel 64 + 1 waiting
-        (Workers::Unordered(3), 3 + 64 + 1),
+        // 3 handlers + one waiting per worker + router 1 + channel 64 + 1 waiting
+        (Workers::Unordered(3), 3 + 3 + 1 + 64 + 1),
         // one key: handler 1 + lane queue 8 + router 1 + channel 64 + 1 waiting
         (Workers::ByKey(4), 1 + 8 + 1 + 64 + 1),
     ] {
