@@ -38,20 +38,23 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     if !status.success() {
         return Err("building the benchmarks failed".to_owned());
     }
-    let mut endpoints = Vec::new();
+    let mut endpoints: Vec<(&str, String)> = Vec::new();
+    // Started just before the first scenario that needs them, so that their start-up does not
+    // disturb the in-process scenarios.
     let mut running = Vec::new();
-    if chosen.iter().any(|(_, needs)| *needs) && std::env::var("AWS_ENDPOINT_URL").is_err() {
-        emulators::install()?;
-        let kinesis = emulators::start_kinesis()?;
-        endpoints.push(("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.clone()));
-        running.push(kinesis);
-        let moto = emulators::start_moto()?;
-        endpoints.push(("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.clone()));
-        running.push(moto);
-    }
+    let external = std::env::var("AWS_ENDPOINT_URL").is_ok();
     let mut figures = Vec::new();
     let mut failed = Vec::new();
-    for (name, _) in &chosen {
+    for (name, needs_emulators) in &chosen {
+        if *needs_emulators && !external && running.is_empty() {
+            emulators::install()?;
+            let kinesis = emulators::start_kinesis()?;
+            endpoints.push(("AWS_ENDPOINT_URL_KINESIS", kinesis.endpoint.clone()));
+            running.push(kinesis);
+            let moto = emulators::start_moto()?;
+            endpoints.push(("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.clone()));
+            running.push(moto);
+        }
         eprintln!("xtask: bench scenario {name}");
         let mut cmd = Command::new(crate::target_dir().join("release").join(name));
         cmd.current_dir(root())
