@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kinesis_broker::{Broker, Delivery, MemoryStream, Publisher, PutEntry, StartAt};
+use kinesis_broker::{
+    Broker, Delivery, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, MemoryStream, Publisher,
+    PutEntry, StartAt,
+};
 
 const CUSTOMERS: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];
 const ORDERS_EACH: usize = 20;
@@ -36,7 +39,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let seen: Arc<Mutex<BTreeMap<String, Vec<usize>>>> = Arc::default();
     let done = Arc::new(tokio::sync::Notify::new());
-    let mut broker = Broker::builder().kinesis(kinesis.clone()).build()?;
+    // The lease table, kept here to show the final checkpoints after shutdown.
+    let table = MemoryLeaseTable::new();
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(MemoryLeaseStore::over(&table))
+        .build()?;
     let (s, d) = (seen.clone(), done.clone());
     broker
         .subscribe("orders")
@@ -80,20 +88,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let stats = running.stats();
-    let report = running.shutdown().await;
     for shard in stats.shards("orders") {
-        let checkpoint = shard
+        println!(
+            "{}: delivered {}, settled {}, in flight {}",
+            shard.shard, shard.delivered, shard.settled, shard.in_flight
+        );
+    }
+    let report = running.shutdown().await;
+    println!("shut down cleanly: {}", report.handlers_finished);
+    // Shutdown wrote each shard's final checkpoint with its release, in one write per shard.
+    for row in MemoryLeaseStore::over(&table).list("orders").await? {
+        let checkpoint = row
             .checkpoint
             .as_ref()
             .map_or("none".to_owned(), ToString::to_string);
         println!(
-            "{}: delivered {}, settled {}, in flight {}, checkpoint {checkpoint}",
-            shard.shard, shard.delivered, shard.settled, shard.in_flight
+            "lease {}: owner {:?}, checkpoint {checkpoint}",
+            row.key, row.owner
         );
     }
-    println!(
-        "shut down cleanly: {}; final checkpoints written, leases released",
-        report.handlers_finished
-    );
     Ok(())
 }
