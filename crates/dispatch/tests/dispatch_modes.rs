@@ -250,26 +250,31 @@ async fn backpressure_bounds_what_is_taken() {
     }
 }
 
+/// A handler that signals when it starts, then takes 1 s (an hour for the key `stuck`).
+fn signalling_sleeper(started: &Arc<tokio::sync::Notify>) -> Handler {
+    let st = started.clone();
+    Handler::one(move |d: Delivery| {
+        let st = st.clone();
+        async move {
+            st.notify_one();
+            let secs = if d.partition_key() == "stuck" {
+                3_600
+            } else {
+                1
+            };
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            Ok::<(), std::io::Error>(())
+        }
+    })
+}
+
 /// Shutdown drops queued deliveries unsettled, lets the one in flight finish, and abandons a
 /// handler stuck past the deadline.
 #[tokio::test(start_paused = true)]
 async fn shutdown_finishes_in_flight_and_drops_the_queue() {
     let (tx, rx) = channel(64);
     let started = Arc::new(tokio::sync::Notify::new());
-    let st = started.clone();
-    let handler = Handler::one(move |d: Delivery| {
-        let st = st.clone();
-        async move {
-            st.notify_one();
-            let wait = if d.partition_key() == "stuck" {
-                3_600
-            } else {
-                1
-            };
-            tokio::time::sleep(Duration::from_secs(wait)).await;
-            Ok::<(), std::io::Error>(())
-        }
-    });
+    let handler = signalling_sleeper(&started);
     let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
     let settlement = ShardSettlement::new("s", "shard-0");
     let feed = tx.feed(settlement.clone());
@@ -285,20 +290,7 @@ async fn shutdown_finishes_in_flight_and_drops_the_queue() {
     assert_eq!((progress.settled, progress.checkpoint), (1, Some(seq(0))));
 
     let (tx, rx) = channel(64);
-    let st = started.clone();
-    let handler = Handler::one(move |d: Delivery| {
-        let st = st.clone();
-        async move {
-            st.notify_one();
-            let wait = if d.partition_key() == "stuck" {
-                3_600
-            } else {
-                1
-            };
-            tokio::time::sleep(Duration::from_secs(wait)).await;
-            Ok::<(), std::io::Error>(())
-        }
-    });
+    let handler = signalling_sleeper(&started);
     let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
     let settlement = ShardSettlement::new("s", "shard-1");
     let feed = tx.feed(settlement.clone());

@@ -67,20 +67,8 @@ async fn two_brokers_on_one_table_never_read_a_shard_at_once() {
     kinesis.create_stream("s", 4).unwrap();
     let table = MemoryLeaseTable::new();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "a", Position::TrimHorizon),
-        Workers::Serial,
-        log.clone(),
-    );
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "b", Position::TrimHorizon),
-        Workers::Serial,
-        log.clone(),
-    );
+    let a = on_table(&kinesis, &table, "a", &log);
+    let b = on_table(&kinesis, &table, "b", &log);
     for round in 0..40 {
         put_many(&kinesis, "s", 16, round * 10, 10);
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -153,25 +141,13 @@ async fn a_crashed_brokers_shards_are_taken_over() {
     kinesis.create_stream("s", 2).unwrap();
     let table = MemoryLeaseTable::new();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "a", Position::TrimHorizon),
-        Workers::Serial,
-        log.clone(),
-    );
+    let a = on_table(&kinesis, &table, "a", &log);
     put_many(&kinesis, "s", 4, 0, 40);
     wait_for_count(&log, 40, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(4)).await; // checkpoints ride on a renewal
                                                       // Crash: the tasks vanish without releasing.
     a.crash();
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "b", Position::TrimHorizon),
-        Workers::Serial,
-        log.clone(),
-    );
+    let b = on_table(&kinesis, &table, "b", &log);
     put_many(&kinesis, "s", 4, 40, 20);
     let started = tokio::time::Instant::now();
     wait_for_count(&log, 60, Duration::from_secs(30)).await;

@@ -85,6 +85,23 @@ pub fn start_with_log(
     }
 }
 
+/// A serial consumer of stream `s` from the horizon, over a store of its own on `table`,
+/// recording into `log`: one of several instances sharing one lease table.
+pub fn on_table(
+    kinesis: &MemoryStream,
+    table: &kinesis_lease_memory::MemoryLeaseTable,
+    owner: &str,
+    log: &Log,
+) -> Consumer {
+    start_with_log(
+        kinesis,
+        Arc::new(kinesis_lease_memory::MemoryLeaseStore::over(table)),
+        config("s", owner, Position::TrimHorizon),
+        Workers::Serial,
+        log.clone(),
+    )
+}
+
 impl Consumer {
     /// Crash: everything stops at once, nothing is written.
     pub fn crash(self) {
