@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use kinesis_integ::{sdk_config, unique_name, Service};
 use kinesis_lease_core::testkit::Harness;
-use kinesis_lease_core::{Checkpoint, LeaseError, LeaseKey, LeaseStore, ManualClock, Take};
+use kinesis_lease_core::{
+    Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseStore, ManualClock, Take,
+};
 use kinesis_lease_dynamo::{DynamoLeaseError, DynamoLeaseStore};
 
 async fn store() -> (DynamoLeaseStore, ManualClock) {
@@ -32,7 +34,11 @@ async fn missing_table_error_names_the_table() {
     let store = DynamoLeaseStore::new(&config, &table);
     let key = LeaseKey::new("orders", "shardId-000000000000").unwrap();
     let err = store
-        .take(&key, "a", Take::new(Duration::from_secs(10)))
+        .take(
+            &key,
+            &Holder::new("a", "a-1"),
+            &Take::fenced(Duration::from_secs(10), 0),
+        )
         .await
         .expect_err("take on a missing table");
     assert!(
@@ -95,19 +101,22 @@ async fn lapsed_owner_checkpoint_refused_by_the_server() {
     let (store, clock) = store().await;
     let key = LeaseKey::new("orders", "shardId-000000000000").unwrap();
     let ttl = Duration::from_secs(10);
+    let (a, b) = (Holder::new("a", "a-1"), Holder::new("b", "b-1"));
     assert!(store
-        .take(&key, "a", Take::new(ttl))
+        .take(&key, &a, &Take::fenced(ttl, 0))
         .await
         .unwrap()
         .is_written());
+    // b saw the row's counter stand still for a whole lease duration.
+    let seen = store.read(&key).await.unwrap().expect("row").counter;
     clock.advance(ttl);
     assert!(store
-        .take(&key, "b", Take::new(ttl))
+        .take(&key, &b, &Take::fenced(ttl, seen))
         .await
         .unwrap()
         .is_written());
     let cp = Checkpoint::sequence("12345").unwrap();
-    let lost = match store.checkpoint(&key, "a", &cp).await.unwrap() {
+    let lost = match store.checkpoint(&key, &a, &cp).await.unwrap() {
         kinesis_lease_core::Outcome::Lost(lost) => lost,
         written => panic!("a lapsed owner checkpointed: {written:?}"),
     };
@@ -123,7 +132,7 @@ async fn list_reads_one_stream_without_scanning() {
     for stream in 0..20 {
         for shard in 0..3 {
             let key = LeaseKey::new(format!("s{stream}"), format!("shardId-{shard:012}")).unwrap();
-            store.create(&key, &[]).await.unwrap();
+            store.create(&Lease::new(key, Vec::new())).await.unwrap();
         }
     }
     let before = store.calls();

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use kinesis_lease_core::LeaseStore;
+use kinesis_lease_core::{Clock, LeaseStore, SystemClock};
 use kinesis_lease_memory::MemoryLeaseStore;
 use kinesis_shard_reader::{validate_stream_name, AwsKinesis, KinesisApi, ReaderError};
 
@@ -64,6 +64,35 @@ impl Default for Timings {
     }
 }
 
+impl Timings {
+    /// Refuses timings that cannot work.
+    pub(crate) fn validate(&self) -> Result<(), BrokerError> {
+        let invalid = |setting, reason: String| Err(BrokerError::InvalidConfig { setting, reason });
+        for (setting, value) in [
+            ("lease_timing (lease)", self.lease),
+            ("lease_timing (renew)", self.renew),
+            ("take_interval", self.take),
+            ("list_interval", self.list),
+            ("shard_sync_interval", self.shard_sync),
+            ("poll_interval", self.poll),
+        ] {
+            if value.is_zero() {
+                return invalid(setting, "must be more than zero".into());
+            }
+        }
+        if self.renew >= self.lease {
+            return invalid(
+                "lease_timing (renew)",
+                format!(
+                    "the renew interval ({:?}) must be shorter than the lease ({:?}); the reader stops at lease - renew after its last renewal",
+                    self.renew, self.lease
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// How the broker checks its DynamoDB lease table at `start()`.
 #[cfg(feature = "dynamodb-lease")]
 #[derive(Debug, Clone)]
@@ -106,6 +135,7 @@ pub struct Broker {
     pub(crate) mount: Mount,
     pub(crate) owner: String,
     pub(crate) timings: Timings,
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) subscriptions: Vec<Subscription>,
     #[cfg(feature = "dynamodb-lease")]
     pub(crate) dynamo: Option<DynamoTable>,
@@ -118,6 +148,7 @@ pub struct BrokerBuilder {
     store: Option<Arc<dyn LeaseStore>>,
     owner: Option<String>,
     timings: Timings,
+    clock: Option<Arc<dyn Clock>>,
     #[cfg(feature = "dynamodb-lease")]
     dynamo: Option<DynamoTable>,
 }
@@ -216,7 +247,14 @@ impl BrokerBuilder {
         self
     }
 
-    /// Lease duration (10 s) and renew interval (3 s).
+    /// The wall clock this host reads to pin a `LATEST` start as a time (default: the system
+    /// clock). Tests inject a skewed or manual one.
+    pub fn wall_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Lease duration (10 s) and renew interval (3 s; shorter than the lease).
     pub fn lease_timing(mut self, lease: Duration, renew: Duration) -> Self {
         self.timings.lease = lease;
         self.timings.renew = renew;
@@ -257,8 +295,17 @@ impl BrokerBuilder {
     ///
     /// # Errors
     ///
-    /// [`BrokerError::StoreAlreadyMounted`] when the store instance belongs to another broker.
+    /// [`BrokerError::InvalidConfig`] for a zero interval or duration, a renew interval not
+    /// shorter than the lease, or an empty owner id; [`BrokerError::StoreAlreadyMounted`] when
+    /// the store instance belongs to another broker.
     pub fn build(self) -> Result<Broker, BrokerError> {
+        self.timings.validate()?;
+        if self.owner.as_deref().is_some_and(str::is_empty) {
+            return Err(BrokerError::InvalidConfig {
+                setting: "owner_id",
+                reason: "an owner id is not empty".into(),
+            });
+        }
         let owner = self.owner.unwrap_or_else(default_owner_id);
         let store = self
             .store
@@ -270,6 +317,7 @@ impl BrokerBuilder {
             mount,
             owner,
             timings: self.timings,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             subscriptions: Vec::new(),
             #[cfg(feature = "dynamodb-lease")]
             dynamo: self.dynamo,

@@ -22,6 +22,26 @@ pub enum BrokerError {
         /// The lease-owner id of the broker that holds it.
         owner: String,
     },
+    /// A setting that cannot work: a zero interval, a renew interval not shorter than the lease,
+    /// a start position at a sequence number.
+    #[error("invalid broker setting `{setting}`: {reason}")]
+    InvalidConfig {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Another live process uses this broker's lease-owner id on `stream`.
+    #[error("lease owner id `{owner}` is live in another process on stream `{stream}`; give every process its own id")]
+    OwnerInUse {
+        /// The owner id.
+        owner: String,
+        /// The stream.
+        stream: String,
+        /// The probe's finding.
+        #[source]
+        source: Box<kinesis_shard_reader::ReaderError>,
+    },
     /// `start()` on a broker without subscriptions.
     #[error("the broker has no subscription to start")]
     NoSubscriptions,

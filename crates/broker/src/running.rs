@@ -7,22 +7,30 @@
 //! final checkpoint of settled records together with its release, and returns. Released rows
 //! are free: another instance takes them at its next take round (1 s), without waiting for a
 //! lease to expire. A handler still running at the deadline is abandoned and its record is not
-//! checkpointed, so the next owner handles it again.
+//! checkpointed, so the next owner handles it again. The deadline is one for the whole broker:
+//! its subscriptions drain side by side, not one after another.
+//!
+//! # Drop
+//!
+//! Dropping a `RunningBroker` without `shutdown()` stops everything at once, as a crash would:
+//! handlers, readers, lease keepers and coordinators. Nothing keeps renewing leases nobody
+//! reads, and the other instances take the shards once the leases lapse.
 
 use std::sync::Arc;
 
 use kinesis_dispatch::{DispatchHandle, Dispatcher};
 use kinesis_lease_core::{LeaseError, LeaseStore};
-use kinesis_shard_reader::{Coordinator, CoordinatorHandle, ReaderConfig};
+use kinesis_shard_reader::{Coordinator, CoordinatorHandle, ReaderConfig, ReaderError};
 
 use crate::broker::{stream_error, Timings};
 use crate::mount::Mount;
 use crate::stats::{BrokerStats, StreamStats};
 use crate::{Broker, BrokerError};
 
-/// A started broker; dropping it without [`shutdown`](Self::shutdown) leaves the tasks
-/// running until the runtime ends (the leases then expire instead of being handed over).
+/// A started broker. Dropping it without [`shutdown`](Self::shutdown) stops every task at
+/// once and writes nothing (the leases then lapse instead of being handed over).
 #[derive(Debug)]
+#[must_use = "dropping a RunningBroker stops it at once; call `shutdown()` or `run_until_signal()`"]
 pub struct RunningBroker {
     owner: String,
     timings: Timings,
@@ -76,6 +84,26 @@ pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> 
                 })?;
         }
     }
+    let t = broker.timings;
+    let mut configs = Vec::with_capacity(broker.subscriptions.len());
+    for sub in &broker.subscriptions {
+        let mut config = ReaderConfig::new(sub.stream.clone(), broker.owner.clone());
+        config.lease_duration = t.lease;
+        config.renew_interval = t.renew;
+        config.take_interval = t.take;
+        config.list_interval = t.list;
+        config.shard_sync_interval = t.shard_sync;
+        config.poll_interval = t.poll;
+        config.records_per_call = sub.records_per_call;
+        config.start_at = sub.start_at.clone();
+        config.reposition = sub.reposition.clone();
+        config.reposition_marker = sub.reposition_marker.clone();
+        config.clock = broker.clock.clone();
+        config
+            .validate()
+            .map_err(|source| stream_error(&sub.stream, source))?;
+        configs.push(config);
+    }
     for sub in &broker.subscriptions {
         match kinesis.list_shards(&sub.stream).await {
             Ok(_) => {}
@@ -89,9 +117,20 @@ pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> 
                 stream: sub.stream.clone(),
                 source: Box::new(source),
             })?;
+        // Refuse to start with an owner id another live process renews rows with.
+        Coordinator::probe_owner(&*broker.store, &sub.stream, &broker.owner, t.renew + t.take)
+            .await
+            .map_err(|source| match source {
+                source @ ReaderError::OwnerInUse { .. } => BrokerError::OwnerInUse {
+                    owner: broker.owner.clone(),
+                    stream: sub.stream.clone(),
+                    source: Box::new(source),
+                },
+                source => stream_error(&sub.stream, source),
+            })?;
     }
     let mut running = Vec::new();
-    for sub in broker.subscriptions {
+    for (sub, config) in broker.subscriptions.into_iter().zip(configs) {
         let dispatch = match sub.dispatch {
             Some((receiver, handler, config)) => Some(
                 Dispatcher::spawn(receiver, handler, config).map_err(|source| {
@@ -103,17 +142,6 @@ pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> 
             ),
             None => None,
         };
-        let t = broker.timings;
-        let mut config = ReaderConfig::new(sub.stream.clone(), broker.owner.clone());
-        config.lease_duration = t.lease;
-        config.renew_interval = t.renew;
-        config.take_interval = t.take;
-        config.list_interval = t.list;
-        config.shard_sync_interval = t.shard_sync;
-        config.poll_interval = t.poll;
-        config.records_per_call = sub.records_per_call;
-        config.start_at = sub.start_at;
-        config.reposition = sub.reposition;
         let coordinator =
             Coordinator::spawn(config, kinesis.clone(), broker.store.clone(), sub.sender);
         tracing::info!(stream = %sub.stream, owner = %broker.owner, "subscription started");
@@ -164,27 +192,38 @@ impl RunningBroker {
         BrokerError::Subscription { stream, source }
     }
 
-    /// Shuts down cleanly (see the module docs) within the broker's shutdown deadline.
+    /// Shuts down cleanly (see the module docs) within the broker's shutdown deadline, one
+    /// deadline for every subscription together.
     pub async fn shutdown(mut self) -> ShutdownReport {
-        let deadline = self.timings.shutdown_deadline;
+        let until = tokio::time::Instant::now() + self.timings.shutdown_deadline;
         for sub in &self.subscriptions {
             sub.coordinator.stop_reading();
         }
-        let mut finished = true;
-        for sub in &mut self.subscriptions {
-            match sub.dispatch.take() {
-                Some(dispatch) => finished &= dispatch.shutdown(deadline).await,
-                None => {
+        let drains = self.subscriptions.iter_mut().map(|sub| {
+            let dispatch = sub.dispatch.take();
+            let coordinator = &sub.coordinator;
+            async move {
+                match dispatch {
+                    Some(dispatch) => {
+                        let left = until.saturating_duration_since(tokio::time::Instant::now());
+                        dispatch.shutdown(left).await
+                    }
                     // A stream subscription: give its consumer the deadline to ack.
-                    finished &= tokio::time::timeout(deadline, sub.coordinator.settled())
+                    None => tokio::time::timeout_at(until, coordinator.settled())
                         .await
-                        .is_ok();
+                        .is_ok(),
                 }
             }
-        }
-        for sub in self.subscriptions {
-            sub.coordinator.release_all().await;
-        }
+        });
+        let finished = futures_util::future::join_all(drains)
+            .await
+            .into_iter()
+            .all(|done| done);
+        let releases = self
+            .subscriptions
+            .drain(..)
+            .map(|sub| sub.coordinator.release_all());
+        futures_util::future::join_all(releases).await;
         tracing::info!(owner = %self.owner, handlers_finished = finished, "broker shut down");
         ShutdownReport {
             handlers_finished: finished,

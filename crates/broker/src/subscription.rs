@@ -17,6 +17,7 @@ pub(crate) struct Subscription {
     pub(crate) stream: String,
     pub(crate) start_at: Position,
     pub(crate) reposition: Option<Position>,
+    pub(crate) reposition_marker: Option<String>,
     pub(crate) records_per_call: usize,
     pub(crate) sender: DeliverySender,
     /// `None` for a stream subscription: the user holds the receiver.
@@ -32,6 +33,7 @@ pub struct SubscriptionBuilder<'b> {
     stream: String,
     start_at: Position,
     reposition: Option<Position>,
+    reposition_marker: Option<String>,
     capacity: usize,
     records_per_call: Option<usize>,
     dispatch: DispatchConfig,
@@ -44,23 +46,39 @@ impl<'b> SubscriptionBuilder<'b> {
             stream,
             start_at: Position::Latest,
             reposition: None,
+            reposition_marker: None,
             capacity: DEFAULT_CAPACITY,
             records_per_call: None,
             dispatch: DispatchConfig::default(),
         }
     }
 
-    /// Where shards without a checkpoint start (default: the tip). Never applies over a
-    /// checkpoint; see [`reposition`](Self::reposition) for that.
+    /// Where the subscription begins (default: the tip, `LATEST`): `TrimHorizon`, `Latest` or
+    /// `AtTimestamp`. It applies once: the first take of each row pins a real position into
+    /// it (a `LATEST` start as the time just before the first reader opened, less 30 s of
+    /// slack for clock differences), so every later owner resumes from there. At `LATEST`,
+    /// shards already closed when the subscription begins are skipped and their open children
+    /// start at the tip. Never applies over a checkpoint; see [`reposition`](Self::reposition).
     pub fn start_at(mut self, position: Position) -> Self {
         self.start_at = position;
         self
     }
 
-    /// Starts every shard this broker takes at `position` the first time it takes it, over
-    /// stored checkpoints (logged at `warn`). For a one-off replay or skip.
+    /// Moves every shard to `position` over its stored checkpoint, once per subscription: the
+    /// take that applies it writes a marker (the position's name) into the row, and a row with
+    /// the marker is never repositioned again, whichever instance takes it later. Leaving it
+    /// in the configuration across deploys is harmless. Logged at `warn`.
     pub fn reposition(mut self, position: Position) -> Self {
         self.reposition = Some(position);
+        self
+    }
+
+    /// As [`reposition`](Self::reposition), under a marker of your own: use a new marker to
+    /// reposition again to a position used before (say, a second replay from
+    /// `TRIM_HORIZON`).
+    pub fn reposition_as(mut self, marker: impl Into<String>, position: Position) -> Self {
+        self.reposition = Some(position);
+        self.reposition_marker = Some(marker.into());
         self
     }
 
@@ -120,7 +138,8 @@ impl<'b> SubscriptionBuilder<'b> {
     /// # Errors
     ///
     /// [`BrokerError::DuplicateSubscription`] when the stream already has a subscription on
-    /// this broker; [`BrokerError::Stream`] for an invalid stream name.
+    /// this broker; [`BrokerError::Stream`] for an invalid stream name;
+    /// [`BrokerError::InvalidConfig`] for a start or reposition at a sequence number.
     pub fn handle<F, Fut, E>(self, handler: F) -> Result<(), BrokerError>
     where
         F: Fn(Delivery) -> Fut + Send + Sync + 'static,
@@ -160,10 +179,30 @@ impl<'b> SubscriptionBuilder<'b> {
             1_000
         });
         let dispatch = self.dispatch;
+        for (setting, position) in [
+            ("start_at", Some(&self.start_at)),
+            ("reposition", self.reposition.as_ref()),
+        ] {
+            if let Some(position) = position {
+                if matches!(
+                    position,
+                    Position::AtSequence(_) | Position::AfterSequence(_)
+                ) {
+                    return Err(BrokerError::InvalidConfig {
+                        setting,
+                        reason: format!(
+                            "stream `{}`: a subscription starts at TrimHorizon, Latest or AtTimestamp; {position:?} names a record of one shard",
+                            self.stream
+                        ),
+                    });
+                }
+            }
+        }
         self.broker.add(Subscription {
             stream: self.stream,
             start_at: self.start_at,
             reposition: self.reposition,
+            reposition_marker: self.reposition_marker,
             records_per_call,
             sender,
             dispatch: handler.map(|(receiver, handler)| (receiver, handler, dispatch)),

@@ -59,6 +59,12 @@ impl DeliverySender {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// Resolves once the receiving side is gone (dispatch ended, or a `DeliveryStream` was
+    /// dropped).
+    pub async fn closed(&self) {
+        self.tx.closed().await;
+    }
 }
 
 /// The receiving side of a subscription's channel.

@@ -158,6 +158,11 @@ impl Delivery {
         self.data.settlement.settle(self.data.ordinal);
     }
 
+    /// Counts a failed handler attempt, for the stuck-record report of its shard.
+    pub(crate) fn attempt_failed(&self) {
+        self.data.settlement.attempted(self.data.ordinal);
+    }
+
     /// True once the shard's lease was lost: the delivery will be dropped, not handled, since
     /// its settlement can no longer be checkpointed.
     pub fn is_revoked(&self) -> bool {

@@ -417,6 +417,7 @@ impl Ctx {
                 }
                 Err(error) => error,
             };
+            delivery.attempt_failed();
             if delivery.is_revoked() || self.closing() {
                 return;
             }
@@ -458,6 +459,7 @@ impl Ctx {
             let mut retry = Vec::new();
             for (delivery, failed) in batch.into_iter().zip(failed) {
                 if failed {
+                    delivery.attempt_failed();
                     retry.push(delivery);
                 } else {
                     delivery.ack();
@@ -521,9 +523,28 @@ impl Ctx {
 
 /// Which records of a batch to retry: the failed ones (all when `failed` is `None`) and every
 /// later record with the key of a failed one, so each key keeps its order.
+///
+/// An index outside the batch means the handler's bookkeeping is wrong, so no record of the
+/// batch can be trusted as handled: the whole batch is retried, and the error names the
+/// indices.
 fn failed_with_followers(batch: &[Delivery], failed: Option<&[usize]>) -> Vec<bool> {
     let mut marks = match failed {
         None => return vec![true; batch.len()],
+        Some(indices) if indices.iter().any(|&i| i >= batch.len()) => {
+            let outside: Vec<usize> = indices
+                .iter()
+                .copied()
+                .filter(|&i| i >= batch.len())
+                .collect();
+            tracing::error!(
+                stream = batch.first().map(Delivery::stream),
+                shard = batch.first().map(Delivery::shard),
+                batch = batch.len(),
+                ?outside,
+                "BatchFailure::items named records outside the batch; retrying the whole batch"
+            );
+            return vec![true; batch.len()];
+        }
         Some(indices) => {
             let mut marks = vec![false; batch.len()];
             for &i in indices {

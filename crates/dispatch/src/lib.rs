@@ -34,5 +34,5 @@ pub use error::DispatchError;
 pub use handler::{BatchFailure, BatchHandler, Handler, HandlerError, OneHandler};
 pub use lane::{lane_of, LANE_HASH_KEYS};
 pub use retry::{Exhausted, RetryPolicy};
-pub use settlement::{CheckpointCursor, Progress, ShardSettlement};
+pub use settlement::{CheckpointCursor, Progress, ShardSettlement, Stuck};
 pub use stream::DeliveryStream;

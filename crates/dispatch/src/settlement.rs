@@ -5,6 +5,15 @@
 //! of the *settled prefix*: the longest run of settled ordinals from the first one still
 //! outstanding. It never passes a record that has not settled, and it only moves forward.
 //!
+//! # A bounded window
+//!
+//! Entries from the first unsettled delivery on stay in the window, settled or not, until the
+//! prefix reaches them. A record that never settles (retried forever beside other workers, or
+//! a dead-letter callback that keeps failing) would make the window grow with every later
+//! record; readers therefore stop reading a shard whose window is full
+//! ([`ShardSettlement::wait_for_room`]) and report the record at its head
+//! ([`ShardSettlement::stuck`]), so memory per shard stays bounded.
+//!
 //! [`CheckpointCursor`] is the writer's side: it remembers what was written and offers a
 //! checkpoint only when the settled prefix moved past it, so writes are monotonic and coalesced
 //! (one write per interval carries whatever settled since the last one).
@@ -25,6 +34,9 @@ pub struct Progress {
     pub delivered: u64,
     /// Deliveries settled so far (in any order).
     pub settled: u64,
+    /// Entries held in the settlement window: the first unsettled delivery and every delivery
+    /// after it, settled or not.
+    pub window: u64,
 }
 
 impl Progress {
@@ -38,6 +50,24 @@ impl Progress {
 struct Entry {
     sequence: SequenceNumber,
     settled: bool,
+    /// Failed handler attempts so far.
+    attempts: u32,
+}
+
+/// The delivery at the head of a shard's settlement window, which holds the checkpoint back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stuck {
+    /// The stream.
+    pub stream: String,
+    /// The shard.
+    pub shard: String,
+    /// The record's sequence number.
+    pub sequence: SequenceNumber,
+    /// Failed handler attempts so far.
+    pub attempts: u32,
+    /// Entries held behind it (itself included).
+    pub window: u64,
 }
 
 #[derive(Debug, Default)]
@@ -103,8 +133,10 @@ impl ShardSettlement {
         window.entries.push_back(Entry {
             sequence,
             settled: false,
+            attempts: 0,
         });
         window.progress.delivered += 1;
+        window.progress.window = window.entries.len() as u64;
         drop(window);
         self.changed();
         ordinal
@@ -132,8 +164,39 @@ impl ShardSettlement {
         if advanced.is_some() {
             window.progress.checkpoint = advanced;
         }
+        window.progress.window = window.entries.len() as u64;
         drop(window);
         self.changed();
+    }
+
+    /// Counts a failed handler attempt of `ordinal`.
+    pub(crate) fn attempted(&self, ordinal: u64) {
+        let mut window = self.window();
+        let Some(index) = ordinal.checked_sub(window.base) else {
+            return;
+        };
+        if let Some(entry) = window.entries.get_mut(index as usize) {
+            entry.attempts = entry.attempts.saturating_add(1);
+        }
+    }
+
+    /// The unsettled delivery at the head of the window, if any.
+    pub fn stuck(&self) -> Option<Stuck> {
+        let window = self.window();
+        let head = window.entries.front()?;
+        Some(Stuck {
+            stream: self.stream.to_string(),
+            shard: self.shard.to_string(),
+            sequence: head.sequence.clone(),
+            attempts: head.attempts,
+            window: window.entries.len() as u64,
+        })
+    }
+
+    /// Waits until the window holds fewer than `limit` entries.
+    pub async fn wait_for_room(&self, limit: usize) {
+        let limit = limit.max(1) as u64;
+        self.wait_until(|p| p.window < limit).await;
     }
 
     /// The current counts and checkpoint offer.
@@ -162,9 +225,10 @@ impl ShardSettlement {
         self.wait_until(|p| p.in_flight() == 0).await;
     }
 
-    /// Marks the shard's lease lost: its deliveries not yet handled are dropped.
+    /// Marks the shard's lease lost (or released): its deliveries not yet handled are dropped.
     pub fn revoke(&self) {
         self.revoked.store(true, Ordering::Release);
+        self.changed.notify_waiters();
     }
 
     /// True once [`revoke`](Self::revoke) was called.
@@ -308,6 +372,43 @@ mod tests {
                 prop_assert_eq!(settlement.progress().checkpoint, Some(seq(sizes[shard] as u64 - 1)));
             }
         }
+    }
+
+    #[test]
+    fn window_reports_its_stuck_head_and_shrinks_when_it_settles() {
+        let s = ShardSettlement::new("s", "a");
+        let head = s.register(seq(0));
+        for i in 1..5 {
+            let o = s.register(seq(i));
+            s.settle(o);
+        }
+        s.attempted(head);
+        s.attempted(head);
+        let stuck = s.stuck().expect("a stuck head");
+        assert_eq!(
+            (stuck.sequence, stuck.attempts, stuck.window),
+            (seq(0), 2, 5)
+        );
+        assert_eq!(s.progress().window, 5);
+        s.settle(head);
+        assert_eq!(s.progress().window, 0);
+        assert!(s.stuck().is_none());
+    }
+
+    #[tokio::test]
+    async fn wait_for_room_blocks_while_the_window_is_full() {
+        let s = ShardSettlement::new("s", "a");
+        let head = s.register(seq(0));
+        let o = s.register(seq(1));
+        s.settle(o);
+        let waiting = {
+            let s = s.clone();
+            tokio::spawn(async move { s.wait_for_room(2).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "two entries held, limit two");
+        s.settle(head);
+        waiting.await.unwrap();
     }
 
     #[test]

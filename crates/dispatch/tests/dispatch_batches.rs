@@ -157,3 +157,40 @@ async fn by_key_batches_keep_key_order() {
     drop((tx, feed, batches));
     handle.join().await;
 }
+
+/// A `BatchFailure` naming an index outside the batch cannot be trusted: the whole batch is
+/// retried (nothing settles on a wrong report), and the attempts are counted on its records.
+#[tokio::test(start_paused = true)]
+async fn out_of_range_failure_indices_retry_the_whole_batch() {
+    let (tx, rx) = channel(64);
+    let calls: Batches = Batches::default();
+    let c = calls.clone();
+    let handler = Handler::batch(8, move |batch: Vec<Delivery>| {
+        let c = c.clone();
+        async move {
+            let ids: Vec<u64> = batch
+                .iter()
+                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                .collect();
+            let first = c.lock().unwrap().is_empty();
+            c.lock().unwrap().push(ids);
+            if first {
+                // Index 7 does not exist in a batch of 3.
+                Err(BatchFailure::items([7], "bookkeeping bug"))
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, DispatchConfig::default()).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    for n in 0..3 {
+        feed.send(record("k", n)).await.unwrap();
+    }
+    settlement.all_settled().await;
+    assert_eq!(*calls.lock().unwrap(), vec![vec![0, 1, 2], vec![0, 1, 2]]);
+    assert_eq!(settlement.progress().checkpoint, Some(seq(2)));
+    drop((tx, feed));
+    handle.join().await;
+}

@@ -1,6 +1,6 @@
 //! `Lease`: one row of the lease table as every store reads it back.
 
-use crate::{Checkpoint, LeaseKey};
+use crate::{Checkpoint, Holder, LeaseKey};
 
 /// One row of the lease table: who reads a shard, until when, and how far it got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,7 +9,10 @@ pub struct Lease {
     pub key: LeaseKey,
     /// The lease-owner id of the broker that holds the row, if any.
     pub owner: Option<String>,
-    /// When the lease lapses unless renewed, in ms since the epoch by the writer's clock.
+    /// When the lease lapses unless renewed, in ms since the epoch by the writer's clock. For
+    /// operators reading the table only: no take is ever decided by it (see [`LeaseStore`]).
+    ///
+    /// [`LeaseStore`]: crate::LeaseStore
     pub expiry_ms: u64,
     /// Bumped by every write; a reader that saw the same counter twice saw no write between.
     pub counter: u64,
@@ -19,6 +22,13 @@ pub struct Lease {
     pub parents: Vec<String>,
     /// Another owner that asked for this row; the owner hands it over at its next renewal.
     pub wanted_by: Option<String>,
+    /// The lease token of the current holding: a value the taker chose, written by its take
+    /// and required by every later write of that holding. Absent when the row is free, and
+    /// after a hand-over (the new owner takes it with a token of its own).
+    pub token: Option<String>,
+    /// The reposition applied to this row, if any: a subscription applies one reposition once,
+    /// whichever instance takes the row first, and never again on later takes.
+    pub repositioned: Option<String>,
 }
 
 impl Lease {
@@ -32,12 +42,26 @@ impl Lease {
             checkpoint: None,
             parents,
             wanted_by: None,
+            token: None,
+            repositioned: None,
         }
+    }
+
+    /// A fresh row that starts at `checkpoint` (a start position, or `SHARD_END` for a shard
+    /// that ended before the subscription began).
+    pub fn starting_at(mut self, checkpoint: Option<Checkpoint>) -> Self {
+        self.checkpoint = checkpoint;
+        self
     }
 
     /// True when `owner` is the row's owner.
     pub fn is_held_by(&self, owner: &str) -> bool {
         self.owner.as_deref() == Some(owner)
+    }
+
+    /// True when `holder` (owner and token) holds the row.
+    pub fn is_held_with(&self, holder: &Holder) -> bool {
+        self.is_held_by(&holder.owner) && self.token.as_deref() == Some(holder.token.as_str())
     }
 
     /// True when the row has an owner whose lease has not lapsed at `now_ms`.

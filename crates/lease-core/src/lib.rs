@@ -5,7 +5,8 @@
 //! shard, keyed `stream:shard` ([`LeaseKey`]). A row ([`Lease`]) holds its owner, an expiry,
 //! a counter bumped by every write, a [`Checkpoint`] and the shard's parents. A
 //! [`LeaseStore`] takes, renews, checkpoints, reads, lists and releases rows, and every write
-//! is conditional; its documentation states the rules and the [`rules`] module states them as
+//! is conditional: takes on the counter the taker observed, everything else on the holder's
+//! owner id and per-take token ([`Holder`]); its documentation states the rules and the [`rules`] module states them as
 //! code. Losing a condition is an [`Outcome`], not an error.
 //!
 //! This crate is the small, stable core: it has no AWS dependency and changes rarely.
@@ -28,4 +29,4 @@ pub use clock::{duration_ms, Clock, ManualClock, SystemClock};
 pub use error::{BoxError, LeaseError};
 pub use key::LeaseKey;
 pub use lease::Lease;
-pub use store::{BoxFuture, LeaseResult, LeaseStore, Lost, Outcome, Take};
+pub use store::{BoxFuture, Holder, LeaseResult, LeaseStore, Lost, Outcome, Take};

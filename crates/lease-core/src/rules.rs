@@ -4,21 +4,18 @@
 //! database) call these instead of restating the rules; stores that push conditions to a server
 //! (DynamoDB's `ConditionExpression`) must express exactly the same predicates.
 
-use crate::{Lease, Lost, Take};
+use crate::{Holder, Lease, Lost, Take};
 
-/// Whether `owner` may take `row` (`None`: the row does not exist) at `now_ms`.
-pub fn may_take(row: Option<&Lease>, owner: &str, take: &Take, now_ms: u64) -> bool {
-    match take.fence {
-        Some(fence) => row.map_or(0, |r| r.counter) == fence,
-        None => {
-            row.is_none_or(|r| r.owner.is_none() || r.is_held_by(owner) || r.expiry_ms <= now_ms)
-        }
-    }
+/// Whether a take may land on `row` (`None`: the row does not exist): its counter still equals
+/// the fence. No clock takes part.
+pub fn may_take(row: Option<&Lease>, take: &Take) -> bool {
+    row.map_or(0, |r| r.counter) == take.fence
 }
 
-/// Whether `owner` holds `row`, the condition of renew, checkpoint and release.
-pub fn holds(row: Option<&Lease>, owner: &str) -> bool {
-    row.is_some_and(|r| r.is_held_by(owner))
+/// Whether `holder` holds `row` (owner and token), the condition of renew, checkpoint and
+/// release.
+pub fn holds(row: Option<&Lease>, holder: &Holder) -> bool {
+    row.is_some_and(|r| r.is_held_with(holder))
 }
 
 /// Whether `asker` may mark `row` as wanted: it exists, still has the counter the asker
@@ -31,9 +28,9 @@ pub fn may_request(row: Option<&Lease>, asker: &str, observed: u64) -> bool {
     })
 }
 
-/// Whether `owner` may hand `row` over to `to`: it holds the row and `to` asked for it.
-pub fn may_hand_over(row: Option<&Lease>, owner: &str, to: &str) -> bool {
-    holds(row, owner) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
+/// Whether `holder` may hand `row` over to `to`: it holds the row and `to` asked for it.
+pub fn may_hand_over(row: Option<&Lease>, holder: &Holder, to: &str) -> bool {
+    holds(row, holder) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
 }
 
 /// The [`Lost`] outcome describing `row` as it stands.
@@ -41,5 +38,50 @@ pub fn lost(row: Option<&Lease>) -> Lost {
     Lost {
         holder: row.and_then(|r| r.owner.clone()),
         counter: row.map_or(0, |r| r.counter),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LeaseKey;
+    use std::time::Duration;
+
+    fn row(owner: Option<&str>, token: Option<&str>, counter: u64) -> Lease {
+        let mut row = Lease::new(LeaseKey::new("s", "a").unwrap(), Vec::new());
+        row.owner = owner.map(str::to_owned);
+        row.token = token.map(str::to_owned);
+        row.counter = counter;
+        row
+    }
+
+    #[test]
+    fn takes_are_decided_by_the_counter_alone() {
+        let ttl = Duration::from_secs(10);
+        let live = row(Some("a"), Some("t1"), 7);
+        assert!(may_take(Some(&live), &Take::fenced(ttl, 7)));
+        assert!(!may_take(Some(&live), &Take::fenced(ttl, 6)));
+        let mut expired = row(Some("a"), Some("t1"), 7);
+        expired.expiry_ms = 0;
+        assert!(
+            !may_take(Some(&expired), &Take::fenced(ttl, 6)),
+            "an expiry never decides"
+        );
+        assert!(may_take(None, &Take::fenced(ttl, 0)));
+        assert!(!may_take(None, &Take::fenced(ttl, 1)));
+    }
+
+    #[test]
+    fn holding_needs_owner_and_token() {
+        let r = row(Some("a"), Some("t1"), 3);
+        assert!(holds(Some(&r), &Holder::new("a", "t1")));
+        assert!(
+            !holds(Some(&r), &Holder::new("a", "t2")),
+            "same owner id, other holding"
+        );
+        assert!(!holds(Some(&r), &Holder::new("b", "t1")));
+        let handed = row(Some("a"), None, 3);
+        assert!(!holds(Some(&handed), &Holder::new("a", "t1")));
+        assert!(!holds(None, &Holder::new("a", "t1")));
     }
 }

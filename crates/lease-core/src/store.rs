@@ -47,27 +47,67 @@ pub struct Lost {
     pub counter: u64,
 }
 
-/// How to take a row: for how long, and optionally fenced on an observed counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who writes: the lease owner id and the token of its current holding of the row.
+///
+/// The owner id names an instance; the token names one holding. A take writes a token the
+/// taker chose (fresh for every take), and renew, checkpoint, release and hand-over succeed
+/// only while the row still carries both. A second process running with the same owner id
+/// holds different tokens, so it can never renew or checkpoint the first one's holdings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Holder {
+    /// The lease-owner id.
+    pub owner: String,
+    /// The token of this holding.
+    pub token: String,
+}
+
+impl Holder {
+    /// A holder with `owner` id and `token`.
+    pub fn new(owner: impl Into<String>, token: impl Into<String>) -> Self {
+        Self {
+            owner: owner.into(),
+            token: token.into(),
+        }
+    }
+}
+
+/// How to take a row: fenced on the counter the taker observed, for how long, and what else
+/// the take writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Take {
-    /// The lease duration: the row's expiry becomes now + `ttl`.
+    /// The lease duration: the row's expiry becomes now + `ttl` (informational).
     pub ttl: Duration,
-    /// When set, the take succeeds if and only if the row's counter still equals it.
-    pub fence: Option<u64>,
+    /// The take succeeds if and only if the row's counter still equals this (0 for a row that
+    /// does not exist yet, which the take then creates).
+    pub fence: u64,
+    /// A checkpoint written with the take, over the stored one: the pinned start position of
+    /// a row that had none, or a reposition.
+    pub checkpoint: Option<Checkpoint>,
+    /// The reposition marker written with the take (see [`Lease::repositioned`]).
+    pub repositioned: Option<String>,
 }
 
 impl Take {
-    /// An unfenced take for `ttl`: free, own or expired rows only.
-    pub fn new(ttl: Duration) -> Self {
-        Self { ttl, fence: None }
-    }
-
-    /// A take fenced on the counter the taker last observed.
+    /// A take for `ttl`, fenced on the `counter` the taker observed.
     pub fn fenced(ttl: Duration, counter: u64) -> Self {
         Self {
             ttl,
-            fence: Some(counter),
+            fence: counter,
+            checkpoint: None,
+            repositioned: None,
         }
+    }
+
+    /// Also writes `checkpoint` with the take.
+    pub fn with_checkpoint(mut self, checkpoint: Checkpoint) -> Self {
+        self.checkpoint = Some(checkpoint);
+        self
+    }
+
+    /// Also writes the reposition `marker` with the take.
+    pub fn with_reposition(mut self, marker: impl Into<String>) -> Self {
+        self.repositioned = Some(marker.into());
+        self
     }
 }
 
@@ -75,18 +115,21 @@ impl Take {
 ///
 /// # The rules
 ///
-/// *Holding.* A row is held by `owner` when its `owner` field equals that id. A row whose
-/// expiry has passed is still held by its owner until somebody takes it: the owner may renew
-/// it, checkpoint it or release it, and conditional writes serialise the race with a taker.
+/// *Holding.* A row is held by a [`Holder`] when its `owner` and `token` fields equal the
+/// holder's. A row whose expiry has passed is still held until somebody takes it: the holder
+/// may renew it, checkpoint it or release it, and conditional writes serialise the race with a
+/// taker.
 ///
-/// *Take.* An unfenced [`take`](LeaseStore::take) succeeds when the row has no owner, has this
-/// owner, or has expired by the store's clock (`expiry_ms <= now`); a row that does not exist
-/// yet is created and taken. A fenced take ([`Take::fenced`]) succeeds if and only if the row's
-/// counter still equals the fence (a missing row counts as counter 0): the caller has judged
-/// the row takeable from what it observed, and the fence makes sure nothing was written since.
-/// A take sets the owner, sets `expiry_ms = now + ttl`, and keeps the checkpoint.
+/// *Take.* A [`take`](LeaseStore::take) is always fenced: it succeeds if and only if the row's
+/// counter still equals [`Take::fence`] (a missing row counts as counter 0 and is created).
+/// The caller judged the row takeable from what it observed (free, handed to it, or standing
+/// still for a whole lease duration on its own monotonic clock), and the fence makes sure
+/// nothing was written since. No wall clock decides a take. A take sets the owner and the
+/// holder's token, sets `expiry_ms = now + ttl`, clears a hand-over request, keeps the
+/// checkpoint unless the take carries one, and writes the take's reposition marker if any.
 ///
-/// *Renew, checkpoint, release.* These succeed only while this owner holds the row. Renew
+/// *Renew, checkpoint, release.* These succeed only while this holder (owner and token) holds
+/// the row. Renew
 /// moves the expiry to now + ttl and may carry a checkpoint, so steady state costs one write
 /// per renewal. Release clears the owner and the expiry and may carry a final checkpoint, so a
 /// graceful hand-over is one write.
@@ -99,9 +142,10 @@ impl Take {
 /// by the asker; it succeeds only while the row still has the counter the asker observed, has
 /// an owner other than the asker, and is not wanted yet. The owner sees the mark in the row its
 /// next renewal returns and [`hand_over`](LeaseStore::hand_over)s it: one write that makes the
-/// asker the owner (expiry now + ttl), stores the final checkpoint and clears the mark; it
-/// succeeds only while this owner holds the row and `to` is the one who asked. A take and a
-/// release clear the mark; renewals and checkpoints keep it.
+/// asker the owner (expiry now + ttl) without a token, stores the final checkpoint and clears
+/// the mark; it succeeds only while this holder holds the row and `to` is the one who asked.
+/// The asker then takes the row (fenced) with a token of its own. A take and a release clear
+/// the mark; renewals and checkpoints keep it.
 ///
 /// *Epoch.* Each stream has an epoch counter. Owners [`bump_epoch`](LeaseStore::bump_epoch)
 /// after writes that free rows for others (releases, hand-overs, shard ends), so other
@@ -113,52 +157,49 @@ impl Take {
 ///
 /// # Time
 ///
-/// "Now" is the store's injectable [`Clock`](crate::Clock), the writer's wall clock. Stores must
-/// judge expiry in the condition of the write with the writer's now, never with a server's
-/// clock, and never by reading first and writing after.
+/// "Now" is the store's injectable [`Clock`](crate::Clock), the writer's wall clock; it only
+/// stamps `expiry_ms` for operators. No condition reads a clock: takes are fenced on counters,
+/// and the other writes on the holder's token.
 ///
 /// # Object safety
 ///
 /// Every method returns a [`BoxFuture`], so brokers keep stores as `Arc<dyn LeaseStore>`.
 pub trait LeaseStore: Send + Sync + fmt::Debug {
-    /// Creates the row for `key` with `parents` if it does not exist. Returns true when it was
-    /// created, false when it existed (it is then left untouched).
-    fn create<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        parents: &'a [String],
-    ) -> BoxFuture<'a, LeaseResult<bool>>;
+    /// Creates `row` (its key, parents, checkpoint and reposition marker; no owner,
+    /// counter 1) if no row has its key. Returns true when it was created, false when a row
+    /// existed (it is then left untouched).
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>>;
 
-    /// Takes the row for `owner` under the take rules above.
+    /// Takes the row for `holder` under the take rules above.
     fn take<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
-        take: Take,
+        holder: &'a Holder,
+        take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Extends `owner`'s lease to now + `ttl`, writing `checkpoint` too when given.
+    /// Extends `holder`'s lease to now + `ttl`, writing `checkpoint` too when given.
     fn renew<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Writes `checkpoint` while `owner` holds the row.
+    /// Writes `checkpoint` while `holder` holds the row.
     fn checkpoint<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: &'a Checkpoint,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Lets go of `owner`'s row, writing a final `checkpoint` in the same write when given.
+    /// Lets go of `holder`'s row, writing a final `checkpoint` in the same write when given.
     fn release<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
@@ -171,11 +212,12 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         observed: u64,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Hands `owner`'s row to `to`, who asked for it, with the final `checkpoint`, in one write.
+    /// Hands `holder`'s row to `to`, who asked for it, with the final `checkpoint`, in one
+    /// write.
     fn hand_over<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         to: &'a str,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,

@@ -13,6 +13,11 @@ pub(crate) const CHECKPOINT: &str = "checkpoint";
 pub(crate) const SUBSEQUENCE: &str = "checkpoint_subsequence";
 pub(crate) const PARENTS: &str = "parent_shards";
 pub(crate) const WANTED_BY: &str = "lease_wanted_by";
+pub(crate) const TOKEN: &str = "lease_token";
+pub(crate) const REPOSITIONED: &str = "repositioned";
+/// A random id each write stamps, so a retried write whose first attempt landed recognises
+/// its own write in the item a failed condition returns.
+pub(crate) const WRITE_ID: &str = "write_id";
 /// The index row's epoch counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// The index row's set of shard ids.
@@ -50,6 +55,8 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
     };
     let owner = string(OWNER)?;
     let wanted_by = string(WANTED_BY)?;
+    let token = string(TOKEN)?;
+    let repositioned = string(REPOSITIONED)?;
     let number = |name: &str| -> Result<Option<u64>, LeaseError> {
         match item.get(name) {
             None => Ok(None),
@@ -83,6 +90,8 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         checkpoint,
         parents,
         wanted_by,
+        token,
+        repositioned,
     })
 }
 

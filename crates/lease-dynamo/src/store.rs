@@ -14,13 +14,13 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use kinesis_lease_core::{
-    duration_ms, BoxFuture, Checkpoint, Clock, Lease, LeaseError, LeaseKey, LeaseResult,
+    duration_ms, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseResult,
     LeaseStore, Outcome, SystemClock, Take,
 };
 
 use crate::item::{
     index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EPOCH, EXPIRY, KEY, OWNER,
-    PARENTS, SHARDS, SUBSEQUENCE, WANTED_BY,
+    PARENTS, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::retry::{retrying, RetryPolicy};
 use crate::{table, DynamoLeaseError};
@@ -184,9 +184,15 @@ impl DynamoLeaseStore {
     }
 
     /// One conditional UpdateItem that bumps the counter and returns the new row.
+    ///
+    /// Every write stamps a fresh write id. When a condition fails, the item DynamoDB returns
+    /// is read for that id: if it is ours, an earlier attempt of this same call landed and only
+    /// its response was lost, so the write is reported as written, not lost.
     async fn update(&self, key: &LeaseKey, expr: Expr, condition: &str) -> LeaseResult<Outcome> {
         let raw_key = key.to_string();
         let resource = self.resource(&raw_key);
+        let write_id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let expr = expr.set(WRITE_ID, ":write_id", s(write_id.as_str()));
         let update = expr.render();
         let out = retrying(self.retry, &self.table, "UpdateItem", &resource, || {
             self.count(&self.calls.writes);
@@ -213,9 +219,13 @@ impl DynamoLeaseStore {
                 &self.table,
                 &out.attributes.unwrap_or_default(),
             )?)),
-            Err(UpdateItemError::ConditionalCheckFailedException(e)) => {
-                Ok(Outcome::Lost(lost_from(e.item())))
-            }
+            Err(UpdateItemError::ConditionalCheckFailedException(e)) => match e.item() {
+                Some(item) if item.get(WRITE_ID) == Some(&s(write_id.as_str())) => {
+                    tracing::debug!(key = %raw_key, "an earlier attempt of this write landed");
+                    Ok(Outcome::Written(to_lease(&self.table, item)?))
+                }
+                item => Ok(Outcome::Lost(lost_from(item))),
+            },
             Err(other) => Err(refused("UpdateItem", &resource, other)),
         }
     }
@@ -356,17 +366,23 @@ impl Expr {
     }
 }
 
+/// The condition of renew, checkpoint and release: this owner, this holding.
 fn held() -> String {
-    format!("{OWNER} = :owner")
+    format!("{OWNER} = :owner AND {TOKEN} = :token")
+}
+
+impl Expr {
+    /// The values of [`held`].
+    fn holder(self, holder: &Holder) -> Self {
+        self.value(":owner", s(holder.owner.as_str()))
+            .value(":token", s(holder.token.as_str()))
+    }
 }
 
 impl LeaseStore for DynamoLeaseStore {
-    fn create<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        parents: &'a [String],
-    ) -> BoxFuture<'a, LeaseResult<bool>> {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
+            let key = &row.key;
             // Index first: a row that exists is always listed.
             self.index_add(key).await?;
             let raw_key = key.to_string();
@@ -381,8 +397,17 @@ impl LeaseStore for DynamoLeaseStore {
                     .item(COUNTER, n(1))
                     .item(EXPIRY, n(0))
                     .condition_expression(format!("attribute_not_exists({KEY})"));
-                if !parents.is_empty() {
-                    req = req.item(PARENTS, AttributeValue::Ss(parents.to_vec()));
+                if !row.parents.is_empty() {
+                    req = req.item(PARENTS, AttributeValue::Ss(row.parents.clone()));
+                }
+                if let Some(cp) = &row.checkpoint {
+                    req = req.item(CHECKPOINT, s(cp.stored()));
+                    if let Some(sub) = cp.subsequence() {
+                        req = req.item(SUBSEQUENCE, n(sub));
+                    }
+                }
+                if let Some(marker) = &row.repositioned {
+                    req = req.item(REPOSITIONED, s(marker.as_str()));
                 }
                 req.send()
             })
@@ -398,31 +423,29 @@ impl LeaseStore for DynamoLeaseStore {
     fn take<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
-        take: Take,
+        holder: &'a Holder,
+        take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             let now = self.clock.now_ms();
             let mut expr = Expr::default()
-                .set(OWNER, ":owner", s(owner))
+                .set(OWNER, ":owner", s(holder.owner.as_str()))
+                .set(TOKEN, ":token", s(holder.token.as_str()))
                 .set(
                     EXPIRY,
                     ":expiry",
                     n(now.saturating_add(duration_ms(take.ttl))),
                 )
-                .remove(WANTED_BY);
+                .remove(WANTED_BY)
+                .checkpoint(take.checkpoint.as_ref());
+            if let Some(marker) = &take.repositioned {
+                expr = expr.set(REPOSITIONED, ":marker", s(marker.as_str()));
+            }
             let condition = match take.fence {
-                Some(0) => format!("attribute_not_exists({KEY})"),
-                Some(fence) => {
+                0 => format!("attribute_not_exists({KEY})"),
+                fence => {
                     expr = expr.value(":fence", n(fence));
                     format!("{COUNTER} = :fence")
-                }
-                None => {
-                    expr = expr.value(":now", n(now));
-                    format!(
-                        "attribute_not_exists({KEY}) OR attribute_not_exists({OWNER}) \
-                         OR {OWNER} = :owner OR {EXPIRY} <= :now"
-                    )
                 }
             };
             let outcome = self.update(key, expr, &condition).await?;
@@ -437,7 +460,7 @@ impl LeaseStore for DynamoLeaseStore {
     fn renew<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
@@ -445,7 +468,7 @@ impl LeaseStore for DynamoLeaseStore {
             let now = self.clock.now_ms();
             let expr = Expr::default()
                 .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
-                .value(":owner", s(owner))
+                .holder(holder)
                 .checkpoint(checkpoint);
             self.update(key, expr, &held()).await
         })
@@ -454,13 +477,11 @@ impl LeaseStore for DynamoLeaseStore {
     fn checkpoint<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: &'a Checkpoint,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            let expr = Expr::default()
-                .value(":owner", s(owner))
-                .checkpoint(Some(checkpoint));
+            let expr = Expr::default().holder(holder).checkpoint(Some(checkpoint));
             self.update(key, expr, &held()).await
         })
     }
@@ -468,15 +489,16 @@ impl LeaseStore for DynamoLeaseStore {
     fn release<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             let expr = Expr::default()
                 .set(EXPIRY, ":expiry", n(0))
                 .remove(OWNER)
+                .remove(TOKEN)
                 .remove(WANTED_BY)
-                .value(":owner", s(owner))
+                .holder(holder)
                 .checkpoint(checkpoint);
             self.update(key, expr, &held()).await
         })
@@ -503,7 +525,7 @@ impl LeaseStore for DynamoLeaseStore {
     fn hand_over<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         to: &'a str,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
@@ -514,9 +536,10 @@ impl LeaseStore for DynamoLeaseStore {
                 .set(OWNER, ":to", s(to))
                 .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
                 .remove(WANTED_BY)
-                .value(":owner", s(owner))
+                .remove(TOKEN)
+                .holder(holder)
                 .checkpoint(checkpoint);
-            let condition = format!("{OWNER} = :owner AND {WANTED_BY} = :to");
+            let condition = format!("{} AND {WANTED_BY} = :to", held());
             self.update(key, expr, &condition).await
         })
     }

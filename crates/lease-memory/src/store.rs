@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_lease_core::{
-    duration_ms, rules, BoxFuture, Checkpoint, Clock, Lease, LeaseKey, LeaseResult, LeaseStore,
-    Outcome, SystemClock, Take,
+    duration_ms, rules, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseKey, LeaseResult,
+    LeaseStore, Outcome, SystemClock, Take,
 };
 
 use crate::MemoryLeaseTable;
@@ -15,14 +15,16 @@ use crate::MemoryLeaseTable;
 /// # Examples
 ///
 /// ```
-/// use kinesis_lease_core::{LeaseKey, LeaseStore, Take};
+/// use kinesis_lease_core::{Holder, LeaseKey, LeaseStore, Take};
 /// use kinesis_lease_memory::MemoryLeaseStore;
 /// use std::time::Duration;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = MemoryLeaseStore::new();
 /// let key = LeaseKey::new("orders", "shardId-000000000000")?;
-/// let taken = store.take(&key, "me", Take::new(Duration::from_secs(10))).await?;
+/// let me = Holder::new("me", "token-1");
+/// // Fenced on counter 0: the row does not exist yet, so this take creates it.
+/// let taken = store.take(&key, &me, &Take::fenced(Duration::from_secs(10), 0)).await?;
 /// assert!(taken.is_written());
 /// # Ok::<(), kinesis_lease_core::LeaseError>(())
 /// # }).unwrap();
@@ -89,28 +91,27 @@ impl MemoryLeaseStore {
     fn held_write(
         &self,
         key: &LeaseKey,
-        owner: &str,
+        holder: &Holder,
         apply: impl FnOnce(&mut Lease, u64),
     ) -> Outcome {
-        self.write(key, |row, _| rules::holds(row, owner), apply)
+        self.write(key, |row, _| rules::holds(row, holder), apply)
     }
 }
 
 impl LeaseStore for MemoryLeaseStore {
-    fn create<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        parents: &'a [String],
-    ) -> BoxFuture<'a, LeaseResult<bool>> {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
+            let key = &row.key;
             let mut rows = self.table.lock();
             let stream = rows.entry(key.stream().to_owned()).or_default();
             if stream.contains_key(key.shard()) {
                 return Ok(false);
             }
-            let mut row = Lease::new(key.clone(), parents.to_vec());
-            row.counter = 1;
-            stream.insert(key.shard().to_owned(), row);
+            let mut new = Lease::new(key.clone(), row.parents.clone());
+            new.checkpoint = row.checkpoint.clone();
+            new.repositioned = row.repositioned.clone();
+            new.counter = 1;
+            stream.insert(key.shard().to_owned(), new);
             Ok(true)
         })
     }
@@ -118,17 +119,24 @@ impl LeaseStore for MemoryLeaseStore {
     fn take<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
-        take: Take,
+        holder: &'a Holder,
+        take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             Ok(self.write(
                 key,
-                |row, now| rules::may_take(row, owner, &take, now),
+                |row, _| rules::may_take(row, take),
                 |row, now| {
-                    row.owner = Some(owner.to_owned());
+                    row.owner = Some(holder.owner.clone());
+                    row.token = Some(holder.token.clone());
                     row.expiry_ms = now.saturating_add(duration_ms(take.ttl));
                     row.wanted_by = None;
+                    if let Some(cp) = &take.checkpoint {
+                        row.checkpoint = Some(cp.clone());
+                    }
+                    if let Some(marker) = &take.repositioned {
+                        row.repositioned = Some(marker.clone());
+                    }
                 },
             ))
         })
@@ -137,12 +145,12 @@ impl LeaseStore for MemoryLeaseStore {
     fn renew<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            Ok(self.held_write(key, owner, |row, now| {
+            Ok(self.held_write(key, holder, |row, now| {
                 row.expiry_ms = now.saturating_add(duration_ms(ttl));
                 if let Some(cp) = checkpoint {
                     row.checkpoint = Some(cp.clone());
@@ -154,11 +162,11 @@ impl LeaseStore for MemoryLeaseStore {
     fn checkpoint<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: &'a Checkpoint,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            Ok(self.held_write(key, owner, |row, _| {
+            Ok(self.held_write(key, holder, |row, _| {
                 row.checkpoint = Some(checkpoint.clone());
             }))
         })
@@ -167,12 +175,13 @@ impl LeaseStore for MemoryLeaseStore {
     fn release<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            Ok(self.held_write(key, owner, |row, _| {
+            Ok(self.held_write(key, holder, |row, _| {
                 row.owner = None;
+                row.token = None;
                 row.expiry_ms = 0;
                 row.wanted_by = None;
                 if let Some(cp) = checkpoint {
@@ -200,7 +209,7 @@ impl LeaseStore for MemoryLeaseStore {
     fn hand_over<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        holder: &'a Holder,
         to: &'a str,
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
@@ -208,9 +217,10 @@ impl LeaseStore for MemoryLeaseStore {
         Box::pin(async move {
             Ok(self.write(
                 key,
-                |row, _| rules::may_hand_over(row, owner, to),
+                |row, _| rules::may_hand_over(row, holder, to),
                 |row, now| {
                     row.owner = Some(to.to_owned());
+                    row.token = None;
                     row.expiry_ms = now.saturating_add(duration_ms(ttl));
                     row.wanted_by = None;
                     if let Some(cp) = checkpoint {

@@ -66,6 +66,19 @@ where
             }
         }
         SdkError::ServiceError(ctx) => match ctx.err().code().unwrap_or_default() {
+            // For a shard read, Kinesis answers this for a shard past retention too: the
+            // reader asks ListShards whether the stream itself is gone.
+            "ResourceNotFoundException"
+                if matches!(operation, "GetShardIterator" | "GetRecords") =>
+            {
+                ReaderError::ShardNotFound {
+                    stream: stream.to_owned(),
+                    shard: resource
+                        .split_once('/')
+                        .map_or(String::new(), |(_, s)| s.to_owned()),
+                    operation,
+                }
+            }
             "ResourceNotFoundException" => ReaderError::StreamNotFound {
                 stream: stream.to_owned(),
                 operation,

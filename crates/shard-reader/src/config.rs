@@ -1,8 +1,11 @@
 //! `ReaderConfig`: the timings and positions of one subscription's readers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Position;
+use kinesis_lease_core::{Clock, SystemClock};
+
+use crate::{Position, ReaderError};
 
 /// Settings of one subscription's coordinator and shard readers.
 #[derive(Debug, Clone)]
@@ -29,12 +32,24 @@ pub struct ReaderConfig {
     pub max_reads_per_second: u32,
     /// Records asked for per GetRecords call (1 to 10,000).
     pub records_per_call: usize,
-    /// Where a shard without checkpoint starts (the tip by default). Children of a split or
-    /// merge always start at their first record.
+    /// Where the subscription begins (the tip by default): pinned into each row by its first
+    /// take (see the `start` rules). Children of a later split or merge start at their first
+    /// record.
     pub start_at: Position,
-    /// When set, where every shard this broker takes starts the first time it takes it, over
-    /// any stored checkpoint (logged). For a one-off replay or skip; remove it afterwards.
+    /// When set, where every shard starts over its stored checkpoint, once per subscription:
+    /// the take that applies it writes the marker into the row, and rows carrying the marker
+    /// are never repositioned again, whoever takes them.
     pub reposition: Option<Position>,
+    /// The marker of [`reposition`](Self::reposition) (default: the position's name).
+    pub reposition_marker: Option<String>,
+    /// This host's wall clock, read to pin a `LATEST` start as a time.
+    pub clock: Arc<dyn Clock>,
+    /// How far before the take a `LATEST` start is pinned (30 s): covers the difference
+    /// between this host's clock and Kinesis'.
+    pub start_slack: Duration,
+    /// The most deliveries a shard's settlement window holds (10,000): past it the shard is
+    /// not read further until its head settles, and the stuck record is reported.
+    pub max_unsettled: usize,
 }
 
 impl ReaderConfig {
@@ -53,7 +68,94 @@ impl ReaderConfig {
             records_per_call: 1_000,
             start_at: Position::Latest,
             reposition: None,
+            reposition_marker: None,
+            clock: Arc::new(SystemClock),
+            start_slack: Duration::from_secs(30),
+            max_unsettled: 10_000,
         }
+    }
+
+    /// Checks the timings and positions.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::Invalid`] naming the setting: a zero interval or duration, a renew
+    /// interval not shorter than the lease, a start or reposition at a sequence number (those
+    /// belong to one shard), or a zero `max_unsettled`.
+    pub fn validate(&self) -> Result<(), ReaderError> {
+        let invalid = |what: &'static str, value: String, reason: &str| ReaderError::Invalid {
+            what,
+            value,
+            reason: format!("{reason} (stream `{}`)", self.stream),
+        };
+        for (what, value) in [
+            ("lease duration", self.lease_duration),
+            ("renew interval", self.renew_interval),
+            ("take interval", self.take_interval),
+            ("list interval", self.list_interval),
+            ("shard sync interval", self.shard_sync_interval),
+            ("poll interval", self.poll_interval),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(
+                    what,
+                    format!("{value:?}"),
+                    "must be more than zero",
+                ));
+            }
+        }
+        if self.renew_interval >= self.lease_duration {
+            return Err(invalid(
+                "renew interval",
+                format!("{:?}", self.renew_interval),
+                &format!(
+                    "must be shorter than the lease duration ({:?})",
+                    self.lease_duration
+                ),
+            ));
+        }
+        if !crate::start::is_subscription_position(&self.start_at) {
+            return Err(invalid(
+                "start position",
+                format!("{:?}", self.start_at),
+                "a subscription starts at TRIM_HORIZON, LATEST or AT_TIMESTAMP; a sequence number belongs to one shard",
+            ));
+        }
+        if let Some(position) = &self.reposition {
+            if !crate::start::is_subscription_position(position) {
+                return Err(invalid(
+                    "reposition",
+                    format!("{position:?}"),
+                    "a subscription repositions to TRIM_HORIZON, LATEST or AT_TIMESTAMP; a sequence number belongs to one shard",
+                ));
+            }
+        }
+        if self.max_reads_per_second == 0 {
+            return Err(invalid(
+                "max reads per second",
+                "0".into(),
+                "must be more than zero",
+            ));
+        }
+        if self.max_unsettled == 0 {
+            return Err(invalid(
+                "max unsettled",
+                "0".into(),
+                "must be more than zero",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reposition and its marker, if one is set.
+    pub(crate) fn reposition(&self) -> Option<(&Position, String)> {
+        self.reposition.as_ref().map(|position| {
+            let marker = self
+                .reposition_marker
+                .clone()
+                .unwrap_or_else(|| crate::start::reposition_marker(position));
+            (position, marker)
+        })
     }
 
     /// The GetRecords limit for a handler taking `batch_size` records at a time: the batch

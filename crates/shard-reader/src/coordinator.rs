@@ -1,17 +1,27 @@
 //! `Coordinator`: one subscription's shards and leases.
 //!
 //! It lists the stream's shards (at start, every `shard_sync_interval`, and at once when a
-//! shard ends), creates the missing lease rows with their parents, and every `take_interval`
-//! takes rows it may read: free rows, rows it owns already, and rows whose owner stopped
-//! renewing. Children of a split or merge are taken only once every parent's checkpoint is
-//! `SHARD_END` (or the parent has left the stream), so parents finish before children.
+//! shard ends), creates the missing lease rows with their parents and start position, and
+//! every `take_interval` takes rows it may read: free rows, rows handed over to it, and rows
+//! whose holder stopped renewing. Children of a split or merge are taken only once every
+//! parent's checkpoint is `SHARD_END` (or the parent has left the stream), so parents finish
+//! before children.
 //!
-//! # Expiry without trusting clocks
+//! # Every take is fenced
 //!
-//! A foreign row counts as expired only when this coordinator has seen its counter unchanged
-//! for a full lease duration on its own monotonic clock; the take is then fenced on that
-//! counter. The wall-clock expiry written in the row never decides, so instances whose clocks
-//! disagree by seconds never both hold a shard.
+//! Every take is conditioned on the counter this coordinator saw in its listing, so of two
+//! takers that saw the same row exactly one wins, whatever their clocks say. A held row counts
+//! as expired only when this coordinator has seen its counter unchanged for a full lease
+//! duration on its own monotonic clock. The wall-clock expiry written in the row never decides.
+//!
+//! # One holding, one token
+//!
+//! A take writes a token fresh for that take, and the keeper's writes require it. A row that
+//! names this owner id but carries a token this coordinator never wrote belongs to another
+//! process with the same id (or to a crashed earlier run of this one): it is treated as
+//! foreign, and if its counter moves, the id is live elsewhere and the subscription fails with
+//! [`ReaderError::OwnerInUse`] instead of fighting over it. A take whose response was lost is
+//! adopted at the next listing when the row carries its token.
 //!
 //! # Fair share
 //!
@@ -22,16 +32,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use kinesis_dispatch::Stuck;
 use kinesis_dispatch::{CheckpointCursor, DeliverySender, ShardSettlement};
-use kinesis_lease_core::{Checkpoint, Lease, LeaseStore, Outcome, Take};
+use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseStore, Outcome, Take};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::{interval, Instant, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::keeper::Keeper;
-use crate::reader::{start_position, Reader};
+use crate::reader::Reader;
 use crate::shared::{Exit, Held, Phase, Report, Shared};
+use crate::start::{self, StartPlan};
 use crate::{KinesisApi, ReaderConfig, ReaderError};
 
 /// Starts the coordinator of one subscription.
@@ -55,17 +67,81 @@ pub struct ShardStats {
     pub settled: u64,
     /// Records handed to dispatch and not settled.
     pub in_flight: u64,
+    /// The record holding the checkpoint back, when it has failed at least once or the
+    /// settlement window is full.
+    pub stuck: Option<Stuck>,
 }
 
 /// The running coordinator and shard readers of one subscription.
+///
+/// Dropping it stops the coordinator and every shard task at once, writing nothing (as
+/// [`abort`](Self::abort)): nothing keeps renewing leases it no longer reads, and the leases
+/// lapse. [`release_all`](Self::release_all) is the clean way out.
 #[derive(Debug)]
 pub struct CoordinatorHandle {
     shared: Arc<Shared>,
-    coordinator: tokio::task::JoinHandle<JoinSet<()>>,
+    coordinator: Option<tokio::task::JoinHandle<()>>,
     fatal: watch::Receiver<Option<Arc<ReaderError>>>,
 }
 
+impl Drop for CoordinatorHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.coordinator.take() {
+            // Aborting the coordinator drops its shard tasks (a JoinSet aborts on drop).
+            task.abort();
+        }
+    }
+}
+
 impl Coordinator {
+    /// Checks, before starting, that no other live process uses `owner` on `stream`: when
+    /// rows of the stream name this owner id with a token, reads them again after `wait` (a
+    /// renew interval and a little more) and fails if one was renewed meanwhile. Costs nothing
+    /// when no row names the id (fresh, unique ids; or rows released by a clean shutdown).
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::OwnerInUse`] naming a shard the other process renewed;
+    /// [`ReaderError::Lease`] when the store fails.
+    pub async fn probe_owner(
+        store: &dyn LeaseStore,
+        stream: &str,
+        owner: &str,
+        wait: std::time::Duration,
+    ) -> Result<(), ReaderError> {
+        let lease_error = |source| ReaderError::Lease {
+            stream: stream.to_owned(),
+            shard: String::new(),
+            source,
+        };
+        let mine = |rows: Vec<Lease>| -> HashMap<String, (Option<String>, u64)> {
+            rows.into_iter()
+                .filter(|r| r.is_held_by(owner) && r.token.is_some())
+                .map(|r| (r.key.shard().to_owned(), (r.token, r.counter)))
+                .collect()
+        };
+        let before = mine(store.list(stream).await.map_err(lease_error)?);
+        if before.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(%stream, %owner, rows = before.len(), ?wait, "rows name this owner id: checking that no live process renews them");
+        tokio::time::sleep(wait).await;
+        let after = mine(store.list(stream).await.map_err(lease_error)?);
+        for (shard, (token, counter)) in after {
+            if before
+                .get(&shard)
+                .is_some_and(|(t, c)| *t == token && *c != counter)
+            {
+                return Err(ReaderError::OwnerInUse {
+                    owner: owner.to_owned(),
+                    stream: stream.to_owned(),
+                    shard,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Spawns the coordinator on the current runtime; it reads `config.stream` into `sender`.
     pub fn spawn(
         config: ReaderConfig,
@@ -93,7 +169,8 @@ impl Coordinator {
             rows_created: HashSet::new(),
             observed: HashMap::new(),
             tasks: JoinSet::new(),
-            reposition_done: HashSet::new(),
+            tokens: HashMap::new(),
+            pending: HashMap::new(),
             epoch: None,
             listed: None,
             asked: None,
@@ -102,7 +179,7 @@ impl Coordinator {
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
         CoordinatorHandle {
             shared,
-            coordinator,
+            coordinator: Some(coordinator),
             fatal,
         }
     }
@@ -124,12 +201,13 @@ impl CoordinatorHandle {
 
     /// Writes each held shard's final checkpoint with its release and waits for every shard
     /// task to end. Call after the subscription's handlers have finished (or been abandoned).
-    pub async fn release_all(self) {
+    pub async fn release_all(mut self) {
         self.stop_reading();
         self.shared.phase.send_replace(Phase::Releasing);
-        match self.coordinator.await {
-            Ok(mut tasks) => while tasks.join_next().await.is_some() {},
-            Err(error) => tracing::error!(%error, "coordinator task failed"),
+        if let Some(task) = self.coordinator.take() {
+            if let Err(error) = task.await {
+                tracing::error!(%error, "coordinator task failed");
+            }
         }
         // Let the other instances see the released rows at their next epoch read.
         let stream = &self.shared.config.stream;
@@ -140,8 +218,10 @@ impl CoordinatorHandle {
 
     /// Stops the coordinator and every shard task at once, writing nothing, as a crash would:
     /// the leases stay until others see them expire. For failover tests.
-    pub fn abort(self) {
-        self.coordinator.abort();
+    pub fn abort(mut self) {
+        if let Some(task) = self.coordinator.take() {
+            task.abort();
+        }
     }
 
     /// The shards this broker holds now, sorted.
@@ -159,6 +239,9 @@ impl CoordinatorHandle {
             .iter()
             .map(|(shard, held)| {
                 let progress = held.settlement.progress();
+                let stuck = held.settlement.stuck().filter(|s| {
+                    s.attempts > 0 || s.window >= self.shared.config.max_unsettled as u64
+                });
                 ShardStats {
                     shard: shard.clone(),
                     owner: self.shared.config.owner.clone(),
@@ -171,6 +254,7 @@ impl CoordinatorHandle {
                     delivered: progress.delivered,
                     settled: progress.settled,
                     in_flight: progress.in_flight(),
+                    stuck,
                 }
             })
             .collect();
@@ -196,7 +280,8 @@ impl CoordinatorHandle {
         &self.shared.config.stream
     }
 
-    /// Resolves with the first fatal error of the subscription (a deleted stream).
+    /// Resolves with the first fatal error of the subscription (a deleted stream, an owner id
+    /// live in another process).
     pub async fn failed(&self) -> Arc<ReaderError> {
         let mut fatal = self.fatal.clone();
         loop {
@@ -216,11 +301,22 @@ impl CoordinatorHandle {
     }
 }
 
-/// What the coordinator saw of one row's counter, and since when.
-#[derive(Debug, Clone, Copy)]
+/// What the coordinator saw of one row, and since when its counter stood still.
+#[derive(Debug, Clone)]
 struct Seen {
     counter: u64,
+    owner: Option<String>,
+    token: Option<String>,
     since: Instant,
+}
+
+/// A take whose outcome is unknown (the store failed or lost the response): adopted if the
+/// row turns out to carry its token.
+#[derive(Debug)]
+struct Pending {
+    holder: Holder,
+    plan: StartPlan,
+    sent: Instant,
 }
 
 struct State {
@@ -230,7 +326,9 @@ struct State {
     rows_created: HashSet<String>,
     observed: HashMap<String, Seen>,
     tasks: JoinSet<()>,
-    reposition_done: HashSet<String>,
+    /// Tokens this coordinator wrote, per shard, while a row may still carry one of them.
+    tokens: HashMap<String, HashSet<String>>,
+    pending: HashMap<String, Pending>,
     /// The stream's epoch at the last listing.
     epoch: Option<u64>,
     /// When the rows were last listed.
@@ -244,9 +342,10 @@ struct State {
 }
 
 impl State {
-    async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) -> JoinSet<()> {
+    async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
         let config = self.shared.config.clone();
-        let mut phase = self.shared.phase.subscribe();
+        let shared = self.shared.clone();
+        let mut phase = shared.phase.subscribe();
         let mut sync = interval(config.shard_sync_interval);
         let mut take = interval(config.take_interval);
         sync.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -256,6 +355,13 @@ impl State {
             tokio::select! {
                 biased;
                 _ = crate::shared::left_running(&mut phase) => break,
+                // Nobody receives deliveries any more (a dropped `DeliveryStream`, dispatch
+                // gone): release everything with what settled, rather than hold shards unread.
+                () = shared.sender.closed() => {
+                    tracing::warn!("the subscription's receiver is gone; releasing every shard");
+                    shared.phase.send_replace(Phase::Releasing);
+                    break;
+                }
                 report = reports.recv() => {
                     let Some(report) = report else { break };
                     self.on_report(report).await;
@@ -263,18 +369,27 @@ impl State {
                 _ = sync.tick() => self.sync_shards().await,
                 _ = take.tick() => self.tick().await,
             }
-            if self.shared.fatal.borrow().is_some() {
-                // Stream gone: stop taking; shard tasks release on their own.
-                self.shared.phase.send_if_modified(|p| {
-                    let running = *p == Phase::Running;
-                    if running {
-                        *p = Phase::Draining;
-                    }
-                    running
-                });
+            // Reap finished shard tasks, so the set holds live ones only.
+            while self.tasks.try_join_next().is_some() {}
+            if shared.fatal.borrow().is_some() {
+                // Stream gone or owner id in use: stop reading and release what is held.
+                shared.phase.send_replace(Phase::Releasing);
+                break;
             }
         }
-        self.tasks
+        // Keepers go on renewing while handlers finish (Draining), until Releasing; then each
+        // writes its final checkpoint. Wait for them here, so dropping the handle (which
+        // aborts this task) is the only way to cut them short.
+        loop {
+            tokio::select! {
+                biased;
+                joined = self.tasks.join_next() => if joined.is_none() { break },
+                () = shared.sender.closed(), if *phase.borrow() == Phase::Draining => {
+                    shared.phase.send_replace(Phase::Releasing);
+                }
+                _ = phase.changed() => {}
+            }
+        }
     }
 
     async fn on_report(&mut self, report: Report) {
@@ -287,11 +402,13 @@ impl State {
     }
 
     async fn sync_shards(&mut self) {
-        let stream = self.shared.config.stream.clone();
-        let shards = match self.shared.kinesis.list_shards(&stream).await {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let stream = config.stream.clone();
+        let shards = match shared.kinesis.list_shards(&stream).await {
             Ok(shards) => shards,
             Err(error @ ReaderError::StreamNotFound { .. }) => {
-                self.shared.fail(error);
+                shared.fail(error);
                 return;
             }
             Err(error) => {
@@ -300,22 +417,51 @@ impl State {
             }
         };
         self.stream_shards = shards.into_iter().map(|s| (s.id.clone(), s)).collect();
+        // Shards that left the stream (trimmed past retention) need no memory here.
+        self.rows_created
+            .retain(|id| self.stream_shards.contains_key(id));
         let mut missing: Vec<&crate::Shard> = self
             .stream_shards
             .values()
             .filter(|s| !self.rows_created.contains(&s.id))
             .collect();
+        if missing.is_empty() {
+            return;
+        }
         missing.sort_by(|a, b| a.id.cmp(&b.id));
+        // A subscription begins when none of its rows was ever taken: its start position then
+        // applies to every shard (see the `start` rules).
+        let rows = match shared.store.list(&stream).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::warn!(error = %error, "listing leases failed; creating rows at the next sync");
+                return;
+            }
+        };
+        let fresh = rows.iter().all(|r| r.counter <= 1);
+        let existing: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
+        let marker = config.reposition().map(|(_, marker)| marker);
         let mut created = Vec::new();
         for shard in missing {
-            let key = match self.shared.key(&shard.id) {
+            if existing.contains(shard.id.as_str()) {
+                created.push(shard.id.clone());
+                continue;
+            }
+            let key = match shared.key(&shard.id) {
                 Ok(key) => key,
                 Err(error) => {
                     tracing::error!(error = %error, "shard id unusable as a lease key");
                     continue;
                 }
             };
-            match self.shared.store.create(&key, &shard.parents()).await {
+            let mut row = Lease::new(key, shard.parents()).starting_at(start::initial_checkpoint(
+                shard,
+                fresh,
+                &config.start_at,
+            ));
+            // Rows created under a reposition start as the subscription says, not repositioned.
+            row.repositioned = marker.clone();
+            match shared.store.create(&row).await {
                 Ok(_) => created.push(shard.id.clone()),
                 Err(error) => {
                     tracing::warn!(shard = %shard.id, error = %error, "creating the lease row failed")
@@ -355,6 +501,79 @@ impl State {
         }
     }
 
+    /// True when this coordinator wrote `token` into `shard`'s row.
+    fn is_mine(&self, shard: &str, token: Option<&str>) -> bool {
+        token.is_some_and(|t| self.tokens.get(shard).is_some_and(|ts| ts.contains(t)))
+    }
+
+    /// Records what the listing shows; fails the subscription when another process with this
+    /// owner id is seen writing a row.
+    fn observe(&mut self, rows: &[Lease], now: Instant) -> Result<(), ReaderError> {
+        let me = self.shared.config.owner.clone();
+        let held: HashSet<String> = self.shared.held().keys().cloned().collect();
+        for row in rows {
+            let shard = row.key.shard();
+            let previous = self.observed.get(shard);
+            let twin = row.is_held_by(&me)
+                && row.token.is_some()
+                && !held.contains(shard)
+                && !self.is_mine(shard, row.token.as_deref())
+                && previous.is_some_and(|seen| {
+                    seen.owner == row.owner
+                        && seen.token == row.token
+                        && seen.counter != row.counter
+                });
+            if twin {
+                return Err(ReaderError::OwnerInUse {
+                    owner: me,
+                    stream: row.key.stream().to_owned(),
+                    shard: shard.to_owned(),
+                });
+            }
+            if previous.is_none_or(|seen| seen.counter != row.counter) {
+                self.observed.insert(
+                    shard.to_owned(),
+                    Seen {
+                        counter: row.counter,
+                        owner: row.owner.clone(),
+                        token: row.token.clone(),
+                        since: now,
+                    },
+                );
+            }
+            // Tokens of ours the row no longer carries can never come back.
+            if let Some(tokens) = self.tokens.get_mut(shard) {
+                tokens.retain(|t| row.token.as_deref() == Some(t.as_str()) || held.contains(shard));
+            }
+        }
+        let listed: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
+        self.observed
+            .retain(|shard, _| listed.contains(shard.as_str()));
+        self.tokens
+            .retain(|shard, tokens| !tokens.is_empty() && listed.contains(shard.as_str()));
+        Ok(())
+    }
+
+    /// Takes whose response was lost and that landed after all: start reading them.
+    fn adopt_pending(&mut self, rows: &[Lease]) {
+        let owner = self.shared.config.owner.clone();
+        let ttl = self.shared.config.lease_duration;
+        for row in rows {
+            let shard = row.key.shard();
+            let Some(pending) = self.pending.remove(shard) else {
+                continue;
+            };
+            if row.is_held_with(&pending.holder) {
+                tracing::info!(%shard, "a take whose response was lost had landed; reading");
+                self.start(row.clone(), pending.holder, pending.plan, pending.sent);
+            } else if row.is_held_by(&owner) && row.token.is_none() {
+                // Handed to us meanwhile: taken normally below.
+            } else if pending.sent.elapsed() < ttl {
+                self.pending.insert(shard.to_owned(), pending);
+            }
+        }
+    }
+
     async fn take_round(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -367,21 +586,11 @@ impl State {
         };
         let now = Instant::now();
         self.listed = Some(now);
-        for row in &rows {
-            let shard = row.key.shard();
-            match self.observed.get(shard) {
-                Some(seen) if seen.counter == row.counter => {}
-                _ => {
-                    self.observed.insert(
-                        shard.to_owned(),
-                        Seen {
-                            counter: row.counter,
-                            since: now,
-                        },
-                    );
-                }
-            }
+        if let Err(error) = self.observe(&rows, now) {
+            shared.fail(error);
+            return;
         }
+        self.adopt_pending(&rows);
         let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
         let readable: Vec<&Lease> = rows
             .iter()
@@ -402,8 +611,9 @@ impl State {
         let is_live = |row: &Lease| live_shards.contains(row.key.shard());
         self.next_expiry = readable
             .iter()
-            .filter(|r| r.owner.as_deref().is_some_and(|o| o != config.owner))
+            .filter(|r| r.owner.is_some())
             .filter(|r| live_shards.contains(r.key.shard()))
+            .filter(|r| !shared.held().contains_key(r.key.shard()))
             .filter_map(|r| {
                 self.observed
                     .get(r.key.shard())
@@ -419,46 +629,62 @@ impl State {
         let target = readable.len().div_ceil(owners.len());
         let held = self.shared.held().len();
         let mut room = target.saturating_sub(held);
-        // Own rows first (after a restart with a stable id), then free ones, then expired ones.
-        let mut candidates: Vec<(u8, &Lease, Take)> = Vec::new();
+        // Rows handed over to us first, then free ones, then expired ones; all fenced.
+        let mut candidates: Vec<(u8, &Lease)> = Vec::new();
         {
             let held = self.shared.held();
             for row in &readable {
-                if held.contains_key(row.key.shard()) {
+                let shard = row.key.shard();
+                if held.contains_key(shard) || self.pending.contains_key(shard) {
                     continue;
                 }
-                let (rank, take) = match row.owner.as_deref() {
-                    Some(owner) if owner == config.owner => (0, Take::new(ttl)),
-                    None => (1, Take::new(ttl)),
-                    Some(_) if !is_live(row) => (2, Take::fenced(ttl, row.counter)),
+                let rank = match row.owner.as_deref() {
+                    Some(owner) if owner == config.owner && row.token.is_none() => 0,
+                    None => 1,
+                    Some(_) if !is_live(row) => 2,
                     Some(_) => continue,
                 };
-                candidates.push((rank, row, take));
+                candidates.push((rank, row));
             }
         }
         candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
-        for (rank, row, take) in candidates {
-            // Rows already ours (handed over to us, or ours before a restart) are always taken.
+        for (rank, row) in candidates {
+            // Rows handed over to us are always taken.
             if room == 0 && rank > 0 {
                 break;
             }
-            match shared.store.take(&row.key, &config.owner, take).await {
+            let reposition = config.reposition();
+            let plan = start::plan(
+                row,
+                &config.start_at,
+                reposition.as_ref().map(|(p, m)| (*p, m.as_str())),
+                config.clock.now_ms(),
+                config.start_slack,
+            );
+            let mut take = Take::fenced(ttl, row.counter);
+            take.checkpoint = plan.checkpoint.clone();
+            take.repositioned = plan.marker.clone();
+            let holder = Holder::new(config.owner.clone(), new_token());
+            let shard = row.key.shard().to_owned();
+            self.tokens
+                .entry(shard.clone())
+                .or_default()
+                .insert(holder.token.clone());
+            let sent = Instant::now();
+            match shared.store.take(&row.key, &holder, &take).await {
                 Ok(Outcome::Written(lease)) => {
                     room = room.saturating_sub(1);
-                    if self
-                        .asked
-                        .as_ref()
-                        .is_some_and(|(s, _)| s == lease.key.shard())
-                    {
+                    if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
                         self.asked = None;
                     }
-                    self.start(lease);
+                    self.start(lease, holder, plan, sent);
                 }
                 Ok(Outcome::Lost(lost)) => {
-                    tracing::debug!(shard = %row.key.shard(), holder = ?lost.holder, "take lost");
+                    tracing::debug!(%shard, holder = ?lost.holder, "take lost");
                 }
                 Err(error) => {
-                    tracing::warn!(shard = %row.key.shard(), error = %error, "take failed");
+                    tracing::warn!(%shard, error = %error, "take failed; adopted later if it landed");
+                    self.pending.insert(shard, Pending { holder, plan, sent });
                 }
             }
         }
@@ -518,7 +744,7 @@ impl State {
     }
 
     /// Starts the keeper and reader of a freshly taken shard.
-    fn start(&mut self, lease: Lease) {
+    fn start(&mut self, lease: Lease, holder: Holder, plan: StartPlan, sent: Instant) {
         let shared = self.shared.clone();
         let config = &shared.config;
         let shard = lease.key.shard().to_owned();
@@ -533,17 +759,17 @@ impl State {
                 written: written.clone(),
             },
         );
-        let reposition = config.reposition.is_some() && self.reposition_done.insert(shard.clone());
-        let (start, skip) = start_position(&shared, &lease, reposition);
         let (signal_tx, signal_rx) = watch::channel(crate::shared::Signal::Reading);
         let (cmd_tx, cmd_rx) = mpsc::channel(2);
         let keeper = Keeper {
             shared: shared.clone(),
             key: lease.key.clone(),
+            holder,
             settlement: settlement.clone(),
             cursor: CheckpointCursor::new(lease.checkpoint.as_ref()),
             signal: signal_tx,
             written,
+            taken_at: sent,
         };
         let reader = Reader {
             shared: shared.clone(),
@@ -556,15 +782,23 @@ impl State {
             millis_behind,
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
-        tracing::info!(parent: &span, checkpoint = ?lease.checkpoint.as_ref().map(ToString::to_string), position = ?start, "lease taken");
+        if plan.marker.is_some() {
+            tracing::warn!(parent: &span, position = ?plan.open, "repositioned over the stored checkpoint (once per subscription)");
+        }
+        tracing::info!(parent: &span, checkpoint = ?lease.checkpoint.as_ref().map(ToString::to_string), position = ?plan.open, "lease taken");
         let reports = shared.reports.clone();
         self.tasks.spawn(
             async move {
-                let (exit, ()) = tokio::join!(keeper.run(cmd_rx), reader.run(start, skip));
+                let (exit, ()) = tokio::join!(keeper.run(cmd_rx), reader.run(plan));
                 shared.held().remove(&shard);
                 let _ = reports.send(Report { shard, exit });
             }
             .instrument(span),
         );
     }
+}
+
+/// A token for one take: random, so no two holdings share one.
+fn new_token() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }

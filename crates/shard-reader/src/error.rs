@@ -14,6 +14,29 @@ pub enum ReaderError {
         /// The Kinesis operation that found it missing.
         operation: &'static str,
     },
+    /// A shard is not found (ResourceNotFoundException from GetShardIterator or GetRecords):
+    /// trimmed past the stream's retention, or never a shard of it. The stream may well
+    /// exist; readers ask ListShards before concluding anything.
+    #[error("shard `{stream}/{shard}` not found ({operation}): trimmed past retention or unknown")]
+    ShardNotFound {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// The Kinesis operation.
+        operation: &'static str,
+    },
+    /// Another live process uses this broker's lease-owner id: it was seen renewing a row of
+    /// this owner id that this process does not hold. Two processes must never share an id.
+    #[error("lease owner id `{owner}` is live in another process (it renews `{stream}/{shard}`)")]
+    OwnerInUse {
+        /// The owner id.
+        owner: String,
+        /// The stream.
+        stream: String,
+        /// A shard the other process holds.
+        shard: String,
+    },
     /// A shard iterator expired (they last 5 minutes); the reader opens a new one.
     #[error("shard iterator of `{stream}/{shard}` expired")]
     ExpiredIterator {

@@ -3,18 +3,30 @@
 //! It renews every `renew_interval` in a task of its own, so a reader blocked on a full channel
 //! still renews, and folds the due checkpoint into the renewal (one write per interval). It
 //! writes `SHARD_END` when the reader reports the shard read and settled to its end, and the
-//! final checkpoint with the release on shutdown. A renewal that is lost, or renewals failing
-//! for so long that the lease may lapse before the next one, revoke the shard at once: the
-//! reader stops, undelivered records are dropped, and nothing more is written.
+//! final checkpoint with the release on shutdown. Every write is conditioned on this holding's
+//! token, so nothing it writes can land once another instance (or another process with the same
+//! owner id) has taken the row.
+//!
+//! # When the keeper gives up
+//!
+//! Another instance takes a row only after it has seen the row's counter stand still for a
+//! whole lease duration on its own clock, so the lease is surely ours until `sent + lease`,
+//! where `sent` is when the last write that landed was *sent* (its response may come much
+//! later). The keeper stops the reader at `sent + lease - renew` on a timer of its own,
+//! whatever renewals are doing (slow, failing or in flight): the renew interval is the margin
+//! for handlers still running and for clocks that tick at slightly different rates. A lost
+//! renewal stops the reader at once. Stopping revokes the shard's settlement: undelivered
+//! records are dropped, and nothing more is written.
 
 use std::sync::Arc;
 
 use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
-use kinesis_lease_core::{Checkpoint, LeaseKey, Outcome};
+use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outcome};
 use tokio::sync::{mpsc, watch};
-use tokio::time::{interval_at, Instant, MissedTickBehavior};
+use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
 use crate::shared::{Backoff, Exit, Shared, Signal};
+use crate::ReaderError;
 
 /// What the reader asks the keeper to do.
 #[derive(Debug)]
@@ -28,10 +40,23 @@ pub(crate) enum KeeperCmd {
 pub(crate) struct Keeper {
     pub(crate) shared: Arc<Shared>,
     pub(crate) key: LeaseKey,
+    pub(crate) holder: Holder,
     pub(crate) settlement: Arc<ShardSettlement>,
     pub(crate) cursor: CheckpointCursor,
     pub(crate) signal: watch::Sender<Signal>,
     pub(crate) written: Arc<std::sync::Mutex<Option<Checkpoint>>>,
+    /// When the write that took the row was sent.
+    pub(crate) taken_at: Instant,
+}
+
+/// What one renewal came to.
+enum Renewed {
+    /// Landed; the row as it now stands.
+    Landed(Box<Lease>),
+    /// Failed; the deadline timer decides whether that matters.
+    Failed,
+    /// Lost, or the deadline passed: the reader is stopped.
+    Gone(Exit),
 }
 
 impl Keeper {
@@ -47,11 +72,66 @@ impl Keeper {
         Exit::Lost
     }
 
-    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<KeeperCmd>) -> Exit {
+    /// A write of ours was refused: the row has another holding now. When that holding has
+    /// our owner id, another live process uses it.
+    fn lost_to(&self, holder: Option<&str>, why: &str) -> Exit {
+        let owner = &self.shared.config.owner;
+        if holder == Some(owner.as_str()) {
+            self.shared.fail(ReaderError::OwnerInUse {
+                owner: owner.clone(),
+                stream: self.key.stream().to_owned(),
+                shard: self.key.shard().to_owned(),
+            });
+        }
+        self.lose(why)
+    }
+
+    /// The latest time the reader may go on, given when the last landed write was sent.
+    fn deadline_after(&self, sent: Instant) -> Instant {
+        let config = &self.shared.config;
+        sent + config.lease_duration.saturating_sub(config.renew_interval)
+    }
+
+    /// One renewal with the due checkpoint, bounded by `deadline`.
+    async fn renew(&mut self, deadline: Instant) -> (Renewed, Instant) {
         let shared = self.shared.clone();
         let config = &shared.config;
-        let (ttl, every) = (config.lease_duration, config.renew_interval);
-        let mut last_ok = Instant::now();
+        let due = self.cursor.due(&self.settlement);
+        let sent = Instant::now();
+        let call = shared
+            .store
+            .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
+        let Ok(renewed) = timeout_at(deadline, call).await else {
+            return (
+                Renewed::Gone(self.lose("no renewal landed within lease - renew")),
+                deadline,
+            );
+        };
+        match renewed {
+            Ok(Outcome::Written(row)) => {
+                if let Some(cp) = &due {
+                    self.record_written(cp);
+                }
+                tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
+                (Renewed::Landed(Box::new(row)), self.deadline_after(sent))
+            }
+            Ok(Outcome::Lost(lost)) => {
+                tracing::warn!(holder = ?lost.holder, counter = lost.counter, "renewal lost");
+                (
+                    Renewed::Gone(self.lost_to(lost.holder.as_deref(), "renewal lost")),
+                    deadline,
+                )
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "renewal failed");
+                (Renewed::Failed, deadline)
+            }
+        }
+    }
+
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<KeeperCmd>) -> Exit {
+        let every = self.shared.config.renew_interval;
+        let mut deadline = self.deadline_after(self.taken_at);
         let mut tick = interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = self.shared.phase.subscribe();
@@ -59,53 +139,31 @@ impl Keeper {
         loop {
             tokio::select! {
                 biased;
+                () = sleep_until(deadline) => return self.lose("no renewal landed within lease - renew"),
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(KeeperCmd::ShardEnd) => return self.finish(Some(Checkpoint::ShardEnd), last_ok).await,
+                    Some(KeeperCmd::ShardEnd) => return self.finish(Some(Checkpoint::ShardEnd), deadline).await,
                     Some(KeeperCmd::Release) => {
                         let due = self.cursor.due(&self.settlement);
-                        return self.finish(due, last_ok).await;
+                        return self.finish(due, deadline).await;
                     }
                     None => commands_open = false,
                 },
                 _ = crate::shared::releasing(&mut phase) => {
                     let due = self.cursor.due(&self.settlement);
-                    return self.finish(due, last_ok).await;
+                    return self.finish(due, deadline).await;
                 }
                 _ = tick.tick() => {
-                    let due = self.cursor.due(&self.settlement);
-                    let store = self.shared.store.clone();
-                    // However long the store retries, the reader must stop before anyone else
-                    // may see the lease stand still for a full lease duration.
-                    let deadline = last_ok + ttl.saturating_sub(every);
-                    let renewed = tokio::time::timeout_at(
-                        deadline,
-                        store.renew(&self.key, &config.owner, ttl, due.as_ref()),
-                    )
-                    .await;
-                    let Ok(renewed) = renewed else {
-                        return self.lose("renewals failed for most of the lease");
-                    };
+                    let (renewed, next) = self.renew(deadline).await;
+                    deadline = next;
                     match renewed {
-                        Ok(Outcome::Written(row)) => {
-                            last_ok = Instant::now();
-                            if let Some(cp) = &due {
-                                self.record_written(cp);
-                            }
-                            tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
-                            if let Some(asker) = row.wanted_by.filter(|a| *a != config.owner) {
-                                return self.hand_off(asker, last_ok).await;
+                        Renewed::Landed(row) => {
+                            let owner = &self.shared.config.owner;
+                            if let Some(asker) = row.wanted_by.filter(|a| a != owner) {
+                                return self.hand_off(asker, deadline, tick).await;
                             }
                         }
-                        Ok(Outcome::Lost(lost)) => {
-                            tracing::warn!(holder = ?lost.holder, counter = lost.counter, "renewal lost");
-                            return self.lose("renewal lost");
-                        }
-                        Err(error) => {
-                            tracing::warn!(error = %error, "renewal failed");
-                            if Instant::now() >= deadline {
-                                return self.lose("renewals failed for most of the lease");
-                            }
-                        }
+                        Renewed::Failed => {}
+                        Renewed::Gone(exit) => return exit,
                     }
                 }
             }
@@ -113,31 +171,59 @@ impl Keeper {
     }
 
     /// Hands the shard to `asker`: stop reading, let what was handed out settle (for at most
-    /// half a lease), then one write moves the row with the final checkpoint. Whatever did not
-    /// settle in time is dropped unsettled, so the new owner reads it again.
-    async fn hand_off(mut self, asker: String, last_ok: Instant) -> Exit {
+    /// half a lease, renewing meanwhile), then one write moves the row with the final
+    /// checkpoint. Whatever did not settle in time is dropped unsettled, so the new owner reads
+    /// it again.
+    async fn hand_off(
+        mut self,
+        asker: String,
+        mut deadline: Instant,
+        mut tick: tokio::time::Interval,
+    ) -> Exit {
         let shared = self.shared.clone();
         let config = &shared.config;
         tracing::info!(%asker, "shard wanted by another instance; handing it over");
         self.signal.send_replace(Signal::Stop);
-        let settled =
-            tokio::time::timeout(config.lease_duration / 2, self.settlement.all_settled())
-                .await
-                .is_ok();
-        if !settled {
+        let settle_by = Instant::now() + config.lease_duration / 2;
+        let settlement = self.settlement.clone();
+        let settled = settlement.all_settled();
+        tokio::pin!(settled);
+        let mut phase = shared.phase.subscribe();
+        let all_settled = loop {
+            tokio::select! {
+                biased;
+                () = sleep_until(deadline) => return self.lose("no renewal landed within lease - renew"),
+                () = &mut settled => break true,
+                () = sleep_until(settle_by) => break false,
+                // Shutting down meanwhile: hand over what settled now.
+                _ = crate::shared::releasing(&mut phase) => break false,
+                _ = tick.tick() => {
+                    let (renewed, next) = self.renew(deadline).await;
+                    deadline = next;
+                    if let Renewed::Gone(exit) = renewed {
+                        return exit;
+                    }
+                }
+            }
+        };
+        if !all_settled {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
-        self.settlement.revoke();
         let checkpoint = self.cursor.due(&self.settlement);
+        self.settlement.revoke();
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         loop {
             let store = shared.store.clone();
-            let ttl = config.lease_duration;
-            match store
-                .hand_over(&self.key, &config.owner, &asker, ttl, checkpoint.as_ref())
-                .await
-            {
-                Ok(Outcome::Written(_)) => {
+            let call = store.hand_over(
+                &self.key,
+                &self.holder,
+                &asker,
+                config.lease_duration,
+                checkpoint.as_ref(),
+            );
+            match self.bounded(deadline, call).await {
+                None => return self.lose("could not hand over before the lease lapses"),
+                Some(Ok(Outcome::Written(_))) => {
                     if let Some(cp) = &checkpoint {
                         self.record_written(cp);
                     }
@@ -147,37 +233,52 @@ impl Keeper {
                     }
                     return Exit::HandedOver;
                 }
-                Ok(Outcome::Lost(_)) => return self.lose("lost before the hand-over"),
-                Err(error) => {
+                // An earlier attempt landed and only its response was lost.
+                Some(Ok(Outcome::Lost(lost))) if lost.holder.as_deref() == Some(asker.as_str()) => {
+                    tracing::info!(%asker, "shard handed over (an earlier attempt landed)");
+                    return Exit::HandedOver;
+                }
+                Some(Ok(Outcome::Lost(lost))) => {
+                    return self.lost_to(lost.holder.as_deref(), "lost before the hand-over")
+                }
+                Some(Err(error)) => {
                     tracing::warn!(error = %error, "hand-over failed; retrying");
-                    let delay = backoff.next_delay();
-                    if last_ok.elapsed() + delay
-                        >= config.lease_duration.saturating_sub(config.renew_interval)
-                    {
-                        return self.lose("could not hand over before the lease lapses");
-                    }
-                    tokio::time::sleep(delay).await;
+                    self.pause(backoff.next_delay(), deadline).await;
                 }
             }
         }
     }
 
-    /// The last write of a held lease: release with `checkpoint`, retried while the lease may
-    /// still be ours.
-    async fn finish(mut self, checkpoint: Option<Checkpoint>, last_ok: Instant) -> Exit {
+    /// Runs a store call unless `deadline` passes first (`None`).
+    async fn bounded<F: std::future::Future<Output = LeaseResult<Outcome>>>(
+        &self,
+        deadline: Instant,
+        call: F,
+    ) -> Option<LeaseResult<Outcome>> {
+        timeout_at(deadline, call).await.ok()
+    }
+
+    async fn pause(&self, delay: std::time::Duration, deadline: Instant) {
+        sleep_until((Instant::now() + delay).min(deadline)).await;
+    }
+
+    /// The last write of a held lease: release with `checkpoint`, retried until the deadline.
+    /// The settlement is revoked first: deliveries of a released shard are dropped, never
+    /// handed out after the final checkpoint was chosen.
+    async fn finish(mut self, checkpoint: Option<Checkpoint>, deadline: Instant) -> Exit {
         if self.settlement.is_revoked() {
             return Exit::Lost;
         }
+        self.settlement.revoke();
         let shared = self.shared.clone();
         let config = &shared.config;
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         loop {
             let store = self.shared.store.clone();
-            match store
-                .release(&self.key, &config.owner, checkpoint.as_ref())
-                .await
-            {
-                Ok(Outcome::Written(_)) => {
+            let call = store.release(&self.key, &self.holder, checkpoint.as_ref());
+            match self.bounded(deadline, call).await {
+                None => return self.lose("could not release before the lease lapses"),
+                Some(Ok(Outcome::Written(_))) => {
                     if let Some(cp) = &checkpoint {
                         self.record_written(cp);
                     }
@@ -191,16 +292,12 @@ impl Keeper {
                     }
                     return if ended { Exit::Ended } else { Exit::Released };
                 }
-                Ok(Outcome::Lost(_)) => return self.lose("lost before the final checkpoint"),
-                Err(error) => {
+                Some(Ok(Outcome::Lost(lost))) => {
+                    return self.lost_to(lost.holder.as_deref(), "lost before the final checkpoint")
+                }
+                Some(Err(error)) => {
                     tracing::warn!(error = %error, "release failed; retrying");
-                    let delay = backoff.next_delay();
-                    if last_ok.elapsed() + delay
-                        >= config.lease_duration.saturating_sub(config.renew_interval)
-                    {
-                        return self.lose("could not release before the lease lapses");
-                    }
-                    tokio::time::sleep(delay).await;
+                    self.pause(backoff.next_delay(), deadline).await;
                 }
             }
         }

@@ -22,6 +22,7 @@ mod kinesis;
 mod memory_stream;
 mod reader;
 mod shared;
+mod start;
 
 pub use aws::AwsKinesis;
 pub use config::ReaderConfig;

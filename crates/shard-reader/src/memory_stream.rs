@@ -133,6 +133,14 @@ fn not_found(stream: &str, operation: &'static str) -> ReaderError {
     }
 }
 
+fn shard_not_found(stream: &str, shard: &str, operation: &'static str) -> ReaderError {
+    ReaderError::ShardNotFound {
+        stream: stream.to_owned(),
+        shard: shard.to_owned(),
+        operation,
+    }
+}
+
 fn invalid(what: &'static str, value: impl Into<String>, reason: impl Into<String>) -> ReaderError {
     ReaderError::Invalid {
         what,
@@ -410,6 +418,35 @@ impl MemoryStream {
         *self.state().fail.entry(op).or_default() += n;
     }
 
+    /// Drops a closed shard and its records, as Kinesis does once a closed shard is past the
+    /// stream's retention: ListShards no longer lists it, and reading it answers
+    /// [`ReaderError::ShardNotFound`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::StreamNotFound`]; [`ReaderError::Invalid`] for an unknown or open shard.
+    pub fn trim_shard(&self, stream: &str, shard: &str) -> Result<(), ReaderError> {
+        let mut state = self.state();
+        let s = state
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| not_found(stream, "TrimShard"))?;
+        let index = s
+            .shards
+            .iter()
+            .position(|sh| sh.id == shard)
+            .ok_or_else(|| invalid("shard", shard, format!("not a shard of `{stream}`")))?;
+        if s.shards[index].ending.is_none() {
+            return Err(invalid(
+                "shard",
+                shard,
+                format!("shard of `{stream}` is open; only closed shards age out"),
+            ));
+        }
+        s.shards.remove(index);
+        Ok(())
+    }
+
     /// Expires every iterator handed out so far.
     pub fn expire_iterators(&self) {
         self.state().iterator_generation += 1;
@@ -504,7 +541,7 @@ impl KinesisApi for MemoryStream {
                 .shards
                 .iter()
                 .find(|sh| sh.id == shard)
-                .ok_or_else(|| invalid("shard", shard, format!("not a shard of `{stream}`")))?;
+                .ok_or_else(|| shard_not_found(stream, shard, "GetShardIterator"))?;
             let index = match position {
                 Position::TrimHorizon => 0,
                 Position::Latest => sh.records.len(),
@@ -565,7 +602,11 @@ impl KinesisApi for MemoryStream {
                 .streams
                 .get(stream)
                 .ok_or_else(|| not_found(stream, "GetRecords"))?;
-            let sh = s.shards.iter().find(|sh| sh.id == shard).ok_or_else(bad)?;
+            let sh = s
+                .shards
+                .iter()
+                .find(|sh| sh.id == shard)
+                .ok_or_else(|| shard_not_found(stream, shard, "GetRecords"))?;
             let limit = limit.clamp(1, 10_000);
             let end = (position + limit).min(sh.records.len());
             let records = sh.records[position.min(end)..end]

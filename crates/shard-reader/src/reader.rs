@@ -1,12 +1,16 @@
 //! The reader of one shard: GetRecords into the subscription's channel.
 //!
-//! It opens its iterator after the checkpoint (or at the start position), reads at most
+//! It opens its iterator after the checkpoint (or at the start position, see the `start`
+//! rules), reopens at the pinned start position while it has delivered nothing, reads at most
 //! `max_reads_per_second` times a second, reads again at once while behind the tip and waits a
 //! poll interval after an empty read at the tip. It recovers instead of failing: an expired
 //! iterator is reopened just after the last record it delivered (no duplicate), throttling and
 //! transient failures back off with jitter, a deleted stream becomes the subscription's error
-//! and the lease is released. At the end of a closed shard it waits until every delivery of the
-//! shard has settled and has the keeper write `SHARD_END`.
+//! and the lease is released. A shard Kinesis no longer knows (ResourceNotFound for a closed
+//! shard past retention) has ended: ListShards decides between that and a deleted stream. At
+//! the end of a closed shard it waits until every delivery of the shard has settled and has the
+//! keeper write `SHARD_END`. A shard whose settlement window is full (a record that never
+//! settles) is not read further until it drains, and its stuck record is logged.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_dispatch::{ShardFeed, ShardSettlement};
-use kinesis_lease_core::{Checkpoint, Lease, SequenceNumber};
+use kinesis_lease_core::SequenceNumber;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;
 use crate::shared::{Backoff, Phase, Shared, Signal};
+use crate::start::StartPlan;
 use crate::{Position, ReaderError};
 
 pub(crate) struct Reader {
@@ -31,37 +36,6 @@ pub(crate) struct Reader {
     pub(crate) phase: watch::Receiver<Phase>,
     pub(crate) keeper: mpsc::Sender<KeeperCmd>,
     pub(crate) millis_behind: Arc<AtomicU64>,
-}
-
-/// Where to open the first iterator, and which records to skip at its start.
-pub(crate) fn start_position(
-    shared: &Shared,
-    lease: &Lease,
-    reposition: bool,
-) -> (Position, Option<SequenceNumber>) {
-    let config = &shared.config;
-    if reposition {
-        if let Some(position) = &config.reposition {
-            tracing::warn!(?position, checkpoint = ?lease.checkpoint, "repositioning over the stored checkpoint");
-            return (position.clone(), None);
-        }
-    }
-    match &lease.checkpoint {
-        Some(Checkpoint::Sequence(seq)) if seq.subsequence().is_some() => {
-            // Part of an aggregated record settled: read it again, skip what settled.
-            (Position::AtSequence(seq.clone()), Some(seq.clone()))
-        }
-        Some(Checkpoint::Sequence(seq)) => {
-            (Position::AfterSequence(seq.clone()), Some(seq.clone()))
-        }
-        Some(Checkpoint::TrimHorizon) => (Position::TrimHorizon, None),
-        Some(Checkpoint::Latest) => (Position::Latest, None),
-        Some(Checkpoint::AtTimestamp(ms)) => (Position::AtTimestamp(*ms), None),
-        // A finished shard is never taken; should one be, it reads nothing new from the tip.
-        Some(Checkpoint::ShardEnd) => (Position::Latest, None),
-        None if !lease.parents.is_empty() => (Position::TrimHorizon, None),
-        None => (config.start_at.clone(), None),
-    }
 }
 
 enum Stop {
@@ -94,7 +68,14 @@ impl Reader {
         self.or_stop(tokio::time::sleep(delay)).await
     }
 
-    pub(crate) async fn run(mut self, start: Position, mut skip_upto: Option<SequenceNumber>) {
+    pub(crate) async fn run(mut self, plan: StartPlan) {
+        let StartPlan {
+            open: start,
+            reopen,
+            skip: mut skip_upto,
+            ..
+        } = plan;
+        let mut first_open = true;
         let config = self.shared.config.clone();
         let kinesis = self.shared.kinesis.clone();
         let (stream, shard) = (config.stream.as_str(), self.shard.clone());
@@ -109,8 +90,11 @@ impl Reader {
                 None => {
                     let position = match &last_delivered {
                         Some(seq) => Position::AfterSequence(seq.clone()),
-                        None => start.clone(),
+                        // Never a fresh LATEST after the first open: that would skip records.
+                        None if first_open => start.clone(),
+                        None => reopen.clone(),
                     };
+                    first_open = false;
                     match self
                         .or_stop(kinesis.shard_iterator(stream, &shard, &position))
                         .await
@@ -162,6 +146,9 @@ impl Reader {
                 if skip_upto.as_ref().is_some_and(|s| record.sequence <= *s) {
                     continue;
                 }
+                if self.wait_for_room(config.max_unsettled).await.is_err() {
+                    return;
+                }
                 let sequence = record.sequence.clone();
                 let feed = self.feed.clone();
                 match self.or_stop(feed.send(record)).await {
@@ -188,10 +175,58 @@ impl Reader {
         }
     }
 
+    /// Waits while the shard's settlement window is full, reporting its stuck head once.
+    async fn wait_for_room(&mut self, limit: usize) -> Result<(), Stop> {
+        if self.settlement.progress().window < limit as u64 {
+            return Ok(());
+        }
+        if let Some(stuck) = self.settlement.stuck() {
+            tracing::error!(
+                sequence = %stuck.sequence,
+                attempts = stuck.attempts,
+                window = stuck.window,
+                "settlement window full: a record does not settle; reading of this shard waits for it"
+            );
+        }
+        let settlement = self.settlement.clone();
+        self.or_stop(settlement.wait_for_room(limit)).await
+    }
+
     /// Handles a failed call: backs off for retryable ones, fails the subscription for a
-    /// deleted stream. `Err` when the reader must stop.
+    /// deleted stream, ends a shard Kinesis no longer has. `Err` when the reader must stop.
     async fn failed(&mut self, error: ReaderError, backoff: &mut Backoff) -> Result<(), Stop> {
         match error {
+            ReaderError::ShardNotFound { .. } => {
+                let kinesis = self.shared.kinesis.clone();
+                let stream = self.shared.config.stream.clone();
+                let listed = self.or_stop(kinesis.list_shards(&stream)).await?;
+                match listed {
+                    Err(error @ ReaderError::StreamNotFound { .. }) => {
+                        self.shared.fail(error);
+                        let _ = self.keeper.send(KeeperCmd::Release).await;
+                        Err(Stop::Stopped)
+                    }
+                    Ok(shards)
+                        if shards
+                            .iter()
+                            .find(|s| s.id == self.shard)
+                            .is_none_or(|s| s.ending_sequence.is_some()) =>
+                    {
+                        tracing::error!(error = %error, "shard gone (past retention): it has ended; records not read before it aged out are lost to every consumer");
+                        let settlement = self.settlement.clone();
+                        if self.or_stop(settlement.all_settled()).await.is_ok() {
+                            let _ = self.keeper.send(KeeperCmd::ShardEnd).await;
+                        }
+                        Err(Stop::Stopped)
+                    }
+                    // Listed and open, or the listing failed: retry after a pause.
+                    _ => {
+                        let delay = backoff.next_delay();
+                        tracing::warn!(error = %error, ?delay, "shard not found but listed as open; retrying");
+                        self.pause(delay).await
+                    }
+                }
+            }
             ReaderError::StreamNotFound { .. } => {
                 self.shared.fail(error);
                 let _ = self.keeper.send(KeeperCmd::Release).await;

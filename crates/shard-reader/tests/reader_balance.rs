@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::{
-    BoxFuture, Checkpoint, Clock, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore, Outcome,
-    Take,
+    BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore,
+    Outcome, Take,
 };
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 use kinesis_shard_reader::{MemoryStream, Position};
@@ -184,25 +184,21 @@ macro_rules! guarded {
 }
 
 impl LeaseStore for Partitionable {
-    fn create<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        parents: &'a [String],
-    ) -> BoxFuture<'a, LeaseResult<bool>> {
-        guarded!(self, self.inner.create(key, parents))
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        guarded!(self, self.inner.create(row))
     }
     fn take<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
-        take: Take,
+        owner: &'a Holder,
+        take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         guarded!(self, self.inner.take(key, owner, take))
     }
     fn renew<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        owner: &'a Holder,
         ttl: Duration,
         cp: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
@@ -211,7 +207,7 @@ impl LeaseStore for Partitionable {
     fn checkpoint<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        owner: &'a Holder,
         cp: &'a Checkpoint,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         guarded!(self, self.inner.checkpoint(key, owner, cp))
@@ -219,7 +215,7 @@ impl LeaseStore for Partitionable {
     fn release<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        owner: &'a Holder,
         cp: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         guarded!(self, self.inner.release(key, owner, cp))
@@ -235,7 +231,7 @@ impl LeaseStore for Partitionable {
     fn hand_over<'a>(
         &'a self,
         key: &'a LeaseKey,
-        owner: &'a str,
+        owner: &'a Holder,
         to: &'a str,
         ttl: Duration,
         cp: Option<&'a Checkpoint>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use kinesis_dispatch::Workers;
-use kinesis_lease_core::{LeaseKey, LeaseStore, Take};
+use kinesis_lease_core::{Holder, LeaseKey, LeaseStore, Take};
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 use kinesis_shard_reader::{MemoryStream, Position};
 
@@ -35,8 +35,8 @@ async fn renewal_loss_stops_the_reader_without_checkpoint() {
     let stolen = store
         .take(
             &key,
-            "thief",
-            Take::fenced(Duration::from_secs(10), row.counter),
+            &Holder::new("thief", "t"),
+            &Take::fenced(Duration::from_secs(10), row.counter),
         )
         .await
         .unwrap();

@@ -1,0 +1,307 @@
+//! Where a shard starts: pure rules, unit-tested without Kinesis or a store.
+//!
+//! A subscription's start position says where it begins, once. A row created for a fresh
+//! subscription records it ([`initial_checkpoint`]); the first take of a row without a real
+//! position pins one into the row with the take itself ([`plan`]), so every later owner, and
+//! every reopen before the first delivery, resumes from the same place:
+//!
+//! - `TRIM_HORIZON` and `AT_TIMESTAMP` are positions already and are stored as they are.
+//! - `LATEST` is not: a later `LATEST` is a later place. The first reader opens its iterator at
+//!   `LATEST`, and the take stores `AT_TIMESTAMP(now - slack)`, taken before the iterator
+//!   opened. A later owner (after a crash, a hand-over or a shutdown before the first
+//!   checkpoint) starts there: it may see records that arrived up to `slack` before the first
+//!   reader opened (`slack` covers the clock difference between this host and Kinesis), and
+//!   never misses one that arrived after.
+//!
+//! A reposition is applied once per subscription: its marker is written into the row by the
+//! take that applies it, and a row that carries the marker is never repositioned again.
+
+use std::time::Duration;
+
+use kinesis_lease_core::{duration_ms, Checkpoint, Lease, SequenceNumber};
+
+use crate::{Position, Shard};
+
+/// How a taken shard starts reading, and what its take writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StartPlan {
+    /// Written with the take: a pinned start position or a reposition.
+    pub(crate) checkpoint: Option<Checkpoint>,
+    /// The reposition marker written with the take.
+    pub(crate) marker: Option<String>,
+    /// Where the first iterator opens.
+    pub(crate) open: Position,
+    /// Where the reader reopens while it has delivered nothing yet.
+    pub(crate) reopen: Position,
+    /// Records at or below this are skipped (a checkpoint inside an aggregated record).
+    pub(crate) skip: Option<SequenceNumber>,
+}
+
+impl StartPlan {
+    fn at(position: Position) -> Self {
+        Self {
+            checkpoint: None,
+            marker: None,
+            open: position.clone(),
+            reopen: position,
+            skip: None,
+        }
+    }
+
+    /// A subscription-level position (not a sequence number) made a stored position.
+    fn pinned(position: &Position, now_ms: u64, slack: Duration) -> Self {
+        match position {
+            Position::Latest => {
+                let pin = now_ms.saturating_sub(duration_ms(slack));
+                Self {
+                    checkpoint: Some(Checkpoint::AtTimestamp(pin)),
+                    marker: None,
+                    open: Position::Latest,
+                    reopen: Position::AtTimestamp(pin),
+                    skip: None,
+                }
+            }
+            Position::TrimHorizon => Self {
+                checkpoint: Some(Checkpoint::TrimHorizon),
+                ..Self::at(Position::TrimHorizon)
+            },
+            Position::AtTimestamp(ms) => Self {
+                checkpoint: Some(Checkpoint::AtTimestamp(*ms)),
+                ..Self::at(Position::AtTimestamp(*ms))
+            },
+            // Refused by `subscription_position`; should one get here, it opens as given.
+            other => Self::at(other.clone()),
+        }
+    }
+}
+
+/// The marker a reposition to `position` writes.
+pub(crate) fn reposition_marker(position: &Position) -> String {
+    match position {
+        Position::TrimHorizon => Checkpoint::TRIM_HORIZON.to_owned(),
+        Position::Latest => Checkpoint::LATEST.to_owned(),
+        Position::AtTimestamp(ms) => format!("{}:{ms}", Checkpoint::AT_TIMESTAMP),
+        Position::AtSequence(seq) => format!("AT_SEQUENCE_NUMBER:{seq}"),
+        Position::AfterSequence(seq) => format!("AFTER_SEQUENCE_NUMBER:{seq}"),
+    }
+}
+
+/// True for the positions a whole subscription may start or reposition at: sequence numbers
+/// belong to one shard.
+pub(crate) fn is_subscription_position(position: &Position) -> bool {
+    matches!(
+        position,
+        Position::TrimHorizon | Position::Latest | Position::AtTimestamp(_)
+    )
+}
+
+/// Where a taken row starts, given the subscription's start position and reposition (with its
+/// marker), at `now_ms` on this host's wall clock.
+pub(crate) fn plan(
+    row: &Lease,
+    start_at: &Position,
+    reposition: Option<(&Position, &str)>,
+    now_ms: u64,
+    slack: Duration,
+) -> StartPlan {
+    if let Some((position, marker)) = reposition {
+        if row.repositioned.as_deref() != Some(marker) && !row.is_finished() {
+            let mut plan = StartPlan::pinned(position, now_ms, slack);
+            plan.marker = Some(marker.to_owned());
+            return plan;
+        }
+    }
+    match &row.checkpoint {
+        Some(Checkpoint::Sequence(seq)) if seq.subsequence().is_some() => {
+            // Part of an aggregated record settled: read it again, skip what settled.
+            StartPlan {
+                skip: Some(seq.clone()),
+                ..StartPlan::at(Position::AtSequence(seq.clone()))
+            }
+        }
+        Some(Checkpoint::Sequence(seq)) => StartPlan::at(Position::AfterSequence(seq.clone())),
+        Some(Checkpoint::TrimHorizon) => StartPlan::at(Position::TrimHorizon),
+        Some(Checkpoint::AtTimestamp(ms)) => StartPlan::at(Position::AtTimestamp(*ms)),
+        // "Start at the tip when first taken": pin it now.
+        Some(Checkpoint::Latest) => StartPlan::pinned(&Position::Latest, now_ms, slack),
+        // A finished shard is never taken; should one be, it reads nothing new from the tip.
+        Some(Checkpoint::ShardEnd) => StartPlan::at(Position::Latest),
+        // A child of a split or merge reads from its first record.
+        None if !row.parents.is_empty() => StartPlan::pinned(&Position::TrimHorizon, now_ms, slack),
+        None => StartPlan::pinned(start_at, now_ms, slack),
+    }
+}
+
+/// The checkpoint a row is created with. `fresh`: no row of the stream was ever taken, so the
+/// subscription begins now and `start_at` applies to every shard: at `LATEST`, shards that are
+/// already closed hold nothing after the start and are created finished, and open ones start
+/// at the tip even when they have parents (as the KCL does). Later, a new shard (a child of a
+/// split or merge) starts at its first record once its parents end.
+pub(crate) fn initial_checkpoint(
+    shard: &Shard,
+    fresh: bool,
+    start_at: &Position,
+) -> Option<Checkpoint> {
+    if fresh {
+        return match start_at {
+            Position::Latest if shard.ending_sequence.is_some() => Some(Checkpoint::ShardEnd),
+            Position::Latest => Some(Checkpoint::Latest),
+            Position::TrimHorizon => Some(Checkpoint::TrimHorizon),
+            Position::AtTimestamp(ms) => Some(Checkpoint::AtTimestamp(*ms)),
+            Position::AtSequence(_) | Position::AfterSequence(_) => None,
+        };
+    }
+    if shard.parents().is_empty() {
+        None
+    } else {
+        Some(Checkpoint::TrimHorizon)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinesis_lease_core::LeaseKey;
+
+    const NOW: u64 = 1_700_000_000_000;
+    const SLACK: Duration = Duration::from_secs(30);
+
+    fn row(checkpoint: Option<Checkpoint>, parents: &[&str]) -> Lease {
+        Lease::new(
+            LeaseKey::new("s", "shardId-1").unwrap(),
+            parents.iter().map(|p| (*p).to_owned()).collect(),
+        )
+        .starting_at(checkpoint)
+    }
+
+    fn seq(n: &str, sub: Option<u64>) -> SequenceNumber {
+        SequenceNumber::new(n, sub).unwrap()
+    }
+
+    #[test]
+    fn latest_opens_at_the_tip_and_pins_a_time_before_it() {
+        let plan = plan(&row(None, &[]), &Position::Latest, None, NOW, SLACK);
+        let pin = NOW - 30_000;
+        assert_eq!(plan.open, Position::Latest);
+        assert_eq!(plan.checkpoint, Some(Checkpoint::AtTimestamp(pin)));
+        assert_eq!(
+            plan.reopen,
+            Position::AtTimestamp(pin),
+            "never a fresh LATEST"
+        );
+    }
+
+    #[test]
+    fn a_latest_sentinel_is_pinned_like_a_missing_checkpoint() {
+        let plan = plan(
+            &row(Some(Checkpoint::Latest), &["p"]),
+            &Position::TrimHorizon,
+            None,
+            NOW,
+            SLACK,
+        );
+        assert_eq!(plan.open, Position::Latest);
+        assert_eq!(plan.checkpoint, Some(Checkpoint::AtTimestamp(NOW - 30_000)));
+    }
+
+    #[test]
+    fn stored_positions_are_resumed_without_writing() {
+        let cases = [
+            (Checkpoint::TrimHorizon, Position::TrimHorizon),
+            (Checkpoint::AtTimestamp(5), Position::AtTimestamp(5)),
+            (
+                Checkpoint::Sequence(seq("42", None)),
+                Position::AfterSequence(seq("42", None)),
+            ),
+            (
+                Checkpoint::Sequence(seq("42", Some(3))),
+                Position::AtSequence(seq("42", Some(3))),
+            ),
+        ];
+        for (checkpoint, position) in cases {
+            let plan = plan(
+                &row(Some(checkpoint), &[]),
+                &Position::Latest,
+                None,
+                NOW,
+                SLACK,
+            );
+            assert_eq!(plan.checkpoint, None);
+            assert_eq!((plan.open, plan.reopen), (position.clone(), position));
+        }
+    }
+
+    #[test]
+    fn children_without_checkpoint_start_at_their_first_record() {
+        let plan = plan(&row(None, &["p"]), &Position::Latest, None, NOW, SLACK);
+        assert_eq!(plan.open, Position::TrimHorizon);
+        assert_eq!(plan.checkpoint, Some(Checkpoint::TrimHorizon));
+    }
+
+    #[test]
+    fn a_reposition_applies_once_per_row() {
+        let cp = Some(Checkpoint::Sequence(seq("42", None)));
+        let fresh = plan(
+            &row(cp.clone(), &[]),
+            &Position::Latest,
+            Some((&Position::TrimHorizon, "TRIM_HORIZON")),
+            NOW,
+            SLACK,
+        );
+        assert_eq!(fresh.checkpoint, Some(Checkpoint::TrimHorizon));
+        assert_eq!(fresh.marker.as_deref(), Some("TRIM_HORIZON"));
+        let mut done = row(cp, &[]);
+        done.repositioned = Some("TRIM_HORIZON".into());
+        let again = plan(
+            &done,
+            &Position::Latest,
+            Some((&Position::TrimHorizon, "TRIM_HORIZON")),
+            NOW,
+            SLACK,
+        );
+        assert_eq!(again.open, Position::AfterSequence(seq("42", None)));
+        assert_eq!((again.checkpoint, again.marker), (None, None));
+    }
+
+    fn shard(closed: bool, parent: Option<&str>) -> Shard {
+        Shard {
+            id: "shardId-2".into(),
+            parent: parent.map(str::to_owned),
+            adjacent_parent: None,
+            hash_range: (0, u128::MAX),
+            ending_sequence: closed.then(|| "9".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_fresh_latest_subscription_skips_closed_shards_and_starts_children_at_the_tip() {
+        assert_eq!(
+            initial_checkpoint(&shard(true, None), true, &Position::Latest),
+            Some(Checkpoint::ShardEnd)
+        );
+        assert_eq!(
+            initial_checkpoint(&shard(false, Some("p")), true, &Position::Latest),
+            Some(Checkpoint::Latest)
+        );
+        assert_eq!(
+            initial_checkpoint(&shard(true, None), true, &Position::TrimHorizon),
+            Some(Checkpoint::TrimHorizon)
+        );
+        assert_eq!(
+            initial_checkpoint(&shard(false, Some("p")), true, &Position::AtTimestamp(7)),
+            Some(Checkpoint::AtTimestamp(7))
+        );
+    }
+
+    #[test]
+    fn later_children_start_at_their_first_record() {
+        assert_eq!(
+            initial_checkpoint(&shard(false, Some("p")), false, &Position::Latest),
+            Some(Checkpoint::TrimHorizon)
+        );
+        assert_eq!(
+            initial_checkpoint(&shard(false, None), false, &Position::Latest),
+            None
+        );
+    }
+}
