@@ -158,6 +158,12 @@ impl Delivery {
         self.data.settlement.settle(self.data.ordinal);
     }
 
+    /// Counts a handler attempt on this delivery as running on its shard while the guard
+    /// lives.
+    pub(crate) fn running(&self) -> crate::settlement::Running {
+        self.data.settlement.running()
+    }
+
     /// Counts a failed handler attempt, for the stuck-record report of its shard.
     pub(crate) fn attempt_failed(&self) {
         self.data.settlement.attempted(self.data.ordinal);

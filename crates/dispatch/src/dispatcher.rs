@@ -405,11 +405,17 @@ impl Ctx {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // A lease lost or handed over while this record waited: the next owner handles it.
+            if delivery.is_revoked() {
+                return;
+            }
+            let running = delivery.running();
             let call = (handler.0)(delivery.clone());
             let result = match AssertUnwindSafe(call).catch_unwind().await {
                 Ok(result) => result,
                 Err(panic) => Err(panic_error(panic)),
             };
+            drop(running);
             let error = match result {
                 Ok(()) => {
                     delivery.ack();
@@ -446,8 +452,15 @@ impl Ctx {
         let mut attempt = 0;
         while !batch.is_empty() {
             attempt += 1;
+            batch.retain(|d| !d.is_revoked());
+            if batch.is_empty() {
+                return;
+            }
+            let running: Vec<_> = batch.iter().map(Delivery::running).collect();
             let call = (handler.f)(batch.clone());
-            let (failed, error) = match AssertUnwindSafe(call).catch_unwind().await {
+            let outcome = AssertUnwindSafe(call).catch_unwind().await;
+            drop(running);
+            let (failed, error) = match outcome {
                 Ok(Ok(())) => {
                     batch.iter().for_each(Delivery::ack);
                     return;

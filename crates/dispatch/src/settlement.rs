@@ -90,6 +90,20 @@ pub struct ShardSettlement {
     waiters: AtomicUsize,
     changed: Notify,
     revoked: AtomicBool,
+    /// Handler attempts running now on this shard's deliveries.
+    running: AtomicUsize,
+}
+
+/// Counts one handler attempt as running on its shard while it lives.
+#[derive(Debug)]
+pub(crate) struct Running(Arc<ShardSettlement>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.changed.notify_waiters();
+        }
+    }
 }
 
 impl ShardSettlement {
@@ -102,6 +116,7 @@ impl ShardSettlement {
             waiters: AtomicUsize::new(0),
             changed: Notify::new(),
             revoked: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
         })
     }
 
@@ -223,6 +238,27 @@ impl ShardSettlement {
     /// Waits until every delivery produced so far has settled.
     pub async fn all_settled(&self) {
         self.wait_until(|p| p.in_flight() == 0).await;
+    }
+
+    /// Counts a handler attempt as running until the guard drops.
+    pub(crate) fn running(self: &Arc<Self>) -> Running {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Running(self.clone())
+    }
+
+    /// Waits until no handler attempt runs on this shard's deliveries. After
+    /// [`revoke`](Self::revoke) no new attempt starts, so a shard handed over or released
+    /// after this never has handlers running in two instances at once.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.running.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Marks the shard's lease lost (or released): its deliveries not yet handled are dropped.

@@ -67,6 +67,8 @@ pub struct ShardStats {
     pub settled: u64,
     /// Records handed to dispatch and not settled.
     pub in_flight: u64,
+    /// Entries held in the settlement window (bounded by `max_unsettled`).
+    pub window: u64,
     /// The record holding the checkpoint back, when it has failed at least once or the
     /// settlement window is full.
     pub stuck: Option<Stuck>,
@@ -254,6 +256,7 @@ impl CoordinatorHandle {
                     delivered: progress.delivered,
                     settled: progress.settled,
                     in_flight: progress.in_flight(),
+                    window: progress.window,
                     stuck,
                 }
             })

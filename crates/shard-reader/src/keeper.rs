@@ -209,8 +209,13 @@ impl Keeper {
         if !all_settled {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
-        let checkpoint = self.cursor.due(&self.settlement);
         self.settlement.revoke();
+        // No new attempt starts once revoked; let those running end, so the new owner's
+        // handlers never run beside ours.
+        if timeout_at(deadline, self.settlement.idle()).await.is_err() {
+            return self.lose("handlers still running when the lease lapses");
+        }
+        let checkpoint = self.cursor.due(&self.settlement);
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         loop {
             let store = shared.store.clone();
@@ -270,6 +275,14 @@ impl Keeper {
             return Exit::Lost;
         }
         self.settlement.revoke();
+        if timeout_at(deadline, self.settlement.idle()).await.is_err() {
+            return self.lose("handlers still running when the lease lapses");
+        }
+        let checkpoint = match checkpoint {
+            Some(Checkpoint::ShardEnd) => Some(Checkpoint::ShardEnd),
+            // Handlers that ended meanwhile may have settled more.
+            _ => self.cursor.due(&self.settlement),
+        };
         let shared = self.shared.clone();
         let config = &shared.config;
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
