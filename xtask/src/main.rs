@@ -5,6 +5,7 @@
 mod bench;
 mod emulators;
 mod integ;
+mod sim;
 
 use std::path::PathBuf;
 
@@ -15,13 +16,17 @@ jobs:
   integ [FILTER..]   install and start kinesis-local and moto on 127.0.0.1 (or use
                      AWS_ENDPOINT_URL when set), run the integration suite, stop them
   bench [NAME..]     run the benchmark scenarios (release build, emulators where needed)
-                     and print one table of figures";
+                     and print one table of figures
+  sim --seed N       replay one seed of the fleet simulation, with its history on failure
+  sim --seeds N [--from M]
+                     run a campaign of N simulation seeds (release build)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("integ") => integ::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("sim") => sim::run(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

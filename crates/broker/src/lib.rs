@@ -61,7 +61,7 @@ pub use kinesis_dispatch::{
 };
 #[doc(inline)]
 pub use kinesis_lease_core::{
-    Checkpoint, Clock, Lease, LeaseError, LeaseKey, LeaseStore, Lost, ManualClock, Outcome,
+    Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseStore, Lost, ManualClock, Outcome,
     SequenceNumber, SystemClock, Take,
 };
 #[cfg(feature = "dynamodb-lease")]
@@ -71,7 +71,8 @@ pub use kinesis_lease_dynamo::{DynamoCalls, DynamoLeaseError, DynamoLeaseStore};
 pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[doc(inline)]
 pub use kinesis_shard_reader::{
-    AwsKinesis, KinesisApi, MemoryStream, Op, Position as StartAt, PutEntry, ReaderError,
+    AwsKinesis, KinesisApi, MemoryStream, Op, Position as StartAt, PutEntry, PutOutcome,
+    ReaderError, RecordsPage, Shard,
 };
 
 /// The README's usage example, compiled as a doctest.

@@ -12,10 +12,13 @@
 //!
 //! # Clean shutdown
 //!
-//! [`DispatchHandle::shutdown`] stops taking deliveries at once (those still in the channel or
-//! in lane queues are dropped unsettled, so their shard's checkpoint stays before them), lets
-//! the units in flight finish within a deadline (a failing one stops retrying), and abandons
-//! what is still running then, without settling it.
+//! [`DispatchHandle::shutdown`] stops taking deliveries from the shared channel at once (those
+//! still there are dropped unsettled, so their shard's checkpoint stays before them), lets the
+//! units in flight and those already routed to a worker or lane finish within a deadline
+//! (failing ones keep being retried), and abandons what is still running then, without
+//! settling it. Finishing what was routed matters: with workers or lanes, records complete out
+//! of order, and a routed record left unhandled would hold the checkpoint before records that
+//! completed after it, which the next owner would then handle again.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -272,10 +275,16 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
         Handler::One(_) => None,
         Handler::Batch(b) => Some(b.max),
     };
+    // A lane keeps going after `close()`: the router stops at once and drops its senders, so
+    // the lane ends once what was already routed to it is handled. Those records may come
+    // before records other lanes completed; handling them keeps each shard's settled prefix
+    // free of gaps, so a graceful shutdown re-delivers nothing. The shared channel itself
+    // (serial mode) is in order: it stops at once.
+    let own = matches!(source, Source::Own(_));
     loop {
         let unit = tokio::select! {
             biased;
-            _ = closing.wait_for(|c| *c) => return,
+            _ = closing.wait_for(|c| *c), if own => return,
             unit = source.next(max, ctx.window) => unit,
         };
         match (unit, &ctx.handler) {
@@ -385,17 +394,12 @@ fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
 }
 
 impl Ctx {
-    fn closing(&self) -> bool {
-        *self.closing.borrow()
-    }
-
-    /// Sleeps `delay` unless shutdown starts first; false when it did.
+    /// Sleeps `delay` before a retry. Shutdown does not cut it short: a record handed to a
+    /// handler is retried until it settles or the shutdown deadline abandons it, so that what
+    /// completed after it is not re-delivered by the next owner.
     async fn pause(&self, delay: Duration) -> bool {
-        let mut closing = self.closing.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => true,
-            _ = closing.wait_for(|c| *c) => false,
-        }
+        tokio::time::sleep(delay).await;
+        true
     }
 
     async fn run_one(&self, handler: &OneHandler, delivery: Delivery) {
@@ -424,7 +428,7 @@ impl Ctx {
                 Err(error) => error,
             };
             delivery.attempt_failed();
-            if delivery.is_revoked() || self.closing() {
+            if delivery.is_revoked() {
                 return;
             }
             if self.retry.exhausted_after(attempt) {
@@ -479,7 +483,7 @@ impl Ctx {
                 }
             }
             batch = retry.into_iter().filter(|d| !d.is_revoked()).collect();
-            if batch.is_empty() || self.closing() {
+            if batch.is_empty() {
                 return;
             }
             if self.retry.exhausted_after(attempt) {

@@ -173,6 +173,7 @@ impl Coordinator {
             tasks: JoinSet::new(),
             tokens: HashMap::new(),
             pending: HashMap::new(),
+            sync_failed: false,
             epoch: None,
             listed: None,
             asked: None,
@@ -332,6 +333,8 @@ struct State {
     /// Tokens this coordinator wrote, per shard, while a row may still carry one of them.
     tokens: HashMap<String, HashSet<String>>,
     pending: HashMap<String, Pending>,
+    /// The last ListShards failed: list again at the next take tick.
+    sync_failed: bool,
     /// The stream's epoch at the last listing.
     epoch: Option<u64>,
     /// When the rows were last listed.
@@ -354,6 +357,8 @@ impl State {
         sync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         take.set_missed_tick_behavior(MissedTickBehavior::Delay);
         self.sync_shards().await;
+        // Set when this coordinator releases everything by itself (no `release_all` follows).
+        let mut released_by_itself = false;
         loop {
             tokio::select! {
                 biased;
@@ -363,6 +368,7 @@ impl State {
                 () = shared.sender.closed() => {
                     tracing::warn!("the subscription's receiver is gone; releasing every shard");
                     shared.phase.send_replace(Phase::Releasing);
+                    released_by_itself = true;
                     break;
                 }
                 report = reports.recv() => {
@@ -377,20 +383,21 @@ impl State {
             if shared.fatal.borrow().is_some() {
                 // Stream gone or owner id in use: stop reading and release what is held.
                 shared.phase.send_replace(Phase::Releasing);
+                released_by_itself = true;
                 break;
             }
         }
         // Keepers go on renewing while handlers finish (Draining), until Releasing; then each
         // writes its final checkpoint. Wait for them here, so dropping the handle (which
-        // aborts this task) is the only way to cut them short.
-        loop {
-            tokio::select! {
-                biased;
-                joined = self.tasks.join_next() => if joined.is_none() { break },
-                () = shared.sender.closed(), if *phase.borrow() == Phase::Draining => {
-                    shared.phase.send_replace(Phase::Releasing);
-                }
-                _ = phase.changed() => {}
+        // aborts this task) is the only way to cut them short. A closed channel while
+        // draining is the shutdown's own doing (dispatch ends; its lanes still finish what was
+        // routed to them): `release_all` decides when to release, not the channel.
+        while self.tasks.join_next().await.is_some() {}
+        if released_by_itself {
+            // As `release_all` does: the other instances see the freed rows at their next
+            // epoch read instead of their next listing.
+            if let Err(error) = shared.store.bump_epoch(&config.stream).await {
+                tracing::warn!(error = %error, "could not bump the stream's epoch after releasing");
             }
         }
     }
@@ -415,10 +422,12 @@ impl State {
                 return;
             }
             Err(error) => {
-                tracing::warn!(error = %error, "listing shards failed; retrying at the next sync");
+                tracing::warn!(error = %error, "listing shards failed; retrying at the next take tick");
+                self.sync_failed = true;
                 return;
             }
         };
+        self.sync_failed = false;
         self.stream_shards = shards.into_iter().map(|s| (s.id.clone(), s)).collect();
         // Shards that left the stream (trimmed past retention) need no memory here.
         self.rows_created
@@ -487,6 +496,11 @@ impl State {
     /// Every take interval: list the rows when the epoch moved or the list interval passed.
     async fn tick(&mut self) {
         let shared = self.shared.clone();
+        if self.sync_failed {
+            // A failed ListShards (throttled, say) must not leave new shards unread for a
+            // whole shard-sync interval.
+            self.sync_shards().await;
+        }
         let due = self
             .listed
             .is_none_or(|at| at.elapsed() >= shared.config.list_interval)

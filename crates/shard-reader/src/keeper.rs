@@ -98,10 +98,16 @@ impl Keeper {
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
         let sent = Instant::now();
-        let call = shared
-            .store
-            .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
-        let Ok(renewed) = timeout_at(deadline, call).await else {
+        let renewed = if sent >= deadline {
+            None
+        } else {
+            let call =
+                shared
+                    .store
+                    .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
+            timeout_at(deadline, call).await.ok()
+        };
+        let Some(renewed) = renewed else {
             return (
                 Renewed::Gone(self.lose("no renewal landed within lease - renew")),
                 deadline,
@@ -254,12 +260,17 @@ impl Keeper {
         }
     }
 
-    /// Runs a store call unless `deadline` passes first (`None`).
+    /// Runs a store call unless `deadline` passes first (`None`). A deadline already past
+    /// refuses the call outright: `timeout_at` would still run a call that answers at once,
+    /// and a store failing fast would then be retried forever without time moving.
     async fn bounded<F: std::future::Future<Output = LeaseResult<Outcome>>>(
         &self,
         deadline: Instant,
         call: F,
     ) -> Option<LeaseResult<Outcome>> {
+        if Instant::now() >= deadline {
+            return None;
+        }
         timeout_at(deadline, call).await.ok()
     }
 

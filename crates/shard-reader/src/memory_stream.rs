@@ -447,6 +447,13 @@ impl MemoryStream {
         Ok(())
     }
 
+    /// Drops every pending injected fault (throttles and failures not yet consumed).
+    pub fn clear_faults(&self) {
+        let mut state = self.state();
+        state.throttle.clear();
+        state.fail.clear();
+    }
+
     /// Expires every iterator handed out so far.
     pub fn expire_iterators(&self) {
         self.state().iterator_generation += 1;

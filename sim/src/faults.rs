@@ -1,0 +1,348 @@
+//! The fault layers: a lease store and a Kinesis that delay, fail, lose responses and cut
+//! instances off, as the seed says. Policy (what to inject) lives in `plan`; these only obey.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_broker::{
+    Checkpoint, KinesisApi, Lease, LeaseError, LeaseKey, LeaseStore, MemoryLeaseStore,
+    MemoryStream, Outcome, ReaderError, StartAt,
+};
+use kinesis_lease_core::{BoxFuture, Holder, LeaseResult, Take};
+use tokio::time::Instant;
+
+/// What one instance's lease-store connection does wrong, switched by the scenario.
+#[derive(Debug, Default)]
+pub struct StoreFaults {
+    state: Mutex<FaultState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct FaultState {
+    /// Each call waits up to this long before it reaches the table, and up to half of it
+    /// before its response returns.
+    max_delay_ms: u64,
+    /// Chance (per mille) that a call fails before it reaches the table.
+    fail_per_mille: u32,
+    /// Chance (per mille) that a write that landed reports a failure (its response is lost).
+    lose_per_mille: u32,
+    /// Cut off from the table until then: calls fail (or hang until then, and fail).
+    cut_until: Option<Instant>,
+    hang: bool,
+}
+
+impl StoreFaults {
+    /// Delays, failures and lost responses from now on (zeros switch them off).
+    pub fn set(&self, max_delay_ms: u64, fail_per_mille: u32, lose_per_mille: u32) {
+        let mut s = self.lock();
+        s.max_delay_ms = max_delay_ms;
+        s.fail_per_mille = fail_per_mille;
+        s.lose_per_mille = lose_per_mille;
+    }
+
+    /// Cuts the instance off the table until `until`; `hang`: calls wait for the cut to end
+    /// instead of failing at once.
+    pub fn cut(&self, until: Instant, hang: bool) {
+        let mut s = self.lock();
+        s.cut_until = Some(until);
+        s.hang = hang;
+    }
+
+    /// Back to a healthy connection.
+    pub fn heal(&self) {
+        *self.lock() = FaultState::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A lease store behind a faulty connection; the rows are a shared `MemoryLeaseTable`.
+#[derive(Debug, Clone)]
+pub struct FaultyStore {
+    inner: MemoryLeaseStore,
+    faults: Arc<StoreFaults>,
+    rng: Arc<Mutex<fastrand::Rng>>,
+    /// Calls that failed or lost their response, for the report.
+    pub injected: Arc<AtomicU64>,
+}
+
+fn injected(operation: &'static str, what: &str) -> LeaseError {
+    LeaseError::Unavailable {
+        operation,
+        resource: "sim".to_owned(),
+        source: what.to_owned().into(),
+    }
+}
+
+impl FaultyStore {
+    /// `inner` (a memory store over the shared table, on this instance's skewed clock) behind
+    /// `faults`, drawing from a generator seeded with `seed`.
+    pub fn new(inner: MemoryLeaseStore, faults: Arc<StoreFaults>, seed: u64) -> Self {
+        Self {
+            inner,
+            faults,
+            rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+            injected: Arc::default(),
+        }
+    }
+
+    fn draw(&self, below: u64) -> u64 {
+        if below == 0 {
+            return 0;
+        }
+        self.rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .u64(..below)
+    }
+
+    /// Before the call reaches the table: the cut, a delay, a failure.
+    async fn before(&self, operation: &'static str) -> LeaseResult<FaultState> {
+        let state = self.faults.lock().clone();
+        if let Some(until) = state.cut_until.filter(|u| *u > Instant::now()) {
+            if state.hang {
+                tokio::time::sleep_until(until).await;
+            }
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return Err(injected(operation, "cut off from the lease table"));
+        }
+        let delay = self.draw(state.max_delay_ms + 1);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if self.draw(1000) < u64::from(state.fail_per_mille) {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return Err(injected(operation, "injected failure"));
+        }
+        Ok(state)
+    }
+
+    /// After a call landed: a slow response, or a lost one (for writes).
+    async fn after<T>(
+        &self,
+        state: &FaultState,
+        operation: &'static str,
+        write: bool,
+        result: LeaseResult<T>,
+    ) -> LeaseResult<T> {
+        let delay = self.draw(state.max_delay_ms / 2 + 1);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if write && result.is_ok() && self.draw(1000) < u64::from(state.lose_per_mille) {
+            self.injected.fetch_add(1, Ordering::Relaxed);
+            return Err(injected(operation, "response lost (the write landed)"));
+        }
+        result
+    }
+}
+
+macro_rules! faulty {
+    ($self:ident, $op:literal, $write:expr, $call:expr) => {
+        Box::pin(async move {
+            let state = $self.before($op).await?;
+            let result = $call.await;
+            $self.after(&state, $op, $write, result).await
+        })
+    };
+}
+
+impl LeaseStore for FaultyStore {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        faulty!(self, "create", true, self.inner.create(row))
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(self, "take", true, self.inner.take(key, holder, take))
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(
+            self,
+            "renew",
+            true,
+            self.inner.renew(key, holder, ttl, checkpoint)
+        )
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(
+            self,
+            "checkpoint",
+            true,
+            self.inner.checkpoint(key, holder, checkpoint)
+        )
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(
+            self,
+            "release",
+            true,
+            self.inner.release(key, holder, checkpoint)
+        )
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(
+            self,
+            "request",
+            true,
+            self.inner.request(key, asker, observed)
+        )
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        faulty!(
+            self,
+            "hand_over",
+            true,
+            self.inner.hand_over(key, holder, to, ttl, checkpoint)
+        )
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        faulty!(self, "bump_epoch", true, self.inner.bump_epoch(stream))
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        faulty!(self, "epoch", false, self.inner.epoch(stream))
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        faulty!(self, "read", false, self.inner.read(key))
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        faulty!(self, "list", false, self.inner.list(stream))
+    }
+}
+
+/// The stream as every broker sees it: the shared `MemoryStream`, with latency, and a record
+/// of when each shard was first opened (by a global event number), which decides which
+/// records a `LATEST` subscription must handle.
+#[derive(Debug, Clone)]
+pub struct SimKinesis {
+    inner: MemoryStream,
+    events: Arc<AtomicU64>,
+    first_open: Arc<Mutex<BTreeMap<String, u64>>>,
+    latency_ms: Arc<AtomicU64>,
+    rng: Arc<Mutex<fastrand::Rng>>,
+}
+
+impl SimKinesis {
+    /// Wraps `inner`; `events` numbers puts and opens in one sequence.
+    pub fn new(inner: MemoryStream, events: Arc<AtomicU64>, seed: u64) -> Self {
+        Self {
+            inner,
+            events,
+            first_open: Arc::default(),
+            latency_ms: Arc::default(),
+            rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+        }
+    }
+
+    /// Each call takes up to `ms` from now on.
+    pub fn set_latency(&self, ms: u64) {
+        self.latency_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The event number of each shard's first opened iterator.
+    pub fn first_open(&self) -> BTreeMap<String, u64> {
+        self.first_open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn latency(&self) {
+        let max = self.latency_ms.load(Ordering::Relaxed);
+        if max > 0 {
+            let ms = self
+                .rng
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .u64(..=max);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+}
+
+impl KinesisApi for SimKinesis {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::Shard>, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            self.inner.list_shards(stream).await
+        })
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a StartAt,
+    ) -> BoxFuture<'a, Result<String, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            let it = self.inner.shard_iterator(stream, shard, position).await?;
+            let event = self.events.fetch_add(1, Ordering::SeqCst);
+            self.first_open
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(shard.to_owned())
+                .or_insert(event);
+            Ok(it)
+        })
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<kinesis_broker::RecordsPage, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            self.inner.get_records(stream, shard, iterator, limit).await
+        })
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [kinesis_broker::PutEntry],
+    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::PutOutcome>, ReaderError>> {
+        Box::pin(async move { self.inner.put_records(stream, entries).await })
+    }
+}

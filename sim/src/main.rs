@@ -1,0 +1,99 @@
+//! `kinesis-sim`: runs simulation seeds. `cargo xtask sim --seed N` replays one seed with its
+//! history; `cargo xtask sim --seeds N [--from M]` runs a campaign of N seeds.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    // `RUST_LOG=kinesis_shard_reader=debug` shows the brokers' own logs for a replayed seed.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .without_time()
+            .init();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| -> Option<u64> {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+    };
+    if let Some(seed) = value("--seed") {
+        let report = kinesis_sim::run(seed);
+        if args.iter().any(|a| a == "--history") || !report.passed() {
+            for line in &report.history {
+                println!("{line}");
+            }
+        }
+        println!("{}", report.plan);
+        println!("stats: {:?}\ndigest: {:016x}", report.stats, report.digest);
+        return if report.passed() {
+            println!("seed {seed} passed");
+            ExitCode::SUCCESS
+        } else {
+            println!("{}", report.failure(200));
+            ExitCode::FAILURE
+        };
+    }
+    let Some(count) = value("--seeds") else {
+        eprintln!("usage: kinesis-sim --seed N [--history] | --seeds N [--from M]");
+        return ExitCode::from(2);
+    };
+    let from = value("--from").unwrap_or(0);
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let mut faults = std::collections::BTreeMap::<String, u64>::new();
+    let (mut puts, mut handled, mut dups, mut calm) = (0u64, 0u64, 0u64, 0u64);
+    for seed in from..from + count {
+        let report = watched(seed);
+        puts += report.stats.puts;
+        handled += report.stats.handled;
+        dups += report.stats.duplicates;
+        calm += u64::from(report.plan.is_calm());
+        for (k, v) in &report.stats.injected {
+            *faults.entry(k.clone()).or_default() += v;
+        }
+        if !report.passed() {
+            println!("{}", report.failure(80));
+            failed.push(seed);
+        }
+        if (seed - from + 1) % 500 == 0 {
+            println!(
+                "{} seeds, {} failed, {:.0} s",
+                seed - from + 1,
+                failed.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    println!(
+        "campaign: seeds {from}..{}: {} passed, {} failed{}; {calm} calm seeds; {puts} records put, {handled} handled, {dups} handled twice (unplanned faults only); injected {faults:?}; {:.0} s",
+        from + count,
+        count - failed.len() as u64,
+        failed.len(),
+        if failed.is_empty() { String::new() } else { format!(" {failed:?}") },
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs a seed on a thread of its own; a seed that makes no progress for 120 s of wall time
+/// (a task spinning without letting time move) fails the campaign, naming it.
+fn watched(seed: u64) -> kinesis_sim::Report {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(kinesis_sim::run(seed));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(report) => report,
+        Err(_) => {
+            println!("simulation seed {seed} HUNG: no end after 120 s of wall time\nreplay: cargo xtask sim --seed {seed}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,763 @@
+//! The simulated world of one seed: a stream, a lease table, brokers coming and going, a
+//! producer, a monitor, and the scenario that injects the plan's faults.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_broker::{
+    BatchFailure, Broker, BrokerError, Delivery, LeaseStore, MemoryLeaseStore, MemoryLeaseTable,
+    MemoryStream, Op, RunningBroker, StartAt,
+};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, Instant};
+
+use crate::clock::{SimClock, BASE_MS};
+use crate::faults::{FaultyStore, SimKinesis, StoreFaults};
+use crate::plan::{Fault, Mode, Plan, Start};
+use crate::record::{Put, Recorder};
+
+/// The stream every broker reads.
+pub(crate) const STREAM: &str = "sim";
+/// How long faults are injected.
+pub const FAULT_PHASE: Duration = Duration::from_secs(90);
+/// How long records are still put once faults stop.
+pub const CALM_PUTS: Duration = Duration::from_secs(20);
+/// The bound stated for recovery: once faults stop and the last record is put, every shard is
+/// held and every expected record handled within this.
+pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
+/// The settlement-window bound every shard must keep (the broker's default).
+const MAX_UNSETTLED: u64 = 10_000;
+/// At most this many brokers run at once.
+const MAX_BROKERS: usize = 6;
+/// At most this many open shards.
+const MAX_OPEN_SHARDS: usize = 8;
+/// The `AT_TIMESTAMP` start, in ms after the simulated epoch.
+const AT_TIMESTAMP_MS: u64 = 3_000;
+
+/// One broker of the fleet.
+struct Instance {
+    id: String,
+    running: Option<RunningBroker>,
+    faults: Arc<StoreFaults>,
+    /// The shards it held at the last sample.
+    held: BTreeSet<String>,
+}
+
+pub(crate) struct World {
+    plan: Plan,
+    rng: fastrand::Rng,
+    rec: Recorder,
+    kinesis: MemoryStream,
+    sim_kinesis: SimKinesis,
+    table: MemoryLeaseTable,
+    events: Arc<AtomicU64>,
+    clock: SimClock,
+    instances: Vec<Instance>,
+    /// Owner ids no longer running (crashed or stopped), for reuse.
+    retired: Vec<String>,
+    next_id: usize,
+    initial_shards: BTreeSet<String>,
+    shutdowns: Vec<JoinHandle<()>>,
+    faults_on: bool,
+    stats: Stats,
+}
+
+/// Counts for the report.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    /// Records put.
+    pub puts: u64,
+    /// Records expected to be handled.
+    pub expected: u64,
+    /// Completions (records handled, counting duplicates).
+    pub handled: u64,
+    /// Records completed more than once.
+    pub duplicates: u64,
+    /// Events injected, by kind.
+    pub injected: BTreeMap<String, u64>,
+    /// Store calls failed or whose response was lost.
+    pub store_faults: u64,
+    /// Seconds from the last put until every expected record was handled.
+    pub settle_secs: f64,
+}
+
+impl World {
+    pub(crate) fn new(plan: Plan, rec: Recorder) -> Self {
+        let clock = SimClock::new(Instant::now());
+        let kinesis = MemoryStream::new().with_clock(clock);
+        let events = Arc::new(AtomicU64::new(0));
+        let sim_kinesis = SimKinesis::new(kinesis.clone(), events.clone(), plan.seed ^ 0x6b);
+        Self {
+            rng: fastrand::Rng::with_seed(plan.seed),
+            plan,
+            rec,
+            kinesis,
+            sim_kinesis,
+            table: MemoryLeaseTable::new(),
+            events,
+            clock,
+            instances: Vec::new(),
+            retired: Vec::new(),
+            next_id: 0,
+            initial_shards: BTreeSet::new(),
+            shutdowns: Vec::new(),
+            faults_on: true,
+            stats: Stats::default(),
+        }
+    }
+
+    fn count(&mut self, what: &str) {
+        *self.stats.injected.entry(what.to_owned()).or_default() += 1;
+    }
+
+    pub(crate) async fn run(mut self) -> Stats {
+        self.kinesis
+            .create_stream(STREAM, self.plan.shards)
+            .expect("stream");
+        if self.plan.resharded_before {
+            let first = self.open_shards()[0].clone();
+            self.kinesis.split_evenly(STREAM, &first).expect("split");
+            self.rec
+                .note(format!("resharded before start: split {first}"));
+        }
+        self.initial_shards = self.open_shards().into_iter().collect();
+        self.rec.note(format!("plan: {}", self.plan));
+        for _ in 0..self.plan.brokers {
+            self.start_new(None).await;
+        }
+        let start = Instant::now();
+        let mut next_put = start;
+        let mut next_event = start + Duration::from_secs(2);
+        let mut next_check = start;
+        let produce_until = start + FAULT_PHASE + CALM_PUTS;
+        let fault_end = start + FAULT_PHASE;
+        // For `LATEST`, the subscription begins where each shard was first opened: put
+        // nothing before the fleet has opened every shard (or 30 s passed).
+        let put_from = start + Duration::from_secs(1);
+        loop {
+            let now = Instant::now();
+            if now >= produce_until {
+                break;
+            }
+            if self.faults_on && now >= fault_end {
+                self.calm_down().await;
+            }
+            if now >= next_check {
+                self.monitor().await;
+                next_check = now + Duration::from_millis(250);
+            }
+            if now >= next_put && now >= put_from {
+                self.put_one();
+                next_put = now + Duration::from_millis(self.rng.u64(50..300));
+            }
+            if self.faults_on && now >= next_event {
+                self.inject().await;
+                next_event = now + Duration::from_millis(self.rng.u64(1_000..6_000));
+            }
+            let wake = [next_put, next_check, next_event, produce_until]
+                .into_iter()
+                .filter(|t| *t > now)
+                .min()
+                .unwrap_or(now + Duration::from_millis(10));
+            tokio::time::sleep_until(wake).await;
+        }
+        let last_put = Instant::now();
+        self.rec
+            .note("last record put; waiting for every expected record");
+        let deadline = last_put + SETTLE_BOUND;
+        loop {
+            self.monitor().await;
+            if self.rec.missing().is_empty() && self.every_shard_held().await {
+                break;
+            }
+            if Instant::now() >= deadline {
+                for instance in &self.instances {
+                    if let Some(running) = &instance.running {
+                        for shard in running.stats().shards(STREAM) {
+                            self.rec.note(format!("{}: {shard:?}", instance.id));
+                        }
+                    }
+                }
+                self.rec.note(format!(
+                    "handlers running now: {:?}",
+                    self.rec.running_now()
+                ));
+                let missing = self.rec.missing();
+                self.rec.violate(format!(
+                    "{} s after the last put (faults stopped {} s before it): {} expected records not handled (first: {:?}); unheld shards: {:?}",
+                    SETTLE_BOUND.as_secs(),
+                    CALM_PUTS.as_secs(),
+                    missing.len(),
+                    missing.first(),
+                    self.unheld_shards().await,
+                ));
+                break;
+            }
+            sleep(Duration::from_millis(250)).await;
+        }
+        self.stats.settle_secs = last_put.elapsed().as_secs_f64();
+        self.shutdown_all().await;
+        self.monitor_rows().await;
+        let dups = self.rec.duplicates();
+        self.stats.duplicates = dups.len() as u64;
+        if self.plan.is_calm() && !dups.is_empty() {
+            self.rec.violate(format!(
+                "calm seed (only planned moves) handled {} records twice, first {:?}",
+                dups.len(),
+                dups.first()
+            ));
+        }
+        self.stats.expected = self.rec.expected_count() as u64;
+        self.stats.handled = self.rec.handled();
+        self.stats
+    }
+
+    fn open_shards(&self) -> Vec<String> {
+        self.kinesis
+            .shards(STREAM)
+            .map(|s| {
+                s.into_iter()
+                    .filter(|s| s.ending_sequence.is_none())
+                    .map(|s| s.id)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn put_one(&mut self) {
+        let key = format!("key-{}", self.rng.u8(..24));
+        let id = self.stats.puts;
+        let Ok((shard, sequence)) = self.kinesis.put(STREAM, &key, format!("record-{id}")) else {
+            return;
+        };
+        let event = self.events.fetch_add(1, Ordering::SeqCst);
+        let sequence = kinesis_broker::SequenceNumber::new(sequence, None).expect("digits");
+        let at_ms = self.clock.elapsed_ms();
+        self.stats.puts += 1;
+        let expected = match self.plan.start {
+            Start::TrimHorizon => true,
+            Start::AtTimestamp => at_ms >= AT_TIMESTAMP_MS,
+            // Opened before this put (or a shard born after the start): it must be handled.
+            Start::Latest => {
+                !self.initial_shards.contains(&shard)
+                    || self
+                        .sim_kinesis
+                        .first_open()
+                        .get(&shard)
+                        .is_some_and(|opened| *opened < event)
+            }
+        };
+        if expected {
+            self.rec.expect(&shard, sequence.clone());
+        }
+        self.rec.put(Put {
+            shard,
+            sequence,
+            event,
+            at_ms,
+        });
+    }
+
+    /// Starts a broker: a new owner id, or `reuse` (a retired or a live one).
+    async fn start_new(&mut self, reuse: Option<String>) {
+        let id = reuse.unwrap_or_else(|| {
+            self.next_id += 1;
+            format!("b{}", self.next_id)
+        });
+        let skew = if self.plan.has(Fault::ClockSkew) {
+            self.rng.i64(-10_000..=10_000)
+        } else {
+            0
+        };
+        let faults = Arc::new(StoreFaults::default());
+        let seed = self.plan.seed ^ (self.next_id as u64) << 32 ^ self.rng.u64(..);
+        let clock = self.clock.skewed(skew);
+        let store = FaultyStore::new(
+            MemoryLeaseStore::over(&self.table).with_clock(clock),
+            faults.clone(),
+            seed,
+        );
+        match self.start_broker(&id, store, clock).await {
+            Ok(running) => {
+                self.rec
+                    .note(format!("{id} started (clock skew {skew} ms)"));
+                self.instances.push(Instance {
+                    id,
+                    running: Some(running),
+                    faults,
+                    held: BTreeSet::new(),
+                });
+            }
+            Err(error) => {
+                self.rec.note(format!("{id} refused to start: {error}"));
+            }
+        }
+    }
+
+    async fn start_broker(
+        &self,
+        id: &str,
+        store: FaultyStore,
+        clock: SimClock,
+    ) -> Result<RunningBroker, BrokerError> {
+        let mut broker = Broker::builder()
+            .kinesis(self.sim_kinesis.clone())
+            .lease_store(store)
+            .owner_id(id)
+            .wall_clock(clock)
+            .build()?;
+        let start_at = match self.plan.start {
+            Start::Latest => StartAt::Latest,
+            Start::TrimHorizon => StartAt::TrimHorizon,
+            Start::AtTimestamp => StartAt::AtTimestamp(BASE_MS + AT_TIMESTAMP_MS),
+        };
+        let sub = broker.subscribe(STREAM);
+        // The default start is LATEST: leave it unset then, as most users do.
+        let sub = if self.plan.start == Start::Latest {
+            sub
+        } else {
+            sub.start_at(start_at)
+        };
+        let handler = Handling {
+            rec: self.rec.clone(),
+            instance: id.to_owned(),
+            seed: self.plan.seed,
+            faults: self.plan.has(Fault::HandlerFaults),
+        };
+        match self.plan.mode {
+            Mode::Serial => sub.handle(move |d| handler.clone().one(d))?,
+            Mode::Workers => sub.workers(3).handle(move |d| handler.clone().one(d))?,
+            Mode::ByKey => sub
+                .workers(3)
+                .by_key()
+                .handle(move |d| handler.clone().one(d))?,
+            Mode::Batch => sub.batch(10).handle(move |b| handler.clone().batch(b))?,
+            Mode::BatchWorkers => sub
+                .workers(2)
+                .batch(10)
+                .handle(move |b| handler.clone().batch(b))?,
+        }
+        broker.start().await
+    }
+
+    fn live(&self) -> Vec<usize> {
+        (0..self.instances.len())
+            .filter(|i| self.instances[*i].running.is_some())
+            .collect()
+    }
+
+    fn pick_live(&mut self) -> Option<usize> {
+        let live = self.live();
+        (!live.is_empty()).then(|| live[self.rng.usize(..live.len())])
+    }
+
+    /// One fault or event of the plan's kinds, chosen at random.
+    async fn inject(&mut self) {
+        let kinds: Vec<Fault> = self.plan.faults.iter().copied().collect();
+        let kind = kinds[self.rng.usize(..kinds.len())];
+        match kind {
+            Fault::StoreDelay | Fault::StoreFail | Fault::LostResponse => {
+                if let Some(i) = self.pick_live() {
+                    let (delay, fail, lose) = match kind {
+                        Fault::StoreDelay => (self.rng.u64(500..=3_000), 0, 0),
+                        Fault::StoreFail => (self.rng.u64(0..300), self.rng.u32(100..600), 0),
+                        _ => (self.rng.u64(0..300), 0, self.rng.u32(100..600)),
+                    };
+                    let instance = &self.instances[i];
+                    instance.faults.set(delay, fail, lose);
+                    let note = format!(
+                        "{}: store faults: delay <= {delay} ms, fail {fail}/1000, lost responses {lose}/1000",
+                        instance.id
+                    );
+                    self.rec.note(note);
+                    self.count("store faults");
+                }
+            }
+            Fault::CutOff => {
+                if let Some(i) = self.pick_live() {
+                    let secs = self.rng.u64(3..25);
+                    let hang = self.rng.bool();
+                    let instance = &self.instances[i];
+                    instance
+                        .faults
+                        .cut(Instant::now() + Duration::from_secs(secs), hang);
+                    let note = format!(
+                        "{}: cut off the lease table for {secs} s ({})",
+                        instance.id,
+                        if hang { "calls hang" } else { "calls fail" }
+                    );
+                    self.rec.note(note);
+                    self.count("cut off");
+                }
+            }
+            Fault::ClockSkew => {
+                // Skew is set per instance at start; start one more with a skewed clock.
+                if self.live().len() < MAX_BROKERS {
+                    self.start_new(None).await;
+                    self.count("skewed start");
+                }
+            }
+            Fault::Crash => {
+                if self.live().len() > 1 || self.rng.bool() {
+                    if let Some(i) = self.pick_live() {
+                        let instance = &mut self.instances[i];
+                        drop(instance.running.take());
+                        let id = instance.id.clone();
+                        self.rec
+                            .note(format!("{id} crashed (dropped, no clean-up)"));
+                        self.retired.push(id);
+                        self.count("crash");
+                    }
+                }
+            }
+            Fault::Start => {
+                if self.live().len() < MAX_BROKERS {
+                    self.start_new(None).await;
+                    self.count("start");
+                }
+            }
+            Fault::ReusedId => {
+                if self.live().len() < MAX_BROKERS && !self.retired.is_empty() {
+                    let id = self.retired.remove(self.rng.usize(..self.retired.len()));
+                    self.rec
+                        .note(format!("restarting with retired owner id {id}"));
+                    self.start_new(Some(id)).await;
+                    self.count("reused id");
+                }
+            }
+            Fault::Twin => {
+                if self.live().len() < MAX_BROKERS {
+                    if let Some(i) = self.pick_live() {
+                        let id = self.instances[i].id.clone();
+                        self.rec
+                            .note(format!("starting a twin with the live owner id {id}"));
+                        self.start_new(Some(id)).await;
+                        self.count("twin");
+                    }
+                }
+            }
+            Fault::Shutdown => {
+                if self.live().len() > 1 || self.rng.bool() {
+                    if let Some(i) = self.pick_live() {
+                        self.shutdown(i);
+                        self.count("shutdown");
+                    }
+                }
+            }
+            Fault::Reshard => self.reshard(),
+            Fault::ExpireIterators => {
+                self.kinesis.expire_iterators();
+                self.rec.note("every shard iterator expired");
+                self.count("expired iterators");
+            }
+            Fault::KinesisFaults => {
+                let op = [Op::GetRecords, Op::ShardIterator, Op::ListShards][self.rng.usize(..3)];
+                let n = self.rng.u32(1..8);
+                if self.rng.bool() {
+                    self.kinesis.throttle_next(op, n);
+                } else {
+                    self.kinesis.fail_next(op, n);
+                }
+                self.sim_kinesis.set_latency(self.rng.u64(0..300));
+                self.rec.note(format!(
+                    "Kinesis: next {n} {op:?} calls throttled or failing"
+                ));
+                self.count("kinesis faults");
+            }
+            Fault::HandlerFaults => {} // always on in handlers when planned
+        }
+        if self.live().is_empty() {
+            self.start_new(None).await;
+        }
+    }
+
+    fn reshard(&mut self) {
+        let open = self.open_shards();
+        if open.len() < MAX_OPEN_SHARDS && (open.len() < 2 || self.rng.bool()) {
+            let shard = open[self.rng.usize(..open.len())].clone();
+            if self.kinesis.split_evenly(STREAM, &shard).is_ok() {
+                self.rec.note(format!("split {shard}"));
+                self.count("split");
+            }
+            return;
+        }
+        let shards = self.kinesis.shards(STREAM).unwrap_or_default();
+        let mut open: Vec<_> = shards
+            .into_iter()
+            .filter(|s| s.ending_sequence.is_none())
+            .collect();
+        open.sort_by_key(|s| s.hash_range.0);
+        if open.len() >= 2 {
+            let i = self.rng.usize(..open.len() - 1);
+            let (a, b) = (open[i].id.clone(), open[i + 1].id.clone());
+            if self.kinesis.merge_shards(STREAM, &a, &b).is_ok() {
+                self.rec.note(format!("merged {a} + {b}"));
+                self.count("merge");
+            }
+        }
+    }
+
+    fn shutdown(&mut self, i: usize) {
+        let instance = &mut self.instances[i];
+        let Some(running) = instance.running.take() else {
+            return;
+        };
+        let id = instance.id.clone();
+        self.rec.note(format!("{id} shutting down gracefully"));
+        let rec = self.rec.clone();
+        self.retired.push(id.clone());
+        self.shutdowns.push(tokio::spawn(async move {
+            let report = running.shutdown().await;
+            rec.note(format!(
+                "{id} shut down (handlers finished: {})",
+                report.handlers_finished
+            ));
+        }));
+    }
+
+    /// Faults stop: connections heal, no more events; at least one broker runs.
+    async fn calm_down(&mut self) {
+        self.faults_on = false;
+        for instance in &self.instances {
+            instance.faults.heal();
+        }
+        self.sim_kinesis.set_latency(0);
+        self.kinesis.clear_faults();
+        self.rec.note("faults stop");
+        if self.live().is_empty() {
+            self.start_new(None).await;
+        }
+    }
+
+    /// Samples the table and the brokers: row invariants, held shards, window bounds and
+    /// failed subscriptions.
+    async fn monitor(&mut self) {
+        self.monitor_rows().await;
+        let mut failed = Vec::new();
+        for (i, instance) in self.instances.iter_mut().enumerate() {
+            let Some(running) = &instance.running else {
+                continue;
+            };
+            let stats = running.stats();
+            let held: BTreeSet<String> = stats
+                .shards(STREAM)
+                .iter()
+                .map(|s| s.shard.clone())
+                .collect();
+            for shard in stats.shards(STREAM) {
+                if shard.window > MAX_UNSETTLED {
+                    self.rec.violate(format!(
+                        "{}: settlement window of {} holds {} entries (bound {MAX_UNSETTLED})",
+                        instance.id, shard.shard, shard.window
+                    ));
+                }
+            }
+            if held != instance.held {
+                self.rec.note(format!("{} holds {:?}", instance.id, held));
+                instance.held = held;
+            }
+            let probe = futures_now(running.failed());
+            if let Some(error) = probe {
+                failed.push((i, error));
+            }
+        }
+        for (i, error) in failed {
+            let id = self.instances[i].id.clone();
+            let why = format!(
+                "{error}: {:?}",
+                std::error::Error::source(&error).map(ToString::to_string)
+            );
+            // Only an owner id live twice may fail a subscription here.
+            if !why.contains("live in another process") {
+                self.rec
+                    .violate(format!("{id}: subscription failed unexpectedly: {why}"));
+            } else {
+                self.rec.note(format!("{id}: subscription failed: {why}"));
+            }
+            self.shutdown(i);
+        }
+        if self.live().is_empty() && !self.faults_on {
+            self.start_new(None).await;
+        }
+    }
+
+    async fn monitor_rows(&self) {
+        let store = MemoryLeaseStore::over(&self.table);
+        if let Ok(rows) = store.list(STREAM).await {
+            self.rec.check_rows(&rows);
+        }
+    }
+
+    /// Shards of the stream that may be read (not finished, every parent finished or gone)
+    /// and are not held by a running broker, row or no row.
+    async fn unheld_shards(&self) -> Vec<String> {
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(rows) = store.list(STREAM).await else {
+            return vec!["(list failed)".into()];
+        };
+        let shards = self.kinesis.shards(STREAM).unwrap_or_default();
+        let listed: BTreeSet<&str> = shards.iter().map(|s| s.id.as_str()).collect();
+        let finished: BTreeSet<&str> = rows
+            .iter()
+            .filter(|r| r.is_finished())
+            .map(|r| r.key.shard())
+            .collect();
+        let held: BTreeSet<&str> = self
+            .instances
+            .iter()
+            .filter(|i| i.running.is_some())
+            .flat_map(|i| i.held.iter().map(String::as_str))
+            .collect();
+        shards
+            .iter()
+            .filter(|s| !finished.contains(s.id.as_str()))
+            .filter(|s| {
+                s.parents()
+                    .iter()
+                    .all(|p| finished.contains(p.as_str()) || !listed.contains(p.as_str()))
+            })
+            .filter(|s| !held.contains(s.id.as_str()))
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
+    async fn every_shard_held(&self) -> bool {
+        self.unheld_shards().await.is_empty()
+    }
+
+    async fn shutdown_all(&mut self) {
+        for i in self.live() {
+            self.shutdown(i);
+        }
+        for task in std::mem::take(&mut self.shutdowns) {
+            let _ = task.await;
+        }
+        let stats_faults: u64 = 0;
+        self.stats.store_faults += stats_faults;
+    }
+}
+
+/// Polls a future once: its output if it is ready now.
+fn futures_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// The handlers: record entry and exit, take a random time, and (when planned) fail or panic
+/// at most twice per record, decided by the seed.
+#[derive(Clone)]
+struct Handling {
+    rec: Recorder,
+    instance: String,
+    seed: u64,
+    faults: bool,
+}
+
+#[derive(Debug)]
+struct SimFailure;
+
+impl std::fmt::Display for SimFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("simulated handler failure")
+    }
+}
+
+impl std::error::Error for SimFailure {}
+
+enum Verdict {
+    Ok,
+    Fail,
+    Panic,
+}
+
+impl Handling {
+    fn decide(
+        &self,
+        shard: &str,
+        sequence: &kinesis_broker::SequenceNumber,
+        attempt: u32,
+    ) -> (Duration, Verdict) {
+        let mut h: u64 = self.seed ^ u64::from(attempt).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for b in shard.bytes().chain(sequence.number().bytes()) {
+            h = h.rotate_left(5) ^ u64::from(b);
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+        let mut rng = fastrand::Rng::with_seed(h);
+        let latency = Duration::from_millis(rng.u64(0..100));
+        let verdict = if !self.faults || attempt > 2 {
+            Verdict::Ok
+        } else {
+            match rng.u8(..100) {
+                0..=4 => Verdict::Fail,
+                5..=6 => Verdict::Panic,
+                _ => Verdict::Ok,
+            }
+        };
+        (latency, verdict)
+    }
+
+    async fn one(self, d: Delivery) -> Result<(), SimFailure> {
+        let (attempt, _running) = self.rec.enter(&self.instance, d.shard(), d.sequence());
+        let (latency, verdict) = self.decide(d.shard(), d.sequence(), attempt);
+        let debug = std::env::var_os("SIM_DEBUG").is_some();
+        if debug {
+            self.rec.note(format!(
+                "{} enter {} {} attempt {attempt} latency {latency:?}",
+                self.instance,
+                d.shard(),
+                d.sequence()
+            ));
+        }
+        sleep(latency).await;
+        if debug {
+            self.rec.note(format!(
+                "{} slept {} {}",
+                self.instance,
+                d.shard(),
+                d.sequence()
+            ));
+        }
+        match verdict {
+            Verdict::Ok => {
+                self.rec.completed(&self.instance, d.shard(), d.sequence());
+                Ok(())
+            }
+            Verdict::Fail => Err(SimFailure),
+            Verdict::Panic => panic!("simulated handler panic"),
+        }
+    }
+
+    async fn batch(self, batch: Vec<Delivery>) -> Result<(), BatchFailure> {
+        let mut guards = Vec::new();
+        let mut slowest = Duration::ZERO;
+        let mut verdict = Verdict::Ok;
+        for d in &batch {
+            let (attempt, guard) = self.rec.enter(&self.instance, d.shard(), d.sequence());
+            guards.push(guard);
+            let (latency, v) = self.decide(d.shard(), d.sequence(), attempt);
+            slowest = slowest.max(latency);
+            match v {
+                Verdict::Ok => {}
+                other => verdict = other,
+            }
+        }
+        sleep(slowest).await;
+        match verdict {
+            Verdict::Ok => {
+                for d in &batch {
+                    self.rec.completed(&self.instance, d.shard(), d.sequence());
+                }
+                Ok(())
+            }
+            Verdict::Fail => Err(BatchFailure::all(SimFailure)),
+            Verdict::Panic => panic!("simulated batch handler panic"),
+        }
+    }
+}
