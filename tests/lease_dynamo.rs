@@ -1,12 +1,16 @@
 //! `DynamoLeaseStore` against a real DynamoDB-compatible server (moto, via `cargo xtask integ`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_integ::{sdk_config, unique_name, Service};
+use kinesis_integ::{
+    endpoint, sdk_config, sdk_config_via, unique_account, unique_name, FaultProxy, Service,
+};
 use kinesis_lease_core::testkit::Harness;
 use kinesis_lease_core::{
-    Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseStore, ManualClock, Take,
+    Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore, ManualClock, Outcome,
+    Take,
 };
 use kinesis_lease_dynamo::{DynamoLeaseError, DynamoLeaseStore};
 
@@ -144,4 +148,152 @@ async fn list_reads_one_stream_without_scanning() {
         (after.reads - before.reads, after.writes - before.writes),
         (2, 0)
     );
+}
+
+/// Runs `call` (a conditional write on `key`) while `proxy` loses the response of its first
+/// UpdateItem, after the emulator applied it, so the store retries it. Checks that the call is
+/// reported written with the row as stored, that the row's counter moved by `bumps` (1: the
+/// retry did not write again), and returns the row.
+async fn first_response_lost(
+    proxy: &FaultProxy,
+    store: &DynamoLeaseStore,
+    key: &LeaseKey,
+    what: &str,
+    bumps: u64,
+    call: impl Future<Output = LeaseResult<Outcome>>,
+) -> Lease {
+    let counter = store.read(key).await.unwrap().map_or(0, |row| row.counter);
+    let (dropped, writes) = (proxy.dropped(), store.calls().writes);
+    proxy.drop_next_responses("UpdateItem", 1);
+    let written = match call.await {
+        Ok(Outcome::Written(row)) => row,
+        Ok(Outcome::Lost(lost)) => panic!("{what}: landed, but reported lost: {lost:?}"),
+        Err(err) => panic!("{what}: landed, but reported failed: {err}"),
+    };
+    assert_eq!(proxy.dropped() - dropped, 1, "{what}: no response was lost");
+    assert!(
+        store.calls().writes - writes >= 2,
+        "{what}: the store did not retry"
+    );
+    let row = store.read(key).await.unwrap().expect("row");
+    assert_eq!(
+        row.counter,
+        counter + bumps,
+        "{what}: counter bumps of one call"
+    );
+    assert_eq!(written, row, "{what}: the reported row is the stored one");
+    row
+}
+
+/// A write whose first attempt landed but whose response was lost is retried by the store.
+/// For a take (creating, and fenced), a release and a hand-over the retry's condition then
+/// fails on the store's own write, which the store recognises by its write id in the returned
+/// old item and reports as written (not lost), once. A renew is reported written too, but its
+/// retry lands a second time (see there). A take on a stale counter whose response is lost
+/// stays lost.
+#[tokio::test]
+async fn write_whose_response_was_lost_is_reported_written_once() {
+    let proxy = FaultProxy::start(&endpoint(Service::Dynamodb)).await;
+    let config = sdk_config_via(&unique_account(), proxy.endpoint()).await;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store =
+        DynamoLeaseStore::new(&config, unique_name("lost-responses")).with_clock(clock.clone());
+    store.ensure_table().await.expect("ensure_table");
+    let key = LeaseKey::new("orders", "shardId-000000000000").unwrap();
+    let ttl = Duration::from_secs(10);
+    let (a, b) = (Holder::new("a", "a-1"), Holder::new("b", "b-1"));
+
+    // A take that creates the row.
+    let take = Take::fenced(ttl, 0);
+    let row =
+        first_response_lost(&proxy, &store, &key, "take", 1, store.take(&key, &a, &take)).await;
+    assert!(row.is_held_with(&a), "{row:?}");
+    assert_eq!(row.counter, 1);
+    assert_eq!(
+        store.list("orders").await.unwrap(),
+        vec![row],
+        "listed once"
+    );
+
+    // A renew with a checkpoint. Its condition (this owner and token) would still hold after
+    // its own first attempt; the store's condition also refuses an item that carries the
+    // call's own write id, so the retry fails and the read-back reports it written: one bump.
+    clock.advance(Duration::from_secs(3));
+    let cp = Checkpoint::sequence("100").unwrap();
+    let row = first_response_lost(
+        &proxy,
+        &store,
+        &key,
+        "renew",
+        1,
+        store.renew(&key, &a, ttl, Some(&cp)),
+    )
+    .await;
+    assert!(row.is_held_with(&a), "{row:?}");
+    assert_eq!(row.checkpoint.as_ref(), Some(&cp));
+
+    // A release.
+    let row = first_response_lost(
+        &proxy,
+        &store,
+        &key,
+        "release",
+        1,
+        store.release(&key, &a, None),
+    )
+    .await;
+    assert_eq!((row.owner, row.token, row.expiry_ms), (None, None, 0));
+
+    // A take fenced on the counter read first.
+    let seen = store.read(&key).await.unwrap().expect("row").counter;
+    let take = Take::fenced(ttl, seen);
+    let row = first_response_lost(
+        &proxy,
+        &store,
+        &key,
+        "fenced take",
+        1,
+        store.take(&key, &b, &take),
+    )
+    .await;
+    assert!(row.is_held_with(&b), "{row:?}");
+    assert_eq!(row.counter, seen + 1);
+
+    // A hand-over to "c", who asked for the row.
+    assert!(store
+        .request(&key, "c", row.counter)
+        .await
+        .unwrap()
+        .is_written());
+    let row = first_response_lost(
+        &proxy,
+        &store,
+        &key,
+        "hand-over",
+        1,
+        store.hand_over(&key, &b, "c", ttl, None),
+    )
+    .await;
+    assert_eq!(
+        (row.owner.as_deref(), row.token, row.wanted_by),
+        (Some("c"), None, None)
+    );
+    assert_eq!(row.checkpoint.as_ref(), Some(&cp));
+
+    // Control: a take on a stale counter never lands; losing a response does not change that.
+    let before = store.read(&key).await.unwrap().expect("row");
+    let dropped = proxy.dropped();
+    proxy.drop_next_responses("UpdateItem", 1);
+    let stale = Take::fenced(ttl, seen);
+    match store.take(&key, &a, &stale).await.unwrap() {
+        Outcome::Lost(lost) => {
+            assert_eq!(
+                (lost.holder.as_deref(), lost.counter),
+                (Some("c"), before.counter)
+            )
+        }
+        Outcome::Written(row) => panic!("a stale take was reported written: {row:?}"),
+    }
+    assert_eq!(proxy.dropped() - dropped, 1, "no response was lost");
+    assert_eq!(store.read(&key).await.unwrap().expect("row"), before);
 }

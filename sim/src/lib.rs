@@ -23,7 +23,8 @@
 //! 3. In calm seeds (only planned moves: starts, graceful shutdowns, hand-overs,
 //!    resharding, expired iterators, throttling, handler retries), no record is handled twice.
 //! 4. Checkpoints never move back and never pass a record that no handler completed.
-//! 5. Once faults stop, every shard is held and lag reaches zero within 60 s of the last put.
+//! 5. Once faults stop, every readable shard is held by a running broker and every expected
+//!    record is handled within 60 s of the last put.
 //! 6. Each shard's settlement window stays within its bound (10,000 entries).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -49,7 +50,8 @@ pub struct Report {
     pub stats: Stats,
     /// Broken invariants (empty: the seed passed).
     pub violations: Vec<String>,
-    /// Who held which shard when, which calls failed, what was injected.
+    /// Who held which shard when, which faults were injected on which instance (store faults,
+    /// cut-offs, crashes, twins, reshards, Kinesis faults), starts and shutdowns.
     pub history: Vec<String>,
     /// A digest of the history: equal for two runs of one seed when the run is deterministic.
     pub digest: u64,

@@ -1,6 +1,8 @@
 //! `FaultProxy`: an HTTP proxy on 127.0.0.1 between the brokers and one emulator, that adds
-//! latency, cuts open connections, refuses new ones, and answers a chosen share of calls with
-//! AWS error bodies (throttling or 500) instead of forwarding them.
+//! latency, cuts open connections, refuses new ones, answers a chosen share of calls with AWS
+//! error bodies (throttling or 500) instead of forwarding them, and loses the responses of
+//! chosen calls: it forwards them, waits for the emulator's whole response and closes the
+//! client connection without answering, so the call took effect but its caller never heard.
 //!
 //! Each request is forwarded on a fresh upstream connection with `Connection: close`, and the
 //! response relayed until the emulator closes; the client connection is closed after it. That
@@ -26,14 +28,51 @@ struct ErrorRule {
     throttle: bool,
 }
 
+/// Which calls to forward and then leave unanswered.
+#[derive(Debug, Clone)]
+struct DropRule {
+    /// A substring of the `X-Amz-Target` header (`UpdateItem`).
+    target: String,
+    /// Which of the matching calls.
+    pick: Pick,
+}
+
+/// Which of the calls a [`DropRule`] matches it applies to.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    /// Each with this probability, 0.0 to 1.0.
+    Share(f64),
+    /// The next this many; the rule is spent when it reaches 0.
+    Next(u64),
+}
+
+impl DropRule {
+    /// Whether this call (whose target is `target`) loses its response; counts it if so.
+    fn applies(&mut self, target: &str) -> bool {
+        if !target.contains(&self.target) {
+            return false;
+        }
+        match &mut self.pick {
+            Pick::Share(share) => fastrand::f64() < *share,
+            Pick::Next(0) => false,
+            Pick::Next(left) => {
+                *left -= 1;
+                true
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     latency_ms: AtomicU64,
     refusing: AtomicBool,
     rules: Mutex<Vec<ErrorRule>>,
+    drops: Mutex<Vec<DropRule>>,
     forwarded: AtomicU64,
     faulted: AtomicU64,
     refused: AtomicU64,
+    dropped: AtomicU64,
 }
 
 /// A fault-injecting proxy; see the module docs. Dropping it stops it.
@@ -149,6 +188,38 @@ impl FaultProxy {
             self.state.refused.load(Ordering::SeqCst),
         )
     }
+
+    /// Loses the response of `share` of the calls whose `X-Amz-Target` contains `target`: each
+    /// is forwarded, the emulator's whole response awaited (so the call took effect), and then
+    /// the client connection is closed without an answer, as when a response is lost on the
+    /// way back. The caller sees a dropped connection and cannot tell whether the call landed.
+    pub fn drop_responses(&self, target: &str, share: f64) {
+        self.add_drop(target, Pick::Share(share));
+    }
+
+    /// As [`drop_responses`](Self::drop_responses), for the next `n` calls whose
+    /// `X-Amz-Target` contains `target` only; later ones are answered again.
+    pub fn drop_next_responses(&self, target: &str, n: u64) {
+        self.add_drop(target, Pick::Next(n));
+    }
+
+    /// Removes every response-dropping rule.
+    pub fn clear_drops(&self) {
+        self.state.drops.lock().expect("drops").clear();
+    }
+
+    fn add_drop(&self, target: &str, pick: Pick) {
+        self.state.drops.lock().expect("drops").push(DropRule {
+            target: target.to_owned(),
+            pick,
+        });
+    }
+
+    /// How many calls were forwarded and then left unanswered so far (they also count as
+    /// forwarded in [`counts`](Self::counts)).
+    pub fn dropped(&self) -> u64 {
+        self.state.dropped.load(Ordering::SeqCst)
+    }
 }
 
 /// Reads one request head and body from `client`.
@@ -245,6 +316,12 @@ async fn serve(
                 .await?;
             return client.shutdown().await;
         }
+        let drop_response = state
+            .drops
+            .lock()
+            .expect("drops")
+            .iter_mut()
+            .any(|r| r.applies(&target));
         let mut upstream_conn = TcpStream::connect(upstream).await?;
         // Forward with `Connection: close` so the response ends when the emulator closes.
         let mut rewritten = String::new();
@@ -259,6 +336,14 @@ async fn serve(
         upstream_conn.write_all(rewritten.as_bytes()).await?;
         upstream_conn.write_all(&body).await?;
         state.forwarded.fetch_add(1, Ordering::SeqCst);
+        if drop_response {
+            // The whole response, to be sure the emulator finished the call; returning then
+            // drops the client connection unanswered.
+            let mut response = Vec::new();
+            upstream_conn.read_to_end(&mut response).await?;
+            state.dropped.fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
         tokio::io::copy(&mut upstream_conn, &mut client).await?;
         client.shutdown().await
     };

@@ -178,7 +178,9 @@ impl Broker {
     /// [`BrokerError::NoSubscriptions`]; [`BrokerError::Stream`] naming a stream that is
     /// invalid or missing; [`BrokerError::LeaseTable`] when the lease table is missing (and
     /// not to be created), has the wrong key, or cannot be reached; [`BrokerError::Dispatch`]
-    /// for invalid worker settings.
+    /// for invalid worker settings; [`BrokerError::OwnerInUse`] when rows of a stream name
+    /// this owner id and another live process renews them (checked by reading them twice, a
+    /// renew interval and a take interval apart, only when such rows exist).
     pub async fn start(self) -> Result<RunningBroker, BrokerError> {
         start(self).await
     }

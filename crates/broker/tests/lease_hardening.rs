@@ -206,10 +206,12 @@ async fn latest_start_survives_a_hand_over_before_the_first_checkpoint() {
     assert_eq!(shards.len(), 2, "records on both shards");
     sleep(Duration::from_secs(1)).await;
 
-    // b asks for its share; a hands a shard over with nothing settled.
+    // b asks for its share; a hands a shard over with nothing settled (after waiting, while
+    // renewing, up to two leases for its failing records to settle, then for no attempt to
+    // run).
     let b = recording(&kinesis, &table, "b", &log, &Gate::open()).await;
     assert!(
-        eventually(Duration::from_secs(20), || held(&b) == 1).await,
+        eventually(Duration::from_secs(45), || held(&b) == 1).await,
         "b got a shard"
     );
     assert_eq!(held(&a), 1);

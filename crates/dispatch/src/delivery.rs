@@ -164,6 +164,11 @@ impl Delivery {
         self.data.settlement.running()
     }
 
+    /// Resolves once the delivery's shard lease is lost (not released or handed over).
+    pub(crate) async fn abandoned(&self) {
+        self.data.settlement.abandoned().await;
+    }
+
     /// Counts a failed handler attempt, for the stuck-record report of its shard.
     pub(crate) fn attempt_failed(&self) {
         self.data.settlement.attempted(self.data.ordinal);

@@ -409,15 +409,22 @@ impl Ctx {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // Counted as running first, then checked: a hand-over that revokes the shard and
+            // then waits for it to be idle either sees this attempt or stops it here.
+            let running = delivery.running();
             // A lease lost or handed over while this record waited: the next owner handles it.
             if delivery.is_revoked() {
                 return;
             }
-            let running = delivery.running();
             let call = (handler.0)(delivery.clone());
-            let result = match AssertUnwindSafe(call).catch_unwind().await {
-                Ok(result) => result,
-                Err(panic) => Err(panic_error(panic)),
+            let result = tokio::select! {
+                biased;
+                // The lease is lost: stop the attempt now, the next owner handles the record.
+                () = delivery.abandoned() => return,
+                result = AssertUnwindSafe(call).catch_unwind() => match result {
+                    Ok(result) => result,
+                    Err(panic) => Err(panic_error(panic)),
+                },
             };
             drop(running);
             let error = match result {
@@ -456,13 +463,20 @@ impl Ctx {
         let mut attempt = 0;
         while !batch.is_empty() {
             attempt += 1;
+            let running: Vec<_> = batch.iter().map(Delivery::running).collect();
             batch.retain(|d| !d.is_revoked());
             if batch.is_empty() {
                 return;
             }
-            let running: Vec<_> = batch.iter().map(Delivery::running).collect();
             let call = (handler.f)(batch.clone());
-            let outcome = AssertUnwindSafe(call).catch_unwind().await;
+            let abandoned =
+                futures_util::future::select_all(batch.iter().map(|d| Box::pin(d.abandoned())));
+            let outcome = tokio::select! {
+                biased;
+                // A shard of the batch lost its lease: stop the attempt, leave all unsettled.
+                _ = abandoned => return,
+                outcome = AssertUnwindSafe(call).catch_unwind() => outcome,
+            };
             drop(running);
             let (failed, error) = match outcome {
                 Ok(Ok(())) => {
@@ -514,6 +528,8 @@ impl Ctx {
             delivery.shard().to_owned(),
             delivery.sequence().to_string(),
         );
+        // A dead-letter callback is user code on the record: a hand-over waits for it too.
+        let _running = delivery.running();
         match &self.retry.exhausted {
             Exhausted::Skip => {
                 tracing::error!(%stream, %shard, %sequence, attempts, error = %error, "attempts used up; skipping the record");

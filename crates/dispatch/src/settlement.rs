@@ -90,6 +90,8 @@ pub struct ShardSettlement {
     waiters: AtomicUsize,
     changed: Notify,
     revoked: AtomicBool,
+    /// The lease was lost (not handed over or released): running attempts are cancelled.
+    lost: AtomicBool,
     /// Handler attempts running now on this shard's deliveries.
     running: AtomicUsize,
 }
@@ -116,6 +118,7 @@ impl ShardSettlement {
             waiters: AtomicUsize::new(0),
             changed: Notify::new(),
             revoked: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
             running: AtomicUsize::new(0),
         })
     }
@@ -265,6 +268,32 @@ impl ShardSettlement {
     pub fn revoke(&self) {
         self.revoked.store(true, Ordering::Release);
         self.changed.notify_waiters();
+    }
+
+    /// Marks the shard's lease lost: as [`revoke`](Self::revoke), and handler attempts running
+    /// on its deliveries are cancelled (their futures dropped, the records left unsettled), so
+    /// they never run beside the next owner's.
+    pub fn abandon(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.revoke();
+    }
+
+    /// True once [`abandon`](Self::abandon) was called.
+    pub fn is_abandoned(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the shard is [`abandon`](Self::abandon)ed.
+    pub async fn abandoned(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_abandoned() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// True once [`revoke`](Self::revoke) was called.

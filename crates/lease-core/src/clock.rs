@@ -1,8 +1,11 @@
-//! `Clock`: where a store reads "now" when it stamps or judges a lease expiry.
+//! `Clock`: where a store reads "now" when it stamps a lease expiry.
 //!
-//! Expiry is judged by the *writer's* clock inside the conditional write, never by the
-//! server's, so every store takes its clock from the caller. Tests inject a [`ManualClock`] to
-//! cross an expiry without waiting, for the memory store and DynamoDB alike.
+//! No condition reads a clock: takes are fenced on the row's counter, and renew, checkpoint,
+//! release and hand-over on the holder's owner id and token (see
+//! [`LeaseStore`](crate::LeaseStore)). The clock only stamps `expiry_ms` (now + lease) for
+//! operators reading the table; no instance decides anything by it. Every store takes its
+//! clock from the caller, so tests inject a [`ManualClock`] (or a skewed clock) to show that
+//! the stamped expiry changes nothing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

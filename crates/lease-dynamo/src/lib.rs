@@ -3,20 +3,47 @@
 //!
 //! # The table
 //!
-//! One string hash key, `lease_key`. A shard's row is keyed `stream:shard` and holds
-//! `lease_owner` (S), `lease_expiry` (N, ms since the epoch), `lease_counter` (N),
-//! `checkpoint` (S), `checkpoint_subsequence` (N, optional) and `parent_shards` (SS). Each
-//! stream also has one *index row*, keyed `stream:*`, whose `shards` (SS) names every shard row
-//! of that stream, so [`list`](kinesis_lease_core::LeaseStore::list) reads one stream's rows
-//! (a consistent GetItem of the index, then consistent BatchGetItem of its rows) without
-//! scanning the others. `*` is never a shard id, so the index row never collides with a lease.
+//! One string hash key, `lease_key`. A shard's row is keyed `stream:shard` and holds:
+//!
+//! | attribute | type | for |
+//! | --- | --- | --- |
+//! | `lease_owner` | S | the owner id holding the row; absent when free |
+//! | `lease_token` | S | the token of the current holding, chosen by the take that wrote it; renew, checkpoint, release and hand-over require it, so another process with the same owner id cannot write this holding; absent when free and after a hand-over |
+//! | `lease_expiry` | N | ms since the epoch by the writer's clock, when the lease lapses unless renewed: for operators only, no condition reads it |
+//! | `lease_counter` | N | bumped by every write (`ADD lease_counter :one`); takes are fenced on it |
+//! | `checkpoint` | S | sequence number, `SHARD_END` or a start position (`TRIM_HORIZON`, `LATEST`, `AT_TIMESTAMP:<ms>`) |
+//! | `checkpoint_subsequence` | N | optional, for de-aggregated KPL records |
+//! | `parent_shards` | SS | the parents of a split or merge child |
+//! | `lease_wanted_by` | S | another owner that asked for the row |
+//! | `repositioned` | S | the marker of the reposition applied to the row, written by the take that applied it (or when the row was created under it), so a reposition applies once per subscription |
+//! | `write_id` | S | a random id stamped by every conditional write, so a retried write whose first attempt landed recognises itself |
+//!
+//! Each stream also has one *index row*, keyed `stream:*`, whose `shards` (SS) names every shard
+//! row of that stream and whose `epoch` (N) counts writes that freed rows, so
+//! [`list`](kinesis_lease_core::LeaseStore::list) reads one stream's rows (a consistent GetItem
+//! of the index, then consistent BatchGetItem of its rows) without scanning the others. `*` is
+//! never a shard id, so the index row never collides with a lease.
 //!
 //! # Writes
 //!
-//! Every write is one conditional `UpdateItem` that also bumps `lease_counter`; a lost
-//! condition comes back with the row's old image (`ReturnValuesOnConditionCheckFailure =
-//! ALL_OLD`), so [`Outcome::Lost`](kinesis_lease_core::Outcome::Lost) needs no second read.
-//! Expiry is judged by the writer's clock, passed into the condition.
+//! [`create`](kinesis_lease_core::LeaseStore::create) adds the shard to the index row, then
+//! writes the row with one `PutItem` conditioned on `attribute_not_exists(lease_key)` (counter
+//! 1, no owner). Every other write of a shard row is one conditional `UpdateItem` that also
+//! bumps `lease_counter` and sets `write_id`, with `ReturnValues = ALL_NEW` and
+//! `ReturnValuesOnConditionCheckFailure = ALL_OLD`. The conditions:
+//!
+//! - take: `attribute_not_exists(lease_key)` for fence 0 (the take creates the row), otherwise
+//!   `lease_counter = :fence`, the counter the taker saw;
+//! - renew, checkpoint, release: `lease_owner = :owner AND lease_token = :token`;
+//! - hand-over: `lease_owner = :owner AND lease_token = :token AND lease_wanted_by = :to`;
+//! - request: `lease_counter = :observed AND attribute_exists(lease_owner) AND
+//!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`.
+//!
+//! No condition reads a clock. A lost condition comes back with the row's old image, so
+//! [`Outcome::Lost`](kinesis_lease_core::Outcome::Lost) needs no second read, except when that
+//! image carries this call's own `write_id`: an earlier attempt of the same call landed and
+//! only its response was lost, so the write is reported as
+//! [`Outcome::Written`](kinesis_lease_core::Outcome::Written) with that image.
 //!
 //! # Failures
 //!

@@ -185,14 +185,20 @@ impl DynamoLeaseStore {
 
     /// One conditional UpdateItem that bumps the counter and returns the new row.
     ///
-    /// Every write stamps a fresh write id. When a condition fails, the item DynamoDB returns
-    /// is read for that id: if it is ours, an earlier attempt of this same call landed and only
-    /// its response was lost, so the write is reported as written, not lost.
+    /// Every write stamps a fresh write id, and its condition refuses an item that already
+    /// carries it, so a retry never lands twice (a renewal's condition would otherwise still
+    /// hold after its own first attempt). When a condition fails, the item DynamoDB returns is
+    /// read for that id: if it is ours, an earlier attempt of this same call landed and only
+    /// its response was lost, so the write is reported as written, once.
     async fn update(&self, key: &LeaseKey, expr: Expr, condition: &str) -> LeaseResult<Outcome> {
         let raw_key = key.to_string();
         let resource = self.resource(&raw_key);
         let write_id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
         let expr = expr.set(WRITE_ID, ":write_id", s(write_id.as_str()));
+        let condition = format!(
+            "({condition}) AND (attribute_not_exists({WRITE_ID}) OR {WRITE_ID} <> :write_id)"
+        );
+        let condition = condition.as_str();
         let update = expr.render();
         let out = retrying(self.retry, &self.table, "UpdateItem", &resource, || {
             self.count(&self.calls.writes);

@@ -443,7 +443,7 @@ impl State {
         missing.sort_by(|a, b| a.id.cmp(&b.id));
         // A subscription begins when none of its rows was ever taken: its start position then
         // applies to every shard (see the `start` rules).
-        let rows = match shared.store.list(&stream).await {
+        let rows = match bounded(&shared, "list", shared.store.list(&stream)).await {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::warn!(error = %error, "listing leases failed; creating rows at the next sync");
@@ -466,14 +466,20 @@ impl State {
                     continue;
                 }
             };
+            // A child whose parent has a row was born within the subscription: it starts at
+            // its first record, fresh or not.
+            let born_within = shard
+                .parents()
+                .iter()
+                .any(|p| existing.contains(p.as_str()));
             let mut row = Lease::new(key, shard.parents()).starting_at(start::initial_checkpoint(
                 shard,
-                fresh,
+                fresh && !born_within,
                 &config.start_at,
             ));
             // Rows created under a reposition start as the subscription says, not repositioned.
             row.repositioned = marker.clone();
-            match shared.store.create(&row).await {
+            match bounded(&shared, "create", shared.store.create(&row)).await {
                 Ok(_) => created.push(shard.id.clone()),
                 Err(error) => {
                     tracing::warn!(shard = %shard.id, error = %error, "creating the lease row failed")
@@ -505,7 +511,8 @@ impl State {
             .listed
             .is_none_or(|at| at.elapsed() >= shared.config.list_interval)
             || self.next_expiry.is_some_and(|at| Instant::now() >= at);
-        let epoch = match shared.store.epoch(&shared.config.stream).await {
+        let epoch = match bounded(&shared, "epoch", shared.store.epoch(&shared.config.stream)).await
+        {
             Ok(epoch) => Some(epoch),
             Err(error) => {
                 tracing::warn!(error = %error, "reading the stream's epoch failed");
@@ -573,8 +580,6 @@ impl State {
 
     /// Takes whose response was lost and that landed after all: start reading them.
     fn adopt_pending(&mut self, rows: &[Lease]) {
-        let owner = self.shared.config.owner.clone();
-        let ttl = self.shared.config.lease_duration;
         for row in rows {
             let shard = row.key.shard();
             let Some(pending) = self.pending.remove(shard) else {
@@ -583,18 +588,16 @@ impl State {
             if row.is_held_with(&pending.holder) {
                 tracing::info!(%shard, "a take whose response was lost had landed; reading");
                 self.start(row.clone(), pending.holder, pending.plan, pending.sent);
-            } else if row.is_held_by(&owner) && row.token.is_none() {
-                // Handed to us meanwhile: taken normally below.
-            } else if pending.sent.elapsed() < ttl {
-                self.pending.insert(shard.to_owned(), pending);
             }
+            // Otherwise it did not land (a landed take writes its token, and nobody may take
+            // the row again within a lease): the row is considered afresh below.
         }
     }
 
     async fn take_round(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
-        let rows = match shared.store.list(&config.stream).await {
+        let rows = match bounded(&shared, "list", shared.store.list(&config.stream)).await {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::warn!(error = %error, "listing leases failed; retrying at the next round");
@@ -626,6 +629,11 @@ impl State {
             .map(|r| r.key.shard().to_owned())
             .collect();
         let is_live = |row: &Lease| live_shards.contains(row.key.shard());
+        let stood_still = |row: &Lease, for_at_least: std::time::Duration| {
+            self.observed
+                .get(row.key.shard())
+                .is_some_and(|seen| now.duration_since(seen.since) >= for_at_least)
+        };
         self.next_expiry = readable
             .iter()
             .filter(|r| r.owner.is_some())
@@ -637,9 +645,11 @@ impl State {
                     .map(|seen| seen.since + ttl)
             })
             .min();
+        // A row handed over and not taken yet says nothing of its new owner's life (it may
+        // have shut down since it asked): it does not count it as live.
         let mut owners: HashSet<&str> = readable
             .iter()
-            .filter(|r| is_live(r))
+            .filter(|r| is_live(r) && r.token.is_some())
             .filter_map(|r| r.owner.as_deref())
             .collect();
         owners.insert(&config.owner);
@@ -659,6 +669,10 @@ impl State {
                     Some(owner) if owner == config.owner && row.token.is_none() => 0,
                     None => 1,
                     Some(_) if !is_live(row) => 2,
+                    // Handed over to another instance that has not taken it for a list
+                    // interval (it may have shut down meanwhile): nobody reads such a row, so
+                    // anyone may take it, fenced, rather than leave it unread for a lease.
+                    Some(_) if row.token.is_none() && stood_still(row, config.list_interval) => 2,
                     Some(_) => continue,
                 };
                 candidates.push((rank, row));
@@ -688,7 +702,7 @@ impl State {
                 .or_default()
                 .insert(holder.token.clone());
             let sent = Instant::now();
-            match shared.store.take(&row.key, &holder, &take).await {
+            match bounded(&shared, "take", shared.store.take(&row.key, &holder, &take)).await {
                 Ok(Outcome::Written(lease)) => {
                     room = room.saturating_sub(1);
                     if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
@@ -813,6 +827,25 @@ impl State {
             .instrument(span),
         );
     }
+}
+
+/// Runs a coordinator's store call for at most a lease duration: a store that hangs must not
+/// stall the coordinator (nor its shutdown). A call cut short counts as failed; a take cut
+/// short is adopted later if it landed.
+async fn bounded<T>(
+    shared: &Shared,
+    operation: &'static str,
+    call: impl std::future::Future<Output = kinesis_lease_core::LeaseResult<T>>,
+) -> kinesis_lease_core::LeaseResult<T> {
+    tokio::time::timeout(shared.config.lease_duration, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kinesis_lease_core::LeaseError::Unavailable {
+                operation,
+                resource: shared.config.stream.clone(),
+                source: "no answer within a lease duration".into(),
+            })
+        })
 }
 
 /// A token for one take: random, so no two holdings share one.

@@ -67,7 +67,9 @@ impl Keeper {
 
     fn lose(&self, why: &str) -> Exit {
         tracing::warn!(why, "lease lost; reader stops without checkpoint");
-        self.settlement.revoke();
+        // Cancels the handler attempts running on the shard: the next owner may take it a
+        // renew interval from now, and they must not run beside its handlers.
+        self.settlement.abandon();
         self.signal.send_replace(Signal::Lost);
         Exit::Lost
     }
@@ -176,10 +178,63 @@ impl Keeper {
         }
     }
 
-    /// Hands the shard to `asker`: stop reading, let what was handed out settle (for at most
-    /// half a lease, renewing meanwhile), then one write moves the row with the final
-    /// checkpoint. Whatever did not settle in time is dropped unsettled, so the new owner reads
-    /// it again.
+    /// Waits for `until_done` while renewing every renew interval, at most until `bound`.
+    /// `Ok(true)`: done; `Ok(false)`: the bound passed (or shutdown began, when
+    /// `stop_on_release`); `Err`: the lease was lost meanwhile.
+    async fn wait_renewing(
+        &mut self,
+        until_done: impl std::future::Future<Output = ()>,
+        bound: Instant,
+        deadline: &mut Instant,
+        tick: &mut tokio::time::Interval,
+        stop_on_release: bool,
+    ) -> Result<bool, Exit> {
+        tokio::pin!(until_done);
+        let mut phase = self.shared.phase.subscribe();
+        loop {
+            tokio::select! {
+                biased;
+                () = sleep_until(*deadline) => return Err(self.lose("no renewal landed within lease - renew")),
+                () = &mut until_done => return Ok(true),
+                () = sleep_until(bound) => return Ok(false),
+                _ = crate::shared::releasing(&mut phase), if stop_on_release => return Ok(false),
+                _ = tick.tick() => {
+                    let (renewed, next) = self.renew(*deadline).await;
+                    *deadline = next;
+                    if let Renewed::Gone(exit) = renewed {
+                        return Err(exit);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Revokes the shard (no new handler attempt starts) and waits, renewing, until no attempt
+    /// runs; attempts still running a lease duration later are cancelled. Then nothing of this
+    /// instance runs on the shard's records, and the final write may go.
+    async fn quiesce(
+        &mut self,
+        deadline: &mut Instant,
+        tick: &mut tokio::time::Interval,
+    ) -> Result<(), Exit> {
+        self.settlement.revoke();
+        let settlement = self.settlement.clone();
+        let bound = Instant::now() + self.shared.config.lease_duration;
+        if !self
+            .wait_renewing(settlement.idle(), bound, deadline, tick, false)
+            .await?
+        {
+            tracing::warn!("handlers still running a lease duration after the shard was revoked; cancelling them");
+            self.settlement.abandon();
+            settlement.idle().await;
+        }
+        Ok(())
+    }
+
+    /// Hands the shard to `asker`: stop reading, let what was handed out settle (renewing
+    /// meanwhile, for at most two lease durations), wait until no handler runs, then one
+    /// write moves the row with the final checkpoint. Whatever did not settle in time is
+    /// dropped unsettled, so the new owner reads it again.
     async fn hand_off(
         mut self,
         asker: String,
@@ -190,36 +245,26 @@ impl Keeper {
         let config = &shared.config;
         tracing::info!(%asker, "shard wanted by another instance; handing it over");
         self.signal.send_replace(Signal::Stop);
-        let settle_by = Instant::now() + config.lease_duration / 2;
+        let settle_by = Instant::now() + config.lease_duration * 2;
         let settlement = self.settlement.clone();
-        let settled = settlement.all_settled();
-        tokio::pin!(settled);
-        let mut phase = shared.phase.subscribe();
-        let all_settled = loop {
-            tokio::select! {
-                biased;
-                () = sleep_until(deadline) => return self.lose("no renewal landed within lease - renew"),
-                () = &mut settled => break true,
-                () = sleep_until(settle_by) => break false,
-                // Shutting down meanwhile: hand over what settled now.
-                _ = crate::shared::releasing(&mut phase) => break false,
-                _ = tick.tick() => {
-                    let (renewed, next) = self.renew(deadline).await;
-                    deadline = next;
-                    if let Renewed::Gone(exit) = renewed {
-                        return exit;
-                    }
-                }
-            }
+        let all_settled = match self
+            .wait_renewing(
+                settlement.all_settled(),
+                settle_by,
+                &mut deadline,
+                &mut tick,
+                true,
+            )
+            .await
+        {
+            Ok(settled) => settled,
+            Err(exit) => return exit,
         };
         if !all_settled {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
-        self.settlement.revoke();
-        // No new attempt starts once revoked; let those running end, so the new owner's
-        // handlers never run beside ours.
-        if timeout_at(deadline, self.settlement.idle()).await.is_err() {
-            return self.lose("handlers still running when the lease lapses");
+        if let Err(exit) = self.quiesce(&mut deadline, &mut tick).await {
+            return exit;
         }
         let checkpoint = self.cursor.due(&self.settlement);
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
@@ -281,13 +326,15 @@ impl Keeper {
     /// The last write of a held lease: release with `checkpoint`, retried until the deadline.
     /// The settlement is revoked first: deliveries of a released shard are dropped, never
     /// handed out after the final checkpoint was chosen.
-    async fn finish(mut self, checkpoint: Option<Checkpoint>, deadline: Instant) -> Exit {
+    async fn finish(mut self, checkpoint: Option<Checkpoint>, mut deadline: Instant) -> Exit {
         if self.settlement.is_revoked() {
             return Exit::Lost;
         }
-        self.settlement.revoke();
-        if timeout_at(deadline, self.settlement.idle()).await.is_err() {
-            return self.lose("handlers still running when the lease lapses");
+        let every = self.shared.config.renew_interval;
+        let mut tick = interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        if let Err(exit) = self.quiesce(&mut deadline, &mut tick).await {
+            return exit;
         }
         let checkpoint = match checkpoint {
             Some(Checkpoint::ShardEnd) => Some(Checkpoint::ShardEnd),
