@@ -473,8 +473,9 @@ impl Ctx {
                 futures_util::future::select_all(batch.iter().map(|d| Box::pin(d.abandoned())));
             let outcome = tokio::select! {
                 biased;
-                // A shard of the batch lost its lease: stop the attempt, leave all unsettled.
-                _ = abandoned => return,
+                // A shard of the batch lost its lease: stop the attempt, and run it again
+                // without that shard's records (the others are still this instance's).
+                _ = abandoned => continue,
                 outcome = AssertUnwindSafe(call).catch_unwind() => outcome,
             };
             drop(running);

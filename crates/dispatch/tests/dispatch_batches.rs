@@ -194,3 +194,46 @@ async fn out_of_range_failure_indices_retry_the_whole_batch() {
     drop((tx, feed));
     handle.join().await;
 }
+
+/// A batch holding records of two shards, one of which loses its lease mid-attempt: the
+/// attempt is cancelled, and run again with the other shard's record alone, which settles (it
+/// is never dropped with the lost shard's).
+#[tokio::test(start_paused = true)]
+async fn a_lost_shard_cancels_a_batch_attempt_and_the_rest_is_retried() {
+    let (tx, rx) = channel(64);
+    let calls: Batches = Batches::default();
+    let c = calls.clone();
+    let handler = Handler::batch(8, move |batch: Vec<Delivery>| {
+        let c = c.clone();
+        async move {
+            let ids: Vec<u64> = batch
+                .iter()
+                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                .collect();
+            let first = c.lock().unwrap().is_empty();
+            c.lock().unwrap().push(ids);
+            if first {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Ok::<(), BatchFailure>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, DispatchConfig::default()).unwrap();
+    let (lost, kept) = (
+        ShardSettlement::new("s", "shard-lost"),
+        ShardSettlement::new("s", "shard-kept"),
+    );
+    tx.feed(lost.clone()).send(record("a", 0)).await.unwrap();
+    tx.feed(kept.clone()).send(record("b", 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    lost.abandon();
+    kept.all_settled().await;
+    assert_eq!(*calls.lock().unwrap(), vec![vec![0, 1], vec![1]]);
+    assert_eq!(
+        lost.progress().settled,
+        0,
+        "the lost shard's record stays unsettled"
+    );
+    drop(tx);
+    handle.join().await;
+}

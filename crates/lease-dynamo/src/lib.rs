@@ -30,7 +30,9 @@
 //! writes the row with one `PutItem` conditioned on `attribute_not_exists(lease_key)` (counter
 //! 1, no owner). Every other write of a shard row is one conditional `UpdateItem` that also
 //! bumps `lease_counter` and sets `write_id`, with `ReturnValues = ALL_NEW` and
-//! `ReturnValuesOnConditionCheckFailure = ALL_OLD`. The conditions:
+//! `ReturnValuesOnConditionCheckFailure = ALL_OLD`. Each condition below is joined with
+//! `attribute_not_exists(write_id) OR write_id <> :write_id`, so a retried call never lands
+//! twice. The conditions:
 //!
 //! - take: `attribute_not_exists(lease_key)` for fence 0 (the take creates the row), otherwise
 //!   `lease_counter = :fence`, the counter the taker saw;
