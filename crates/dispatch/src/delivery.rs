@@ -56,6 +56,9 @@ struct Data {
     sequence_text: std::sync::OnceLock<String>,
     settlement: Arc<ShardSettlement>,
     ordinal: u64,
+    /// While a stream consumer holds the delivery (from `DeliveryStream` until its ack or its
+    /// drop), it counts as a handler attempt running on its shard.
+    held: std::sync::Mutex<Option<crate::settlement::Running>>,
 }
 
 /// One record on its way to a handler, cheap to clone (clones are the same delivery).
@@ -76,6 +79,7 @@ impl Delivery {
                 sequence_text: std::sync::OnceLock::new(),
                 settlement,
                 ordinal,
+                held: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -156,6 +160,20 @@ impl Delivery {
     /// From a stream of deliveries, call it once the record is processed.
     pub fn ack(&self) {
         self.data.settlement.settle(self.data.ordinal);
+        self.data
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    /// Counts the delivery as running on its shard until it is acked or dropped: a stream
+    /// consumer holds it, and a hand-over of its shard waits for it (at most a lease).
+    pub(crate) fn hand_out(&self) {
+        let mut held = self.data.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.is_none() {
+            *held = Some(self.data.settlement.running());
+        }
     }
 
     /// Counts a handler attempt on this delivery as running on its shard while the guard

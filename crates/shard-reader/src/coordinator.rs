@@ -727,9 +727,18 @@ impl State {
     /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
     async fn ask_for_one(&mut self, readable: &[&Lease], live: &HashSet<String>, target: usize) {
         let config = &self.shared.config;
+        // One request at a time: while a row is marked wanted by this instance, or for as
+        // long as its owner may take to hand it over (two leases to let deliveries settle and
+        // one to wait for running handlers).
+        if readable
+            .iter()
+            .any(|r| r.wanted_by.as_deref() == Some(config.owner.as_str()))
+        {
+            return;
+        }
         if let Some((_, at)) = &self.asked {
-            if at.elapsed() < config.lease_duration {
-                return; // one request at a time
+            if at.elapsed() < config.lease_duration * 3 {
+                return;
             }
             self.asked = None;
         }

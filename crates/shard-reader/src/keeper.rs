@@ -149,16 +149,20 @@ impl Keeper {
                 biased;
                 () = sleep_until(deadline) => return self.lose("no renewal landed within lease - renew"),
                 cmd = commands.recv(), if commands_open => match cmd {
-                    Some(KeeperCmd::ShardEnd) => return self.finish(Some(Checkpoint::ShardEnd), deadline).await,
+                    Some(KeeperCmd::ShardEnd) => {
+                        let wait = self.shared.config.lease_duration;
+                        return self.finish(Some(Checkpoint::ShardEnd), deadline, wait).await;
+                    }
                     Some(KeeperCmd::Release) => {
                         let due = self.cursor.due(&self.settlement);
-                        return self.finish(due, deadline).await;
+                        let wait = self.shared.config.lease_duration;
+                        return self.finish(due, deadline, wait).await;
                     }
                     None => commands_open = false,
                 },
                 _ = crate::shared::releasing(&mut phase) => {
                     let due = self.cursor.due(&self.settlement);
-                    return self.finish(due, deadline).await;
+                    return self.finish(due, deadline, std::time::Duration::ZERO).await;
                 }
                 _ = tick.tick() => {
                     let (renewed, next) = self.renew(deadline).await;
@@ -214,19 +218,23 @@ impl Keeper {
     /// instance runs on the shard's records, and the final write may go.
     async fn quiesce(
         &mut self,
+        wait: std::time::Duration,
         deadline: &mut Instant,
         tick: &mut tokio::time::Interval,
     ) -> Result<(), Exit> {
         self.settlement.revoke();
         let settlement = self.settlement.clone();
-        let bound = Instant::now() + self.shared.config.lease_duration;
+        let bound = Instant::now() + wait;
         if !self
             .wait_renewing(settlement.idle(), bound, deadline, tick, false)
             .await?
         {
             tracing::warn!("handlers still running a lease duration after the shard was revoked; cancelling them");
             self.settlement.abandon();
-            settlement.idle().await;
+            // Handler attempts end at once when cancelled; a stream consumer still holding a
+            // delivery cannot be cancelled, and is not waited for any longer.
+            let grace = self.shared.config.renew_interval / 3;
+            let _ = tokio::time::timeout(grace, settlement.idle()).await;
         }
         Ok(())
     }
@@ -263,7 +271,8 @@ impl Keeper {
         if !all_settled {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
-        if let Err(exit) = self.quiesce(&mut deadline, &mut tick).await {
+        let wait = config.lease_duration;
+        if let Err(exit) = self.quiesce(wait, &mut deadline, &mut tick).await {
             return exit;
         }
         let checkpoint = self.cursor.due(&self.settlement);
@@ -326,14 +335,22 @@ impl Keeper {
     /// The last write of a held lease: release with `checkpoint`, retried until the deadline.
     /// The settlement is revoked first: deliveries of a released shard are dropped, never
     /// handed out after the final checkpoint was chosen.
-    async fn finish(mut self, checkpoint: Option<Checkpoint>, mut deadline: Instant) -> Exit {
+    ///
+    /// `wait`: how long to wait for handler attempts still running (none on shutdown: the
+    /// broker's shutdown deadline has already passed, and what still runs is cut short).
+    async fn finish(
+        mut self,
+        checkpoint: Option<Checkpoint>,
+        mut deadline: Instant,
+        wait: std::time::Duration,
+    ) -> Exit {
         if self.settlement.is_revoked() {
             return Exit::Lost;
         }
         let every = self.shared.config.renew_interval;
         let mut tick = interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        if let Err(exit) = self.quiesce(&mut deadline, &mut tick).await {
+        if let Err(exit) = self.quiesce(wait, &mut deadline, &mut tick).await {
             return exit;
         }
         let checkpoint = match checkpoint {
