@@ -46,15 +46,20 @@ async fn a_hand_over_waits_for_a_delivery_a_stream_consumer_holds() {
     let consumer = tokio::spawn(async move {
         let mut slow_done = std::collections::BTreeSet::new();
         while let Some(d) = deliveries.next().await {
-            let begun = Instant::now();
-            // The first delivery of each shard is held for 25 s: longer than a hand-over waits
-            // for deliveries to settle (two leases), shorter than it then waits for those
-            // still held (one more lease).
-            if slow_done.insert(d.shard().to_owned()) {
-                sleep(Duration::from_secs(25)).await;
-            }
-            record(&a_log, "a", &d, begun);
-            d.ack();
+            // Each delivery is worked on beside the others, so both shards have one held
+            // whichever shard b asks for. The first delivery of each shard is held for 25 s:
+            // longer than a hand-over waits for deliveries to settle (two leases), shorter than
+            // it then waits for those still held (one more lease).
+            let slow = slow_done.insert(d.shard().to_owned());
+            let log = a_log.clone();
+            tokio::spawn(async move {
+                let begun = Instant::now();
+                if slow {
+                    sleep(Duration::from_secs(25)).await;
+                }
+                record(&log, "a", &d, begun);
+                d.ack();
+            });
         }
     });
     sleep(Duration::from_secs(1)).await;
