@@ -222,8 +222,11 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
         duplicates.len(),
         takeover.as_secs_f64()
     );
+    // Lease (10 s) + list interval (2 s) + take tick (1 s) is the design bound; real
+    // processes on a loaded 2-core machine add scheduling delay (13.3 s seen once), so the
+    // assertion allows one more second.
     assert!(
-        takeover <= Duration::from_secs(13),
+        takeover <= Duration::from_secs(14),
         "takeover took {takeover:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
