@@ -23,8 +23,12 @@ pub const STREAM_HEADER: &str = "kinesis-stream";
 pub struct Record {
     /// The record's data.
     pub payload: Bytes,
-    /// The partition key the producer gave.
+    /// The partition key the producer gave (a sub-record's own key, for a de-aggregated KPL
+    /// record).
     pub partition_key: String,
+    /// The explicit hash key the producer gave, if any (decimal); only de-aggregated KPL
+    /// sub-records carry one, since Kinesis does not return it for plain records.
+    pub explicit_hash_key: Option<String>,
     /// Its sequence number (with a subsequence for a de-aggregated KPL record).
     pub sequence: SequenceNumber,
     /// When Kinesis received it, approximately.
@@ -43,6 +47,7 @@ impl Record {
         Self {
             payload: payload.into(),
             partition_key: partition_key.into(),
+            explicit_hash_key: None,
             sequence,
             arrival: None,
             headers: Vec::new(),
@@ -94,9 +99,21 @@ impl Delivery {
         &self.data.record.partition_key
     }
 
-    /// The sequence number.
+    /// The sequence number; for a sub-record of a KPL aggregate, the aggregate's sequence
+    /// number with the sub-record's position as subsequence.
     pub fn sequence(&self) -> &SequenceNumber {
         &self.data.record.sequence
+    }
+
+    /// The position of a de-aggregated KPL sub-record within its aggregate (0 to n - 1);
+    /// `None` for a plain record.
+    pub fn subsequence(&self) -> Option<u64> {
+        self.data.record.sequence.subsequence()
+    }
+
+    /// The explicit hash key of a de-aggregated KPL sub-record, when its producer gave one.
+    pub fn explicit_hash_key(&self) -> Option<&str> {
+        self.data.record.explicit_hash_key.as_deref()
     }
 
     /// The shard the record was read from.

@@ -243,6 +243,7 @@ impl KinesisApi for AwsKinesis {
                     sequence,
                     arrival: r.approximate_arrival_timestamp().and_then(to_system_time),
                     headers: Vec::new(),
+                    explicit_hash_key: None,
                 });
             }
             Ok(RecordsPage {

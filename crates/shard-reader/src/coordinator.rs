@@ -72,6 +72,9 @@ pub struct ShardStats {
     /// The record holding the checkpoint back, when it has failed at least once or the
     /// settlement window is full.
     pub stuck: Option<Stuck>,
+    /// KPL de-aggregation counts: aggregates unpacked, sub-records delivered, malformed
+    /// aggregates delivered as they were, sub-records outside the shard's hash key range.
+    pub kpl: crate::KplStats,
 }
 
 /// The running coordinator and shard readers of one subscription.
@@ -259,6 +262,7 @@ impl CoordinatorHandle {
                     in_flight: progress.in_flight(),
                     window: progress.window,
                     stuck,
+                    kpl: held.kpl.stats(),
                 }
             })
             .collect();
@@ -791,12 +795,14 @@ impl State {
         let settlement = ShardSettlement::new(config.stream.as_str(), shard.as_str());
         let millis_behind = Arc::new(AtomicU64::new(0));
         let written = Arc::new(Mutex::new(lease.checkpoint.clone()));
+        let kpl = Arc::new(crate::deaggregation::KplCounters::default());
         shared.held().insert(
             shard.clone(),
             Held {
                 settlement: settlement.clone(),
                 millis_behind: millis_behind.clone(),
                 written: written.clone(),
+                kpl: kpl.clone(),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(crate::shared::Signal::Reading);
@@ -820,6 +826,8 @@ impl State {
             phase: shared.phase.subscribe(),
             keeper: cmd_tx,
             millis_behind,
+            hash_range: self.stream_shards.get(&shard).map(|s| s.hash_range),
+            kpl,
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
         if plan.marker.is_some() {

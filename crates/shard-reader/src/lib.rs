@@ -6,7 +6,8 @@
 //! - [`Coordinator`]: one per subscription; lists shards, creates lease rows, takes leases
 //!   (parents before children, fair share, skew-safe expiry) and runs one reader and one lease
 //!   keeper per held shard.
-//! - The reader reads with GetRecords into the subscription's channel; the keeper renews the
+//! - The reader reads with GetRecords into the subscription's channel, unpacking KPL
+//!   aggregated records into one delivery per sub-record; the keeper renews the
 //!   lease every 3 s with the due checkpoint, and writes `SHARD_END` or the final checkpoint
 //!   with the release. A lost renewal stops the reader at once, with no checkpoint.
 //!
@@ -16,6 +17,7 @@
 mod aws;
 mod config;
 mod coordinator;
+mod deaggregation;
 mod error;
 mod keeper;
 mod kinesis;
@@ -27,6 +29,7 @@ mod start;
 pub use aws::AwsKinesis;
 pub use config::ReaderConfig;
 pub use coordinator::{Coordinator, CoordinatorHandle, ShardStats};
+pub use deaggregation::KplStats;
 pub use error::{validate_stream_name, ReaderError};
 pub use kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
 pub use memory_stream::{hash_key, MemoryStream, Op};

@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, Clock, SequenceNumber, SystemClock};
-use md5::{Digest, Md5};
 
 use crate::error::validate_stream_name;
 use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
@@ -165,7 +164,7 @@ fn sequence_value(seq: &SequenceNumber) -> Result<u128, ReaderError> {
 
 /// The MD5 hash key of a partition key, as Kinesis computes it.
 pub fn hash_key(partition_key: &str) -> u128 {
-    u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into())
+    kinesis_kpl::partition_key_hash(partition_key)
 }
 
 impl MemoryStream {
@@ -626,6 +625,7 @@ impl KinesisApi for MemoryStream {
                         std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.arrival_ms),
                     ),
                     headers: Vec::new(),
+                    explicit_hash_key: None,
                 })
                 .collect();
             let millis_behind = match sh.records.get(end) {

@@ -1,10 +1,13 @@
 //! The reader of one shard: GetRecords into the subscription's channel.
 //!
 //! It opens its iterator after the checkpoint (or at the start position, see the `start`
-//! rules), reopens at the pinned start position while it has delivered nothing, reads at most
-//! `max_reads_per_second` times a second, reads again at once while behind the tip and waits a
-//! poll interval after an empty read at the tip. It recovers instead of failing: an expired
-//! iterator is reopened just after the last record it delivered (no duplicate), throttling and
+//! rules; at a checkpoint inside a KPL aggregate it opens at the aggregate and skips the
+//! sub-records that settled), unpacks KPL aggregates into one delivery per sub-record (see
+//! `deaggregation`), reopens at the pinned start position while it has delivered nothing,
+//! reads at most `max_reads_per_second` times a second, reads again at once while behind the
+//! tip and waits a poll interval after an empty read at the tip. It recovers instead of
+//! failing: an expired iterator is reopened just after the last record it delivered (no
+//! duplicate, even inside an aggregate), throttling and
 //! transient failures back off with jitter, a deleted stream becomes the subscription's error
 //! and the lease is released. A shard Kinesis no longer knows (ResourceNotFound for a closed
 //! shard past retention) has ended: ListShards decides between that and a deleted stream. At
@@ -36,6 +39,10 @@ pub(crate) struct Reader {
     pub(crate) phase: watch::Receiver<Phase>,
     pub(crate) keeper: mpsc::Sender<KeeperCmd>,
     pub(crate) millis_behind: Arc<AtomicU64>,
+    /// The shard's hash key range, when the listing had it: sub-records outside it are
+    /// counted.
+    pub(crate) hash_range: Option<(u128, u128)>,
+    pub(crate) kpl: Arc<crate::deaggregation::KplCounters>,
 }
 
 enum Stop {
@@ -84,11 +91,18 @@ impl Reader {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut last_read: Option<Instant> = None;
         let gap = config.min_read_gap();
+        // One page's records, KPL aggregates unpacked; reused from page to page.
+        let mut records = Vec::new();
         loop {
             let it = match iterator.take() {
                 Some(it) => it,
                 None => {
                     let position = match &last_delivered {
+                        // Within a KPL aggregate: read it again and skip what was delivered.
+                        Some(seq) if seq.subsequence().is_some() => {
+                            skip_upto = Some(seq.clone());
+                            Position::AtSequence(seq.clone())
+                        }
                         Some(seq) => Position::AfterSequence(seq.clone()),
                         // Never a fresh LATEST after the first open: that would skip records.
                         None if first_open => start.clone(),
@@ -142,9 +156,17 @@ impl Reader {
             let behind = page.millis_behind.unwrap_or(0);
             self.millis_behind.store(behind, Ordering::Relaxed);
             let empty = page.records.is_empty();
+            records.clear();
             for record in page.records {
-                if skip_upto.as_ref().is_some_and(|s| record.sequence <= *s) {
-                    continue;
+                crate::deaggregation::expand_into(record, self.hash_range, &self.kpl, &mut records);
+            }
+            for record in records.drain(..) {
+                if let Some(skip) = &skip_upto {
+                    if record.sequence <= *skip {
+                        continue;
+                    }
+                    // Past the checkpoint (or the last delivered record): read on as usual.
+                    skip_upto = None;
                 }
                 if self.wait_for_room(config.max_unsettled).await.is_err() {
                     return;
@@ -157,7 +179,6 @@ impl Reader {
                     Ok(Err(_)) | Err(Stop::Stopped) => return,
                 }
             }
-            skip_upto = None;
             match page.next_iterator {
                 None => {
                     tracing::info!(children = ?page.child_shards, "shard end reached; waiting for its deliveries to settle");

@@ -68,6 +68,7 @@ pub(crate) struct Held {
     pub(crate) settlement: Arc<ShardSettlement>,
     pub(crate) millis_behind: Arc<AtomicU64>,
     pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
+    pub(crate) kpl: Arc<crate::deaggregation::KplCounters>,
 }
 
 #[derive(Debug)]
