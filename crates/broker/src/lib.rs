@@ -42,6 +42,7 @@ mod broker;
 mod error;
 mod mount;
 mod owner;
+mod publish_plan;
 mod publisher;
 mod running;
 mod stats;
@@ -49,7 +50,7 @@ mod subscription;
 
 pub use broker::{Broker, BrokerBuilder};
 pub use error::BrokerError;
-pub use publisher::Publisher;
+pub use publisher::{Published, Publisher};
 pub use running::{RunningBroker, ShutdownReport};
 pub use stats::{BrokerStats, ShardStats, StreamStats};
 pub use subscription::{BatchSubscriptionBuilder, SubscriptionBuilder};

@@ -1,0 +1,185 @@
+//! The publisher keeps each partition key's order through partial failures, plain and
+//! aggregated: read back, every record is stored exactly once and each key's records follow
+//! one another in the order given.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kinesis_broker::{KinesisApi, MemoryStream, Publisher, PutEntry, PutOutcome, StartAt};
+use kinesis_lease_core::BoxFuture;
+use kinesis_shard_reader::{ReaderError, RecordsPage, Shard};
+
+/// Kinesis that refuses each entry with probability `p` (seeded), as a throttled shard does.
+#[derive(Debug, Clone)]
+struct Flaky {
+    inner: MemoryStream,
+    p: f64,
+    rng: Arc<Mutex<fastrand::Rng>>,
+}
+
+impl KinesisApi for Flaky {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
+        self.inner.list_shards(stream)
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a StartAt,
+    ) -> BoxFuture<'a, Result<String, ReaderError>> {
+        self.inner.shard_iterator(stream, shard, position)
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<RecordsPage, ReaderError>> {
+        self.inner.get_records(stream, shard, iterator, limit)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [PutEntry],
+    ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>> {
+        Box::pin(async move {
+            let refuse: Vec<bool> = {
+                let mut rng = self.rng.lock().unwrap();
+                entries.iter().map(|_| rng.f64() < self.p).collect()
+            };
+            let kept: Vec<PutEntry> = entries
+                .iter()
+                .zip(&refuse)
+                .filter(|(_, r)| !**r)
+                .map(|(e, _)| e.clone())
+                .collect();
+            let mut stored = self.inner.put_records(stream, &kept).await?.into_iter();
+            Ok(refuse
+                .iter()
+                .map(|r| match r {
+                    true => PutOutcome::Failed {
+                        code: "ProvisionedThroughputExceededException".into(),
+                        message: "Rate exceeded for shard".into(),
+                    },
+                    false => stored.next().expect("one outcome per kept entry"),
+                })
+                .collect())
+        })
+    }
+}
+
+/// Every record of the stream, KPL aggregates unpacked: (key, payload) in storage order per
+/// shard.
+async fn read_back(kinesis: &MemoryStream) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for shard in kinesis.shards("s").unwrap() {
+        let it = kinesis
+            .shard_iterator("s", &shard.id, &StartAt::TrimHorizon)
+            .await
+            .unwrap();
+        let page = kinesis
+            .get_records("s", &shard.id, &it, 10_000)
+            .await
+            .unwrap();
+        for r in page.records {
+            match kinesis_kpl::deaggregate(&r.payload).unwrap() {
+                Some(subs) => out.extend(
+                    subs.into_iter()
+                        .map(|s| (s.partition_key, String::from_utf8(s.data.to_vec()).unwrap())),
+                ),
+                None => out.push((
+                    r.partition_key,
+                    String::from_utf8(r.payload.to_vec()).unwrap(),
+                )),
+            }
+        }
+    }
+    out
+}
+
+async fn check(aggregated: bool, seed: u64) {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 3).unwrap();
+    let flaky = Flaky {
+        inner: kinesis.clone(),
+        p: 0.3,
+        rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+    };
+    let mut publisher = Publisher::new(flaky, "s");
+    if aggregated {
+        publisher = publisher.aggregated_within(2_000);
+    }
+    let n = 1_500;
+    let entries: Vec<PutEntry> = (0..n)
+        .map(|i| PutEntry::new(format!("{i}"), format!("key-{}", i % 23)))
+        .collect();
+    let stored = publisher.put_all(entries).await.unwrap();
+    assert_eq!(stored.len(), n);
+    assert_eq!(
+        stored.iter().any(|s| s.sequence.subsequence().is_some()),
+        aggregated
+    );
+    let back = read_back(&kinesis).await;
+    assert_eq!(back.len(), n, "each record stored exactly once");
+    let mut per_key: HashMap<String, Vec<usize>> = HashMap::new();
+    for (key, payload) in back {
+        per_key
+            .entry(key)
+            .or_default()
+            .push(payload.parse().unwrap());
+    }
+    for (key, ns) in per_key {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "aggregated={aggregated} seed={seed}: {key} out of order: {ns:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn plain_puts_keep_each_key_in_order_through_partial_failures() {
+    for seed in 0..4 {
+        check(false, seed).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn aggregated_puts_keep_each_key_in_order_through_partial_failures() {
+    for seed in 0..4 {
+        check(true, seed).await;
+    }
+}
+
+#[tokio::test]
+async fn records_kinesis_would_refuse_are_named() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let publisher = Publisher::new(kinesis, "s");
+    let too_big = PutEntry::new(vec![0u8; 1024 * 1024], "big-key");
+    let err = chain(&publisher.put_all(vec![too_big]).await.unwrap_err());
+    assert!(err.contains("`s`") && err.contains("big-key"), "{err}");
+    let err = chain(&publisher.put("", "x").await.unwrap_err());
+    assert!(
+        err.contains("partition key has 1 to 256 characters"),
+        "{err}"
+    );
+}
+
+/// An error and its sources, one after the other.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
