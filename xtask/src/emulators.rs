@@ -2,8 +2,11 @@
 //!
 //! - Kinesis: `kinesis-local@0.6.2` from npm (kinesis-mock, LocalStack's Kinesis engine).
 //! - DynamoDB: `moto[server]==5.2.5` from PyPI, in a virtualenv.
+//! - Not an emulator but a test partner: `aws-kinesis-agg@4.2.8` from npm, awslabs' codec of the
+//!   KPL aggregated record format, which the KPL interop tests drive through
+//!   `tests/support/kpl_agg.js`.
 //!
-//! Both install under `target/emulators/` when missing. Each runs on free ports with its log
+//! All install under `target/emulators/` when missing. Each runs on free ports with its log
 //! in `target/emulators/*.log`, and is stopped by its PID when the [`Emulator`] drops, which
 //! also happens when the suite fails. On Ctrl-C the terminal signals the whole process group,
 //! emulators included.
@@ -19,6 +22,7 @@ use crate::target_dir;
 
 const KINESIS_LOCAL: &str = "kinesis-local@0.6.2";
 const MOTO: &str = "moto[server]==5.2.5";
+const KINESIS_AGG: &str = "aws-kinesis-agg@4.2.8";
 
 /// A running emulator; dropping it stops it.
 pub(crate) struct Emulator {
@@ -118,6 +122,31 @@ fn kinesis_local_dir() -> PathBuf {
 
 fn moto_bin() -> PathBuf {
     dir().join("moto").join("bin").join("moto_server")
+}
+
+/// The `node_modules` holding aws-kinesis-agg, for `NODE_PATH`.
+pub(crate) fn kinesis_agg_node_path() -> PathBuf {
+    dir().join("kinesis-agg").join("node_modules")
+}
+
+/// Installs aws-kinesis-agg under `target/emulators/` unless already there.
+pub(crate) fn install_kinesis_agg() -> Result<(), String> {
+    std::fs::create_dir_all(dir())
+        .map_err(|e| format!("cannot create {}: {e}", dir().display()))?;
+    if !kinesis_agg_node_path()
+        .join("aws-kinesis-agg")
+        .join("index.js")
+        .exists()
+    {
+        run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--prefix"])
+                .arg(dir().join("kinesis-agg"))
+                .arg(KINESIS_AGG),
+            &format!("installing {KINESIS_AGG}"),
+        )?;
+    }
+    Ok(())
 }
 
 /// Installs both emulators under `target/emulators/` unless already there.

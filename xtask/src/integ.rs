@@ -5,6 +5,8 @@
 //! `kinesis-integ` package with `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB`
 //! set (which `aws-config` reads by itself), and stops the emulators by PID, also on failure.
 //! With `AWS_ENDPOINT_URL` set (a LocalStack on :4566, say) it starts nothing and uses that.
+//! Either way it installs awslabs' aws-kinesis-agg (npm) and passes its `node_modules` as
+//! `KPL_AGG_NODE_PATH`, for the KPL interop tests.
 //! Extra arguments are passed to the test binaries (a name filter, `--nocapture`).
 
 use std::process::Command;
@@ -26,6 +28,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         endpoints.push(("AWS_ENDPOINT_URL_DYNAMODB", moto.endpoint.clone()));
         running.push(moto);
     }
+    // The KPL interop tests need awslabs' codec whichever endpoints are used.
+    emulators::install_kinesis_agg()?;
+    endpoints.push((
+        "KPL_AGG_NODE_PATH",
+        emulators::kinesis_agg_node_path().display().to_string(),
+    ));
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
     cmd.current_dir(root())
         .args(["test", "--package", "kinesis-integ", "--test", "*", "--"])

@@ -72,7 +72,7 @@ pub use kinesis_lease_dynamo::{DynamoCalls, DynamoLeaseError, DynamoLeaseStore};
 pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[doc(inline)]
 pub use kinesis_shard_reader::{
-    AwsKinesis, KinesisApi, MemoryStream, Op, Position as StartAt, PutEntry, PutOutcome,
+    AwsKinesis, KinesisApi, KplStats, MemoryStream, Op, Position as StartAt, PutEntry, PutOutcome,
     ReaderError, RecordsPage, Shard,
 };
 
