@@ -12,6 +12,7 @@ use crate::{emulators, root};
 const SCENARIOS: &[(&str, bool)] = &[
     ("dispatch_overhead", false),
     ("scale", false),
+    ("kpl_deaggregate", false),
     ("drain", true),
     ("dynamo_cost", true),
     ("failover", true),

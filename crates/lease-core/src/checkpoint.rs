@@ -52,6 +52,14 @@ impl SequenceNumber {
         self.subsequence
     }
 
+    /// The same sequence number with `subsequence` (a sub-record of this KPL aggregate).
+    pub fn with_subsequence(&self, subsequence: Option<u64>) -> Self {
+        Self {
+            number: self.number.clone(),
+            subsequence,
+        }
+    }
+
     fn significant(&self) -> &str {
         let trimmed = self.number.trim_start_matches('0');
         if trimmed.is_empty() {

@@ -109,8 +109,7 @@ pub(crate) fn expand_into(
             payload: sub.data,
             partition_key: sub.partition_key,
             explicit_hash_key: sub.explicit_hash_key,
-            sequence: SequenceNumber::new(record.sequence.number(), Some(position as u64))
-                .expect("a sequence number's digits stay digits"),
+            sequence: record.sequence.with_subsequence(Some(position as u64)),
             arrival: record.arrival,
             headers: record.headers.clone(),
         });
