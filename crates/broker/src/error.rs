@@ -90,6 +90,20 @@ pub enum BrokerError {
         #[source]
         source: Box<ReaderError>,
     },
+    /// Publishing stopped after some records were stored: `published` says, per record in the
+    /// order given, where it was stored (`None`: not stored). Each key's stored records are the
+    /// first ones of that key, so putting the `None` ones again, in order, keeps every key's
+    /// order and stores nothing twice.
+    #[error("publishing to `{stream}` stopped with {} of {} records stored", published.iter().flatten().count(), published.len())]
+    PartlyPublished {
+        /// The stream.
+        stream: String,
+        /// Where each record was stored, in the order given; `None` for those not stored.
+        published: Vec<Option<crate::Published>>,
+        /// Why it stopped.
+        #[source]
+        source: Box<ReaderError>,
+    },
     /// Waiting for a shutdown signal failed.
     #[error("cannot listen for shutdown signals")]
     Signal(#[source] std::io::Error),

@@ -51,6 +51,68 @@ impl ShardMap {
     }
 }
 
+/// The records waiting to be put, per partition key in the order given: a key's stored records
+/// are always a prefix of its records, so each key's queue only ever loses its front.
+#[derive(Debug)]
+pub(crate) struct Queues {
+    queues: Vec<std::collections::VecDeque<usize>>,
+    waiting: usize,
+}
+
+impl Queues {
+    /// Every entry waiting, grouped by key.
+    pub(crate) fn new(entries: &[PutEntry]) -> Self {
+        let mut ids: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut queues: Vec<std::collections::VecDeque<usize>> = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let next = ids.len();
+            let id = *ids.entry(entry.partition_key.as_str()).or_insert(next);
+            if id == queues.len() {
+                queues.push(std::collections::VecDeque::new());
+            }
+            queues[id].push_back(i);
+        }
+        Self {
+            queues,
+            waiting: entries.len(),
+        }
+    }
+
+    /// How many entries wait.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// The first waiting entry of each key, in input order: all a plain call can take.
+    pub(crate) fn heads(&self) -> Vec<usize> {
+        let mut heads: Vec<usize> = self
+            .queues
+            .iter()
+            .filter_map(|q| q.front().copied())
+            .collect();
+        heads.sort_unstable();
+        heads
+    }
+
+    /// Every waiting entry, in input order.
+    pub(crate) fn all(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self.queues.iter().flatten().copied().collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// Drops the stored entries from the queues' fronts.
+    pub(crate) fn stored(&mut self, is_stored: impl Fn(usize) -> bool) {
+        for queue in &mut self.queues {
+            while queue.front().is_some_and(|&i| is_stored(i)) {
+                queue.pop_front();
+                self.waiting -= 1;
+            }
+        }
+        self.queues.retain(|q| !q.is_empty());
+    }
+}
+
 /// One entry of a planned call.
 #[derive(Debug)]
 pub(crate) enum Part {
@@ -133,7 +195,11 @@ impl<'a> Planner<'a> {
         let hash = entry
             .explicit_hash_key
             .unwrap_or_else(|| kinesis_kpl::partition_key_hash(key));
-        let shard = map.shard_of(hash).unwrap_or_default().to_owned();
+        let Some(shard) = map.shard_of(hash).map(str::to_owned) else {
+            // No open shard is known for it (a map listed mid-reshard): put it plain, where
+            // Kinesis routes it.
+            return self.add_plain(i);
+        };
         let in_open = self
             .open
             .get(&shard)
@@ -156,9 +222,10 @@ impl<'a> Planner<'a> {
                 },
             );
         }
-        // What one more sub-record can add at most: its data, its key in the table, an
-        // explicit hash key (39 digits) and protobuf tags and lengths.
-        let most = entry.payload.len() + key.len() + 64;
+        // What one more sub-record can add at most: its data, its key in the table and (for
+        // the first) as the aggregate's own partition key, an explicit hash key (39 digits),
+        // the magic and trailer (for the first), and protobuf tags and lengths.
+        let most = entry.payload.len() + 2 * key.len() + 96;
         if !self.fits(most) {
             self.drop_if_empty(&shard);
             self.blocked.insert(key);
@@ -295,6 +362,39 @@ mod tests {
             .map(|e| e.payload.len() + e.partition_key.len())
             .sum();
         assert!(bytes <= MAX_CALL_BYTES);
+    }
+
+    #[test]
+    fn long_keys_never_take_a_call_of_aggregates_past_5_mib() {
+        let map = ShardMap {
+            ranges: vec![(0, u128::MAX, "only".into())],
+        };
+        let entries: Vec<PutEntry> = (0..7)
+            .map(|i| entry(&format!("{i}{}", "k".repeat(255)), 873_275))
+            .collect();
+        let all: Vec<usize> = (0..entries.len()).collect();
+        let call = plan_call(&entries, &all, Some((&map, kinesis_kpl::MAX_RECORD_BYTES)));
+        let bytes: usize = call
+            .request
+            .iter()
+            .map(|e| e.payload.len() + e.partition_key.len())
+            .sum();
+        assert!(bytes <= MAX_CALL_BYTES, "{bytes} bytes");
+        assert!(!call.parts.is_empty());
+    }
+
+    #[test]
+    fn queues_give_each_key_s_first_waiting_record() {
+        let entries = vec![entry("a", 1), entry("b", 1), entry("a", 1), entry("b", 1)];
+        let mut queues = Queues::new(&entries);
+        assert_eq!(queues.heads(), [0, 1]);
+        queues.stored(|i| i == 1);
+        assert_eq!(
+            (queues.heads(), queues.all(), queues.waiting()),
+            (vec![0, 3], vec![0, 2, 3], 3)
+        );
+        queues.stored(|i| i != 2 && i != 3);
+        assert_eq!(queues.heads(), [2, 3]);
     }
 
     #[test]

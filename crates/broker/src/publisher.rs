@@ -11,11 +11,27 @@ use bytes::Bytes;
 use kinesis_lease_core::SequenceNumber;
 use kinesis_shard_reader::{KinesisApi, PutEntry, PutOutcome, ReaderError};
 
-use crate::publish_plan::{plan_call, Part, ShardMap};
+use crate::publish_plan::{plan_call, Part, Queues, ShardMap};
 use crate::BrokerError;
 
 /// Calls in a row that store nothing before [`Publisher::put_all`] gives up.
 const FRUITLESS_CALLS: u32 = 8;
+
+/// How long a listed shard map is used before it is listed again.
+const MAP_TTL: Duration = Duration::from_secs(30);
+
+/// A shard map and when it was listed.
+type Listed = (tokio::time::Instant, Arc<ShardMap>);
+
+/// What one call stored.
+enum Round {
+    /// Every entry of the call.
+    All,
+    /// Some of them.
+    Some,
+    /// None (or the call failed).
+    Nothing,
+}
 
 /// Where one record was stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +75,7 @@ pub struct Publisher {
     aggregate: Option<usize>,
     /// The open shards' hash key ranges, listed when first needed and again when a record
     /// lands elsewhere than the map said (the stream was resharded).
-    map: Arc<Mutex<Option<Arc<ShardMap>>>>,
+    map: Arc<Mutex<Option<Listed>>>,
 }
 
 impl Publisher {
@@ -135,63 +151,99 @@ impl Publisher {
     ///
     /// # Errors
     ///
-    /// [`BrokerError::Publish`] naming the stream: a record Kinesis would refuse (a partition
-    /// key outside 1 to 256 characters, or over 1 MiB with its key), a call that fails for
-    /// good, or 8 calls in a row that store nothing. Records stored before the error stay
-    /// stored.
+    /// [`BrokerError::Publish`] naming the stream and the record, before anything is put, for a
+    /// record Kinesis would refuse (a partition key outside 1 to 256 characters, or over 1 MiB
+    /// with its key). Later, for a call that fails for good or 8 calls in a row that store
+    /// nothing: [`BrokerError::PartlyPublished`] saying which records were stored, when some
+    /// were (put the others again, in order), else [`BrokerError::Publish`].
     pub async fn put_all(&self, entries: Vec<PutEntry>) -> Result<Vec<Published>, BrokerError> {
         for entry in &entries {
             self.validate(entry)?;
         }
         let mut results: Vec<Option<Published>> = vec![None; entries.len()];
-        let mut remaining: Vec<usize> = (0..entries.len()).collect();
+        let mut queues = Queues::new(&entries);
         let mut fruitless = 0;
         let mut delay = Duration::from_millis(50);
-        while !remaining.is_empty() {
-            let map = match self.aggregate {
-                Some(_) => Some(self.shard_map().await?),
-                None => None,
+        while queues.waiting() > 0 {
+            let outcome = self.put_round(&entries, &queues, &mut results).await;
+            queues.stored(|i| results[i].is_some());
+            let progress = match outcome {
+                Ok(progress) => progress,
+                Err(error) if error.is_retryable() => {
+                    tracing::warn!(stream = %self.stream, error = &error as &dyn std::error::Error, "putting records failed; retrying");
+                    Round::Nothing
+                }
+                Err(error) => return Err(self.partly(results, error)),
             };
-            let call = plan_call(&entries, &remaining, map.as_deref().zip(self.aggregate));
-            let stored_before = remaining.len();
-            match self.kinesis.put_records(&self.stream, &call.request).await {
-                Ok(outcomes) => {
-                    for (part, outcome) in call.parts.iter().zip(outcomes) {
-                        let PutOutcome::Stored { shard, sequence } = outcome else {
-                            continue;
+            match progress {
+                Round::All => {
+                    fruitless = 0;
+                    delay = Duration::from_millis(50);
+                    continue;
+                }
+                Round::Some => fruitless = 0,
+                Round::Nothing => {
+                    fruitless += 1;
+                    if fruitless >= FRUITLESS_CALLS {
+                        let error = ReaderError::Throttled {
+                            operation: "PutRecords",
+                            resource: self.stream.clone(),
                         };
-                        self.stored(part, &shard, &sequence, &mut results)?;
+                        return Err(self.partly(results, error));
                     }
                 }
-                Err(error) if error.is_retryable() => {
-                    tracing::warn!(stream = %self.stream, error = &error as &dyn std::error::Error, "PutRecords failed; retrying");
-                }
-                Err(error) => return Err(self.error(error)),
             }
-            remaining.retain(|&i| results[i].is_none());
-            if remaining.len() == stored_before {
-                fruitless += 1;
-                if fruitless >= FRUITLESS_CALLS {
-                    return Err(self.error(ReaderError::Throttled {
-                        operation: "PutRecords",
-                        resource: self.stream.clone(),
-                    }));
-                }
-            } else {
-                fruitless = 0;
-            }
-            let failed = call
-                .parts
-                .iter()
-                .any(|part| first_entry(part).is_some_and(|i| results[i].is_none()));
-            if failed {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-            } else {
-                delay = Duration::from_millis(50);
-            }
+            // Some records were refused (throttled): back off before putting them again.
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
         }
         Ok(results.into_iter().flatten().collect())
+    }
+
+    /// Plans and makes one PutRecords call for the waiting records.
+    async fn put_round(
+        &self,
+        entries: &[PutEntry],
+        queues: &Queues,
+        results: &mut [Option<Published>],
+    ) -> Result<Round, ReaderError> {
+        let call = match self.aggregate {
+            Some(limit) => {
+                let map = self.shard_map().await?;
+                plan_call(entries, &queues.all(), Some((&map, limit)))
+            }
+            // A plain call takes at most one record per key: the first waiting of each.
+            None => plan_call(entries, &queues.heads(), None),
+        };
+        let outcomes = self
+            .kinesis
+            .put_records(&self.stream, &call.request)
+            .await?;
+        let mut stored = 0;
+        for (part, outcome) in call.parts.iter().zip(outcomes) {
+            if let PutOutcome::Stored { shard, sequence } = outcome {
+                self.stored(part, &shard, &sequence, results)?;
+                stored += 1;
+            }
+        }
+        Ok(match stored {
+            0 => Round::Nothing,
+            n if n == call.parts.len() => Round::All,
+            _ => Round::Some,
+        })
+    }
+
+    /// The error for a `put_all` that stopped: [`BrokerError::PartlyPublished`] when some
+    /// records were stored.
+    fn partly(&self, results: Vec<Option<Published>>, source: ReaderError) -> BrokerError {
+        if results.iter().all(Option::is_none) {
+            return self.error(source);
+        }
+        BrokerError::PartlyPublished {
+            stream: self.stream.clone(),
+            published: results,
+            source: Box::new(source),
+        }
     }
 
     /// Records where `part`'s entries were stored.
@@ -201,14 +253,12 @@ impl Publisher {
         shard: &str,
         sequence: &str,
         results: &mut [Option<Published>],
-    ) -> Result<(), BrokerError> {
+    ) -> Result<(), ReaderError> {
         let number = |sub| {
-            SequenceNumber::new(sequence, sub).map_err(|e| {
-                self.error(ReaderError::Invalid {
-                    what: "PutRecords sequence number",
-                    value: sequence.to_owned(),
-                    reason: e.to_string(),
-                })
+            SequenceNumber::new(sequence, sub).map_err(|e| ReaderError::Invalid {
+                what: "PutRecords sequence number",
+                value: sequence.to_owned(),
+                reason: e.to_string(),
             })
         };
         match part {
@@ -238,17 +288,18 @@ impl Publisher {
         Ok(())
     }
 
-    async fn shard_map(&self) -> Result<Arc<ShardMap>, BrokerError> {
-        if let Some(map) = self.map.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Ok(map);
+    /// The shard map: listed when first needed, again once it is [`MAP_TTL`] old (a split or
+    /// merge since), and again at once when an aggregate lands elsewhere than it said.
+    async fn shard_map(&self) -> Result<Arc<ShardMap>, ReaderError> {
+        if let Some((listed, map)) = self.map.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            if listed.elapsed() < MAP_TTL {
+                return Ok(map);
+            }
         }
-        let shards = self
-            .kinesis
-            .list_shards(&self.stream)
-            .await
-            .map_err(|e| self.error(e))?;
+        let shards = self.kinesis.list_shards(&self.stream).await?;
         let map = Arc::new(ShardMap::new(&shards));
-        *self.map.lock().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
+        *self.map.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((tokio::time::Instant::now(), map.clone()));
         Ok(map)
     }
 
@@ -281,13 +332,5 @@ impl Publisher {
             stream: self.stream.clone(),
             source: Box::new(source),
         }
-    }
-}
-
-/// The first caller entry a part carries.
-fn first_entry(part: &Part) -> Option<usize> {
-    match part {
-        Part::Plain(i) => Some(*i),
-        Part::Aggregate { entries, .. } => entries.first().copied(),
     }
 }

@@ -9,12 +9,14 @@ use kinesis_broker::{KinesisApi, MemoryStream, Publisher, PutEntry, PutOutcome, 
 use kinesis_lease_core::BoxFuture;
 use kinesis_shard_reader::{ReaderError, RecordsPage, Shard};
 
-/// Kinesis that refuses each entry with probability `p` (seeded), as a throttled shard does.
+/// Kinesis that refuses each entry with probability `p` (seeded), as a throttled shard does,
+/// and refuses every call after the first `calls` (when set), as a revoked permission does.
 #[derive(Debug, Clone)]
 struct Flaky {
     inner: MemoryStream,
     p: f64,
     rng: Arc<Mutex<fastrand::Rng>>,
+    calls: Option<Arc<Mutex<u32>>>,
 }
 
 impl KinesisApi for Flaky {
@@ -50,6 +52,17 @@ impl KinesisApi for Flaky {
         entries: &'a [PutEntry],
     ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>> {
         Box::pin(async move {
+            if let Some(calls) = &self.calls {
+                let mut left = calls.lock().unwrap();
+                if *left == 0 {
+                    return Err(ReaderError::Refused {
+                        operation: "PutRecords",
+                        resource: stream.to_owned(),
+                        source: "AccessDeniedException".into(),
+                    });
+                }
+                *left -= 1;
+            }
             let refuse: Vec<bool> = {
                 let mut rng = self.rng.lock().unwrap();
                 entries.iter().map(|_| rng.f64() < self.p).collect()
@@ -111,6 +124,7 @@ async fn check(aggregated: bool, seed: u64) {
         inner: kinesis.clone(),
         p: 0.3,
         rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+        calls: None,
     };
     let mut publisher = Publisher::new(flaky, "s");
     if aggregated {
@@ -155,6 +169,50 @@ async fn aggregated_puts_keep_each_key_in_order_through_partial_failures() {
     for seed in 0..4 {
         check(true, seed).await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_put_that_stops_midway_says_which_records_were_stored() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let flaky = Flaky {
+        inner: kinesis.clone(),
+        p: 0.0,
+        rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(1))),
+        calls: Some(Arc::new(Mutex::new(1))),
+    };
+    let entries = vec![
+        PutEntry::new("a0", "a"),
+        PutEntry::new("a1", "a"),
+        PutEntry::new("b0", "b"),
+    ];
+    let err = Publisher::new(flaky, "s")
+        .put_all(entries.clone())
+        .await
+        .unwrap_err();
+    let kinesis_broker::BrokerError::PartlyPublished { published, .. } = err else {
+        panic!("{err}");
+    };
+    // The first call took the first record of each key; the second was refused.
+    let stored: Vec<bool> = published.iter().map(Option::is_some).collect();
+    assert_eq!(stored, [true, false, true]);
+    // Putting the rest again, in order, keeps every key in order and stores nothing twice.
+    let rest: Vec<PutEntry> = entries
+        .into_iter()
+        .zip(&published)
+        .filter(|(_, p)| p.is_none())
+        .map(|(e, _)| e)
+        .collect();
+    Publisher::new(kinesis.clone(), "s")
+        .put_all(rest)
+        .await
+        .unwrap();
+    let back: Vec<String> = read_back(&kinesis)
+        .await
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(back, ["a0", "b0", "a1"]);
 }
 
 #[tokio::test]

@@ -236,11 +236,8 @@ mod tests {
     fn fills_up_to_the_limit_and_never_past_it() {
         let mut agg = Aggregator::with_limit(4_096);
         let mut added = 0;
-        loop {
-            match agg.push("k", None, Bytes::from(vec![7u8; 100])).unwrap() {
-                Pushed::Added => added += 1,
-                Pushed::Full => break,
-            }
+        while agg.push("k", None, Bytes::from(vec![7u8; 100])).unwrap() == Pushed::Added {
+            added += 1;
         }
         let size = agg.size();
         assert!(size <= 4_096 && size > 4_096 - 110, "{size}");

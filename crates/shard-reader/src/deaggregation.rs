@@ -24,7 +24,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kinesis_dispatch::Record;
-use kinesis_lease_core::SequenceNumber;
 
 /// De-aggregation counts of one shard, for its stats.
 #[derive(Debug, Default)]
@@ -129,6 +128,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use kinesis_kpl::{Aggregator, MAGIC};
+    use kinesis_lease_core::SequenceNumber;
 
     fn record(payload: Bytes) -> Record {
         Record::new(payload, "outer", SequenceNumber::new("4200", None).unwrap())

@@ -5,7 +5,8 @@
 //! works; GetRecords honours its limit and reports MillisBehindLatest; split and merge close
 //! their parents (with an ending sequence number) and open children that name them; a closed
 //! shard read to its end returns no next iterator and lists its children; iterators expire
-//! after 5 minutes. Faults can be injected: throttle or fail the next N calls of an operation,
+//! after 5 minutes; PutRecords refuses a request past Kinesis' limits (500 records, 1 MiB a
+//! record and 5 MiB a request, partition keys and data counted). Faults can be injected: throttle or fail the next N calls of an operation,
 //! expire every outstanding iterator. Time comes from an injectable [`Clock`].
 
 use std::collections::BTreeMap;
@@ -18,6 +19,11 @@ use kinesis_lease_core::{BoxFuture, Clock, SequenceNumber, SystemClock};
 use crate::error::validate_stream_name;
 use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
 use crate::ReaderError;
+
+/// The most bytes of one record, data and partition key (1 MiB), as in Kinesis.
+const MAX_RECORD_BYTES: usize = 1024 * 1024;
+/// The most bytes of one PutRecords request, data and partition keys (5 MiB), as in Kinesis.
+const MAX_REQUEST_BYTES: usize = 5 * 1024 * 1024;
 
 /// How long an iterator lives, as in Kinesis.
 const ITERATOR_TTL_MS: u64 = 5 * 60 * 1_000;
@@ -661,11 +667,39 @@ impl KinesisApi for MemoryStream {
         entries: &'a [PutEntry],
     ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>> {
         Box::pin(async move {
+            // Kinesis refuses the whole request past its limits.
             if entries.len() > 500 {
                 return Err(invalid(
                     "PutRecords batch",
                     entries.len().to_string(),
                     "at most 500 records",
+                ));
+            }
+            let mut total = 0;
+            for e in entries {
+                let size = e.payload.len() + e.partition_key.len();
+                let chars = e.partition_key.chars().count();
+                if !(1..=256).contains(&chars) {
+                    return Err(invalid(
+                        "partition key",
+                        e.partition_key.clone(),
+                        "1 to 256 characters",
+                    ));
+                }
+                if size > MAX_RECORD_BYTES {
+                    return Err(invalid(
+                        "PutRecords record",
+                        e.partition_key.clone(),
+                        format!("{size} bytes with its partition key, over 1 MiB"),
+                    ));
+                }
+                total += size;
+            }
+            if total > MAX_REQUEST_BYTES {
+                return Err(invalid(
+                    "PutRecords batch",
+                    total.to_string(),
+                    "at most 5 MiB of data and partition keys",
                 ));
             }
             let mut state = self.state();

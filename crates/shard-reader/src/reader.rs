@@ -91,7 +91,7 @@ impl Reader {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut last_read: Option<Instant> = None;
         let gap = config.min_read_gap();
-        // One page's records, KPL aggregates unpacked; reused from page to page.
+        // One record's sub-records (or the record itself), reused from record to record.
         let mut records = Vec::new();
         loop {
             let it = match iterator.take() {
@@ -156,27 +156,33 @@ impl Reader {
             let behind = page.millis_behind.unwrap_or(0);
             self.millis_behind.store(behind, Ordering::Relaxed);
             let empty = page.records.is_empty();
-            records.clear();
+            // One Kinesis record at a time, KPL aggregates unpacked: at most one aggregate's
+            // sub-records are held here beyond what was delivered.
             for record in page.records {
+                records.clear();
                 crate::deaggregation::expand_into(record, self.hash_range, &self.kpl, &mut records);
-            }
-            for record in records.drain(..) {
-                if let Some(skip) = &skip_upto {
-                    if record.sequence <= *skip {
-                        continue;
+                for record in records.drain(..) {
+                    if let Some(skip) = &skip_upto {
+                        if record.sequence <= *skip {
+                            continue;
+                        }
+                        // Past the checkpoint (or the last delivered record): read on as usual.
+                        skip_upto = None;
                     }
-                    // Past the checkpoint (or the last delivered record): read on as usual.
-                    skip_upto = None;
+                    if self.wait_for_room(config.max_unsettled).await.is_err() {
+                        return;
+                    }
+                    let sequence = record.sequence.clone();
+                    let feed = self.feed.clone();
+                    match self.or_stop(feed.send(record)).await {
+                        Ok(Ok(())) => last_delivered = Some(sequence),
+                        // Revoked or closed: nothing more can be delivered.
+                        Ok(Err(_)) | Err(Stop::Stopped) => return,
+                    }
                 }
-                if self.wait_for_room(config.max_unsettled).await.is_err() {
-                    return;
-                }
-                let sequence = record.sequence.clone();
-                let feed = self.feed.clone();
-                match self.or_stop(feed.send(record)).await {
-                    Ok(Ok(())) => last_delivered = Some(sequence),
-                    // Revoked or closed: nothing more can be delivered.
-                    Ok(Err(_)) | Err(Stop::Stopped) => return,
+                if records.capacity() > 4_096 {
+                    // A huge aggregate of tiny sub-records: give the memory back.
+                    records = Vec::new();
                 }
             }
             match page.next_iterator {
