@@ -115,6 +115,9 @@ pub struct Plan {
     pub mode: Mode,
     /// The kinds of fault injected.
     pub faults: BTreeSet<Fault>,
+    /// Some puts are KPL aggregates of 2 to 5 sub-records (about half of the seeds, drawn
+    /// from the seed's bits so that every fault kind and start position meets them).
+    pub kpl: bool,
 }
 
 impl Plan {
@@ -154,6 +157,7 @@ impl Plan {
             start,
             mode,
             faults,
+            kpl: (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63) == 1,
         }
     }
 
@@ -173,7 +177,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -184,6 +188,7 @@ impl fmt::Display for Plan {
             },
             self.start,
             self.mode,
+            if self.kpl { ", KPL aggregates" } else { "" },
             self.faults,
             if self.is_calm() { " [calm]" } else { "" }
         )

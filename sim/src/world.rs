@@ -229,7 +229,23 @@ impl World {
     fn put_one(&mut self) {
         let key = format!("key-{}", self.rng.u8(..24));
         let id = self.stats.puts;
-        let Ok((shard, sequence)) = self.kinesis.put(STREAM, &key, format!("record-{id}")) else {
+        // Under a KPL plan a third of the puts are aggregates of 2 to 5 sub-records of one key.
+        let subs = if self.plan.kpl && self.rng.u8(..3) == 0 {
+            self.rng.u64(2..=5)
+        } else {
+            0
+        };
+        let payload = if subs == 0 {
+            bytes::Bytes::from(format!("record-{id}"))
+        } else {
+            let mut agg = kinesis_kpl::Aggregator::new();
+            for i in 0..subs {
+                let pushed = agg.push(&key, None, format!("record-{id}/{i}").into());
+                assert!(matches!(pushed, Ok(kinesis_kpl::Pushed::Added)));
+            }
+            agg.finish().expect("sub-records").data
+        };
+        let Ok((shard, sequence)) = self.kinesis.put(STREAM, &key, payload) else {
             return;
         };
         let event = self.events.fetch_add(1, Ordering::SeqCst);
@@ -249,15 +265,25 @@ impl World {
                         .is_some_and(|opened| *opened < event)
             }
         };
-        if expected {
-            self.rec.expect(&shard, sequence.clone());
+        // Each sub-record is a record of its own: (sequence, subsequence).
+        let records: Vec<kinesis_broker::SequenceNumber> = if subs == 0 {
+            vec![sequence]
+        } else {
+            (0..subs)
+                .map(|i| sequence.with_subsequence(Some(i)))
+                .collect()
+        };
+        for sequence in records {
+            if expected {
+                self.rec.expect(&shard, sequence.clone());
+            }
+            self.rec.put(Put {
+                shard: shard.clone(),
+                sequence,
+                event,
+                at_ms,
+            });
         }
-        self.rec.put(Put {
-            shard,
-            sequence,
-            event,
-            at_ms,
-        });
     }
 
     /// Starts a broker: a new owner id, or `reuse` (a retired or a live one).

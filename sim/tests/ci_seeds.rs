@@ -59,6 +59,25 @@ fn ci_seeds_cover_every_fault_position_and_mode() {
     assert_eq!(starts.len(), 3, "{starts:?}");
     assert_eq!(modes.len(), 5, "{modes:?}");
     assert!(plans.iter().filter(|p| p.is_calm()).count() >= 10);
+    // KPL aggregates meet calm seeds (no duplicate allowed) and faulty ones, and every start.
+    let kpl = |calm: bool| {
+        plans
+            .iter()
+            .filter(|p| p.kpl && p.is_calm() == calm)
+            .count()
+    };
+    assert!(
+        kpl(true) >= 3 && kpl(false) >= 10,
+        "{} calm, {} faulty",
+        kpl(true),
+        kpl(false)
+    );
+    let kpl_starts: std::collections::BTreeSet<String> = plans
+        .iter()
+        .filter(|p| p.kpl)
+        .map(|p| format!("{:?}", p.start))
+        .collect();
+    assert_eq!(kpl_starts.len(), 3, "{kpl_starts:?}");
 }
 
 /// A seed replays exactly: two runs write the same history.
