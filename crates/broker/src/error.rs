@@ -91,9 +91,10 @@ pub enum BrokerError {
         source: Box<ReaderError>,
     },
     /// Publishing stopped after some records were stored: `published` says, per record in the
-    /// order given, where it was stored (`None`: not stored). Each key's stored records are the
-    /// first ones of that key, so putting the `None` ones again, in order, keeps every key's
-    /// order and stores nothing twice.
+    /// order given, where it was stored (`None`: not known to be stored). Each key's stored
+    /// records are the first ones of that key, so putting the `None` ones again, in order,
+    /// keeps every key's order. That is at least once: a call whose answer was lost (a timeout)
+    /// may have stored records still listed as `None`.
     #[error("publishing to `{stream}` stopped with {} of {} records stored", published.iter().flatten().count(), published.len())]
     PartlyPublished {
         /// The stream.

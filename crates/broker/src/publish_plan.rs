@@ -15,7 +15,7 @@
 //! are packed into KPL aggregates up to the record limit. A record too large to aggregate goes
 //! plain; the call stays within 500 entries and 5 MiB.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use kinesis_kpl::{AggregatedEntry, Aggregator, Pushed};
 use kinesis_shard_reader::{PutEntry, Shard};
@@ -43,73 +43,109 @@ impl ShardMap {
         Self { ranges }
     }
 
-    /// The shard whose range holds `hash`, if any.
-    pub(crate) fn shard_of(&self, hash: u128) -> Option<&str> {
-        let at = self.ranges.partition_point(|(low, _, _)| *low <= hash);
-        let (low, high, id) = self.ranges.get(at.checked_sub(1)?)?;
-        (*low <= hash && hash <= *high).then_some(id.as_str())
+    /// The index of the shard whose range holds `hash`, if any.
+    pub(crate) fn shard_of(&self, hash: u128) -> Option<usize> {
+        let at = self
+            .ranges
+            .partition_point(|(low, _, _)| *low <= hash)
+            .checked_sub(1)?;
+        let (low, high, _) = self.ranges.get(at)?;
+        (*low <= hash && hash <= *high).then_some(at)
     }
+
+    /// The id of the shard at `index`.
+    pub(crate) fn id(&self, index: usize) -> &str {
+        &self.ranges[index].2
+    }
+}
+
+/// How a call aggregates: the shard map, the most bytes per aggregate, and every entry's
+/// effective hash key (computed once per `put_all`, not once per call).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Aggregation<'a> {
+    pub(crate) map: &'a ShardMap,
+    pub(crate) limit: usize,
+    pub(crate) hashes: &'a [u128],
+}
+
+/// The effective hash key of each entry: where Kinesis routes it.
+pub(crate) fn hashes(entries: &[PutEntry]) -> Vec<u128> {
+    entries
+        .iter()
+        .map(|e| {
+            e.explicit_hash_key
+                .unwrap_or_else(|| kinesis_kpl::partition_key_hash(&e.partition_key))
+        })
+        .collect()
 }
 
 /// The records waiting to be put, per partition key in the order given: a key's stored records
 /// are always a prefix of its records, so each key's queue only ever loses its front.
 #[derive(Debug)]
 pub(crate) struct Queues {
-    queues: Vec<std::collections::VecDeque<usize>>,
-    waiting: usize,
+    /// The key (as a queue index) of each entry.
+    key_of: Vec<usize>,
+    queues: Vec<VecDeque<usize>>,
+    /// The front of each non-empty queue.
+    heads: BTreeSet<usize>,
+    /// Every waiting entry.
+    waiting: BTreeSet<usize>,
 }
 
 impl Queues {
     /// Every entry waiting, grouped by key.
     pub(crate) fn new(entries: &[PutEntry]) -> Self {
-        let mut ids: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        let mut queues: Vec<std::collections::VecDeque<usize>> = Vec::new();
+        let mut ids: HashMap<&str, usize> = HashMap::new();
+        let mut queues: Vec<VecDeque<usize>> = Vec::new();
+        let mut key_of = Vec::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
             let next = ids.len();
             let id = *ids.entry(entry.partition_key.as_str()).or_insert(next);
             if id == queues.len() {
-                queues.push(std::collections::VecDeque::new());
+                queues.push(VecDeque::new());
             }
             queues[id].push_back(i);
+            key_of.push(id);
         }
+        let heads = queues.iter().filter_map(|q| q.front().copied()).collect();
         Self {
+            key_of,
             queues,
-            waiting: entries.len(),
+            heads,
+            waiting: (0..entries.len()).collect(),
         }
     }
 
     /// How many entries wait.
     pub(crate) fn waiting(&self) -> usize {
-        self.waiting
+        self.waiting.len()
     }
 
     /// The first waiting entry of each key, in input order: all a plain call can take.
-    pub(crate) fn heads(&self) -> Vec<usize> {
-        let mut heads: Vec<usize> = self
-            .queues
-            .iter()
-            .filter_map(|q| q.front().copied())
-            .collect();
-        heads.sort_unstable();
-        heads
+    pub(crate) fn heads(&self) -> impl Iterator<Item = usize> + '_ {
+        self.heads.iter().copied()
     }
 
     /// Every waiting entry, in input order.
-    pub(crate) fn all(&self) -> Vec<usize> {
-        let mut all: Vec<usize> = self.queues.iter().flatten().copied().collect();
-        all.sort_unstable();
-        all
+    pub(crate) fn all(&self) -> impl Iterator<Item = usize> + '_ {
+        self.waiting.iter().copied()
     }
 
-    /// Drops the stored entries from the queues' fronts.
-    pub(crate) fn stored(&mut self, is_stored: impl Fn(usize) -> bool) {
-        for queue in &mut self.queues {
-            while queue.front().is_some_and(|&i| is_stored(i)) {
-                queue.pop_front();
-                self.waiting -= 1;
+    /// Drops `stored` entries (each the front of its key's queue, or right behind another
+    /// stored one).
+    pub(crate) fn stored(&mut self, stored: &[usize]) {
+        let stored: HashSet<usize> = stored.iter().copied().collect();
+        for &i in &stored {
+            let queue = &mut self.queues[self.key_of[i]];
+            while queue.front().is_some_and(|f| stored.contains(f)) {
+                let front = queue.pop_front().expect("checked");
+                self.waiting.remove(&front);
+                self.heads.remove(&front);
+                if let Some(&next) = queue.front() {
+                    self.heads.insert(next);
+                }
             }
         }
-        self.queues.retain(|q| !q.is_empty());
     }
 }
 
@@ -129,12 +165,12 @@ pub(crate) struct Call {
     pub(crate) request: Vec<PutEntry>,
 }
 
-/// Plans the next call over `remaining` (indexes into `entries`, in input order). `aggregate`:
-/// the shard map and the most bytes per aggregate when aggregating, `None` for plain puts.
+/// Plans the next call over `remaining` (indexes into `entries`, in input order), aggregating
+/// when `aggregate` says how, else putting plain records.
 pub(crate) fn plan_call(
     entries: &[PutEntry],
-    remaining: &[usize],
-    aggregate: Option<(&ShardMap, usize)>,
+    remaining: impl IntoIterator<Item = usize>,
+    aggregate: Option<Aggregation<'_>>,
 ) -> Call {
     let mut planner = Planner {
         entries,
@@ -146,7 +182,12 @@ pub(crate) fn plan_call(
         blocked: HashSet::new(),
         open: BTreeMap::new(),
     };
-    for &i in remaining {
+    for i in remaining {
+        // A full plain call takes nothing more (an aggregated one may still fill its open
+        // aggregates).
+        if aggregate.is_none() && planner.parts() >= MAX_CALL_ENTRIES {
+            break;
+        }
         planner.add(i);
     }
     planner.finish()
@@ -161,7 +202,7 @@ struct Open<'a> {
 
 struct Planner<'a> {
     entries: &'a [PutEntry],
-    aggregate: Option<(&'a ShardMap, usize)>,
+    aggregate: Option<Aggregation<'a>>,
     call: Call,
     /// Bytes of the call's finished entries.
     bytes: usize,
@@ -171,7 +212,8 @@ struct Planner<'a> {
     used: HashSet<&'a str>,
     /// Keys left out of the call: none of their later records may go in.
     blocked: HashSet<&'a str>,
-    open: BTreeMap<String, Open<'a>>,
+    /// Open aggregates by shard index.
+    open: BTreeMap<usize, Open<'a>>,
 }
 
 impl<'a> Planner<'a> {
@@ -189,15 +231,12 @@ impl<'a> Planner<'a> {
         if self.blocked.contains(key) {
             return;
         }
-        let Some((map, limit)) = self.aggregate else {
+        let Some(Aggregation { map, limit, hashes }) = self.aggregate else {
             return self.add_plain(i);
         };
-        let hash = entry
-            .explicit_hash_key
-            .unwrap_or_else(|| kinesis_kpl::partition_key_hash(key));
-        let Some(shard) = map.shard_of(hash).map(str::to_owned) else {
-            // No open shard is known for it (a map listed mid-reshard): put it plain, where
-            // Kinesis routes it.
+        let Some(shard) = map.shard_of(hashes[i]) else {
+            // No open shard is known for it (a map listed mid-reshard, or none could be
+            // listed): put it plain, where Kinesis routes it.
             return self.add_plain(i);
         };
         let in_open = self
@@ -214,7 +253,7 @@ impl<'a> Planner<'a> {
                 return;
             }
             self.open.insert(
-                shard.clone(),
+                shard,
                 Open {
                     agg: Aggregator::with_limit(limit),
                     members: Vec::new(),
@@ -227,7 +266,7 @@ impl<'a> Planner<'a> {
         // the magic and trailer (for the first), and protobuf tags and lengths.
         let most = entry.payload.len() + 2 * key.len() + 96;
         if !self.fits(most) {
-            self.drop_if_empty(&shard);
+            self.drop_if_empty(shard);
             self.blocked.insert(key);
             return;
         }
@@ -248,22 +287,23 @@ impl<'a> Planner<'a> {
                 self.open_bytes -= before;
                 if let Some(record) = done.agg.finish() {
                     self.bytes += record.size();
-                    self.push_aggregate(record, done.members, shard);
+                    let id = map.id(shard).to_owned();
+                    self.push_aggregate(record, done.members, id);
                 }
                 self.add(i);
             }
             // Too large to aggregate: put it plain, if it fits a record at all (Kinesis
             // refuses it otherwise, naming it).
             Err(_) => {
-                self.drop_if_empty(&shard);
+                self.drop_if_empty(shard);
                 self.add_plain(i);
             }
         }
     }
 
-    fn drop_if_empty(&mut self, shard: &str) {
-        if self.open.get(shard).is_some_and(|o| o.members.is_empty()) {
-            self.open.remove(shard);
+    fn drop_if_empty(&mut self, shard: usize) {
+        if self.open.get(&shard).is_some_and(|o| o.members.is_empty()) {
+            self.open.remove(&shard);
         }
     }
 
@@ -294,7 +334,11 @@ impl<'a> Planner<'a> {
         let open = std::mem::take(&mut self.open);
         for (shard, mut open) in open {
             if let Some(record) = open.agg.finish() {
-                self.push_aggregate(record, open.members, shard);
+                let id = match self.aggregate {
+                    Some(a) => a.map.id(shard).to_owned(),
+                    None => String::new(),
+                };
+                self.push_aggregate(record, open.members, id);
             }
         }
         self.call
@@ -340,10 +384,10 @@ mod tests {
             entry("b", 1),
         ];
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(&entries, &all, None);
+        let call = plan_call(&entries, all, None);
         assert_eq!(plain_indexes(&call), [0, 1, 3]);
         // Entry 0 failed: it goes again before entry 2 (same key), which keeps waiting.
-        let call = plan_call(&entries, &[0, 2, 4], None);
+        let call = plan_call(&entries, [0, 2, 4], None);
         assert_eq!(plain_indexes(&call), [0, 4]);
     }
 
@@ -351,10 +395,10 @@ mod tests {
     fn a_call_holds_at_most_500_entries_and_5_mib() {
         let many: Vec<PutEntry> = (0..600).map(|i| entry(&format!("k{i}"), 10)).collect();
         let all: Vec<usize> = (0..many.len()).collect();
-        assert_eq!(plan_call(&many, &all, None).parts.len(), MAX_CALL_ENTRIES);
+        assert_eq!(plan_call(&many, all, None).parts.len(), MAX_CALL_ENTRIES);
         let big: Vec<PutEntry> = (0..8).map(|i| entry(&format!("k{i}"), 1_000_000)).collect();
         let all: Vec<usize> = (0..big.len()).collect();
-        let call = plan_call(&big, &all, None);
+        let call = plan_call(&big, all, None);
         assert_eq!(call.parts.len(), 5);
         let bytes: usize = call
             .request
@@ -373,7 +417,15 @@ mod tests {
             .map(|i| entry(&format!("{i}{}", "k".repeat(255)), 873_275))
             .collect();
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(&entries, &all, Some((&map, kinesis_kpl::MAX_RECORD_BYTES)));
+        let call = plan_call(
+            &entries,
+            all,
+            Some(Aggregation {
+                map: &map,
+                limit: kinesis_kpl::MAX_RECORD_BYTES,
+                hashes: &hashes(&entries),
+            }),
+        );
         let bytes: usize = call
             .request
             .iter()
@@ -387,14 +439,19 @@ mod tests {
     fn queues_give_each_key_s_first_waiting_record() {
         let entries = vec![entry("a", 1), entry("b", 1), entry("a", 1), entry("b", 1)];
         let mut queues = Queues::new(&entries);
-        assert_eq!(queues.heads(), [0, 1]);
-        queues.stored(|i| i == 1);
+        let heads = |q: &Queues| q.heads().collect::<Vec<_>>();
+        assert_eq!(heads(&queues), [0, 1]);
+        queues.stored(&[1]);
+        assert_eq!(heads(&queues), [0, 3]);
         assert_eq!(
-            (queues.heads(), queues.all(), queues.waiting()),
-            (vec![0, 3], vec![0, 2, 3], 3)
+            (queues.all().collect::<Vec<_>>(), queues.waiting()),
+            (vec![0, 2, 3], 3)
         );
-        queues.stored(|i| i != 2 && i != 3);
-        assert_eq!(queues.heads(), [2, 3]);
+        queues.stored(&[0]);
+        assert_eq!(heads(&queues), [2, 3]);
+        // An aggregate stores a prefix of a key's records at once.
+        queues.stored(&[2, 3]);
+        assert_eq!(queues.waiting(), 0);
     }
 
     #[test]
@@ -402,7 +459,15 @@ mod tests {
         let map = two_shards();
         let entries: Vec<PutEntry> = (0..40).map(|i| entry(&format!("k{}", i % 8), 10)).collect();
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(&entries, &all, Some((&map, kinesis_kpl::MAX_RECORD_BYTES)));
+        let call = plan_call(
+            &entries,
+            all.clone(),
+            Some(Aggregation {
+                map: &map,
+                limit: kinesis_kpl::MAX_RECORD_BYTES,
+                hashes: &hashes(&entries),
+            }),
+        );
         assert_eq!(call.parts.len(), call.request.len());
         let mut seen = Vec::new();
         for (part, request) in call.parts.iter().zip(&call.request) {
@@ -415,11 +480,12 @@ mod tests {
             };
             for &m in members {
                 let hash = kinesis_kpl::partition_key_hash(&entries[m].partition_key);
-                assert_eq!(map.shard_of(hash), Some(shard.as_str()));
+                assert_eq!(map.shard_of(hash).map(|s| map.id(s)), Some(shard.as_str()));
             }
             assert!(members.windows(2).all(|w| w[0] < w[1]));
             assert_eq!(
-                map.shard_of(request.explicit_hash_key.unwrap()),
+                map.shard_of(request.explicit_hash_key.unwrap())
+                    .map(|s| map.id(s)),
                 Some(shard.as_str())
             );
             seen.extend(members.iter().copied());
@@ -442,7 +508,15 @@ mod tests {
             entry("b", 300),
         ];
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(&entries, &all, Some((&map, 1_024)));
+        let call = plan_call(
+            &entries,
+            all,
+            Some(Aggregation {
+                map: &map,
+                limit: 1_024,
+                hashes: &hashes(&entries),
+            }),
+        );
         let members: Vec<Vec<usize>> = call
             .parts
             .iter()
@@ -459,7 +533,15 @@ mod tests {
         let map = two_shards();
         let entries = vec![entry("a", 2_000), entry("b", 10)];
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(&entries, &all, Some((&map, 1_024)));
+        let call = plan_call(
+            &entries,
+            all,
+            Some(Aggregation {
+                map: &map,
+                limit: 1_024,
+                hashes: &hashes(&entries),
+            }),
+        );
         assert!(matches!(call.parts[0], Part::Plain(0)));
         assert!(matches!(&call.parts[1], Part::Aggregate { entries, .. } if entries == &[1]));
     }
@@ -467,10 +549,11 @@ mod tests {
     #[test]
     fn the_shard_map_finds_the_open_shard_of_a_hash() {
         let map = two_shards();
-        assert_eq!(map.shard_of(0), Some("low"));
-        assert_eq!(map.shard_of(u128::MAX / 2), Some("low"));
-        assert_eq!(map.shard_of(u128::MAX / 2 + 1), Some("high"));
-        assert_eq!(map.shard_of(u128::MAX), Some("high"));
+        let id = |h| map.shard_of(h).map(|s| map.id(s));
+        assert_eq!(id(0), Some("low"));
+        assert_eq!(id(u128::MAX / 2), Some("low"));
+        assert_eq!(id(u128::MAX / 2 + 1), Some("high"));
+        assert_eq!(id(u128::MAX), Some("high"));
         assert_eq!(ShardMap::default().shard_of(5), None);
     }
 }

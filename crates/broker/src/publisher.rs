@@ -11,7 +11,7 @@ use bytes::Bytes;
 use kinesis_lease_core::SequenceNumber;
 use kinesis_shard_reader::{KinesisApi, PutEntry, PutOutcome, ReaderError};
 
-use crate::publish_plan::{plan_call, Part, Queues, ShardMap};
+use crate::publish_plan::{self, plan_call, Aggregation, Part, Queues, ShardMap};
 use crate::BrokerError;
 
 /// Calls in a row that store nothing before [`Publisher::put_all`] gives up.
@@ -51,7 +51,12 @@ pub struct Published {
 /// record of its key. With [`aggregated`](Self::aggregated), records bound for one shard are
 /// packed into KPL aggregates (as the Kinesis Producer Library writes them), which any KPL-aware
 /// consumer (this library, the KCL, aws-kinesis-agg) unpacks; a key's records then travel
-/// together in one aggregate per call.
+/// together in one aggregate per call. Aggregation needs the stream's shard map
+/// (`kinesis:ListShards`): it is listed again every 30 s and whenever an aggregate lands on
+/// another shard than the map said. Until then, after a split or merge, an aggregate may carry
+/// records of two child shards, as the KPL's may: this library delivers them all, the KCL drops
+/// such an aggregate, and a key split that way may be read on two shards at once (see
+/// `docs/kpl.md`). Without permission to list shards, records go plain.
 ///
 /// # Examples
 ///
@@ -162,11 +167,19 @@ impl Publisher {
         }
         let mut results: Vec<Option<Published>> = vec![None; entries.len()];
         let mut queues = Queues::new(&entries);
+        // Where each record goes, computed once (aggregation groups records by shard).
+        let hashes = match self.aggregate {
+            Some(_) => publish_plan::hashes(&entries),
+            None => Vec::new(),
+        };
         let mut fruitless = 0;
         let mut delay = Duration::from_millis(50);
         while queues.waiting() > 0 {
-            let outcome = self.put_round(&entries, &queues, &mut results).await;
-            queues.stored(|i| results[i].is_some());
+            let mut stored = Vec::new();
+            let outcome = self
+                .put_round(&entries, &hashes, &queues, &mut results, &mut stored)
+                .await;
+            queues.stored(&stored);
             let progress = match outcome {
                 Ok(progress) => progress,
                 Err(error) if error.is_retryable() => {
@@ -200,33 +213,49 @@ impl Publisher {
         Ok(results.into_iter().flatten().collect())
     }
 
-    /// Plans and makes one PutRecords call for the waiting records.
+    /// Plans and makes one PutRecords call for the waiting records; fills `results` and
+    /// `stored` (the indexes stored) for every record the call stored, even when it then
+    /// reports an error.
     async fn put_round(
         &self,
         entries: &[PutEntry],
+        hashes: &[u128],
         queues: &Queues,
         results: &mut [Option<Published>],
+        stored: &mut Vec<usize>,
     ) -> Result<Round, ReaderError> {
         let call = match self.aggregate {
             Some(limit) => {
                 let map = self.shard_map().await?;
-                plan_call(entries, &queues.all(), Some((&map, limit)))
+                let how = Aggregation {
+                    map: &map,
+                    limit,
+                    hashes,
+                };
+                plan_call(entries, queues.all(), Some(how))
             }
             // A plain call takes at most one record per key: the first waiting of each.
-            None => plan_call(entries, &queues.heads(), None),
+            None => plan_call(entries, queues.heads(), None),
         };
         let outcomes = self
             .kinesis
             .put_records(&self.stream, &call.request)
             .await?;
-        let mut stored = 0;
+        let mut parts_stored = 0;
+        let mut unreadable = None;
         for (part, outcome) in call.parts.iter().zip(outcomes) {
             if let PutOutcome::Stored { shard, sequence } = outcome {
-                self.stored(part, &shard, &sequence, results)?;
-                stored += 1;
+                parts_stored += 1;
+                match self.stored(part, &shard, &sequence, results) {
+                    Ok(indexes) => stored.extend(indexes),
+                    Err(error) => unreadable = unreadable.or(Some(error)),
+                }
             }
         }
-        Ok(match stored {
+        if let Some(error) = unreadable {
+            return Err(error);
+        }
+        Ok(match parts_stored {
             0 => Round::Nothing,
             n if n == call.parts.len() => Round::All,
             _ => Round::Some,
@@ -246,14 +275,14 @@ impl Publisher {
         }
     }
 
-    /// Records where `part`'s entries were stored.
+    /// Records where `part`'s entries were stored; returns their indexes.
     fn stored(
         &self,
         part: &Part,
         shard: &str,
         sequence: &str,
         results: &mut [Option<Published>],
-    ) -> Result<(), ReaderError> {
+    ) -> Result<Vec<usize>, ReaderError> {
         let number = |sub| {
             SequenceNumber::new(sequence, sub).map_err(|e| ReaderError::Invalid {
                 what: "PutRecords sequence number",
@@ -267,6 +296,7 @@ impl Publisher {
                     shard: shard.to_owned(),
                     sequence: number(None)?,
                 });
+                Ok(vec![*i])
             }
             Part::Aggregate {
                 entries,
@@ -277,27 +307,37 @@ impl Publisher {
                     tracing::info!(stream = %self.stream, %expected, %shard, "aggregate stored on another shard than mapped; listing shards again");
                     *self.map.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 }
+                let base = number(None)?;
                 for (position, &i) in entries.iter().enumerate() {
                     results[i] = Some(Published {
                         shard: shard.to_owned(),
-                        sequence: number(Some(position as u64))?,
+                        sequence: base.with_subsequence(Some(position as u64)),
                     });
                 }
+                Ok(entries.clone())
             }
         }
-        Ok(())
     }
 
     /// The shard map: listed when first needed, again once it is [`MAP_TTL`] old (a split or
-    /// merge since), and again at once when an aggregate lands elsewhere than it said.
+    /// merge since), and again at once when an aggregate lands elsewhere than it said. When
+    /// listing is refused for good, an empty map: records then go plain.
     async fn shard_map(&self) -> Result<Arc<ShardMap>, ReaderError> {
         if let Some((listed, map)) = self.map.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             if listed.elapsed() < MAP_TTL {
                 return Ok(map);
             }
         }
-        let shards = self.kinesis.list_shards(&self.stream).await?;
-        let map = Arc::new(ShardMap::new(&shards));
+        let map = match self.kinesis.list_shards(&self.stream).await {
+            Ok(shards) => Arc::new(ShardMap::new(&shards)),
+            Err(error) if error.is_retryable() => return Err(error),
+            // Not allowed to list shards (a role that may only put, say): with no map, every
+            // record goes plain, which needs no map, until the next listing.
+            Err(error) => {
+                tracing::warn!(stream = %self.stream, error = &error as &dyn std::error::Error, "cannot list shards to aggregate; putting records plain");
+                Arc::new(ShardMap::default())
+            }
+        };
         *self.map.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((tokio::time::Instant::now(), map.clone()));
         Ok(map)

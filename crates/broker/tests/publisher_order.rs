@@ -17,6 +17,8 @@ struct Flaky {
     p: f64,
     rng: Arc<Mutex<fastrand::Rng>>,
     calls: Option<Arc<Mutex<u32>>>,
+    /// ListShards refused, as for a role that may only put.
+    deny_list: bool,
 }
 
 impl KinesisApi for Flaky {
@@ -24,6 +26,15 @@ impl KinesisApi for Flaky {
         &'a self,
         stream: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
+        if self.deny_list {
+            return Box::pin(async move {
+                Err(ReaderError::Refused {
+                    operation: "ListShards",
+                    resource: stream.to_owned(),
+                    source: "AccessDeniedException".into(),
+                })
+            });
+        }
         self.inner.list_shards(stream)
     }
 
@@ -125,6 +136,7 @@ async fn check(aggregated: bool, seed: u64) {
         p: 0.3,
         rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
         calls: None,
+        deny_list: false,
     };
     let mut publisher = Publisher::new(flaky, "s");
     if aggregated {
@@ -180,6 +192,7 @@ async fn a_put_that_stops_midway_says_which_records_were_stored() {
         p: 0.0,
         rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(1))),
         calls: Some(Arc::new(Mutex::new(1))),
+        deny_list: false,
     };
     let entries = vec![
         PutEntry::new("a0", "a"),
@@ -213,6 +226,30 @@ async fn a_put_that_stops_midway_says_which_records_were_stored() {
         .map(|(_, p)| p)
         .collect();
     assert_eq!(back, ["a0", "b0", "a1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_permission_to_list_shards_an_aggregating_publisher_puts_plain() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let flaky = Flaky {
+        inner: kinesis.clone(),
+        p: 0.0,
+        rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(1))),
+        calls: None,
+        deny_list: true,
+    };
+    let entries: Vec<PutEntry> = (0..20)
+        .map(|i| PutEntry::new(format!("{i}"), format!("key-{}", i % 3)))
+        .collect();
+    let stored = Publisher::new(flaky, "s")
+        .aggregated()
+        .put_all(entries)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 20);
+    assert!(stored.iter().all(|s| s.sequence.subsequence().is_none()));
+    assert_eq!(read_back(&kinesis).await.len(), 20);
 }
 
 #[tokio::test]
