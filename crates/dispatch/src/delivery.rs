@@ -64,6 +64,9 @@ struct Data {
     /// While a stream consumer holds the delivery (from `DeliveryStream` until its ack or its
     /// drop), it counts as a handler attempt running on its shard.
     held: std::sync::Mutex<Option<crate::settlement::Running>>,
+    /// Set once [`Delivery::hand_out`] ran: an ack then has a guard to release (the hot path,
+    /// a handler's `Ok`, skips the lock).
+    handed_out: std::sync::atomic::AtomicBool,
 }
 
 /// One record on its way to a handler, cheap to clone (clones are the same delivery).
@@ -85,6 +88,7 @@ impl Delivery {
                 settlement,
                 ordinal,
                 held: std::sync::Mutex::new(None),
+                handed_out: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -177,11 +181,17 @@ impl Delivery {
     /// From a stream of deliveries, call it once the record is processed.
     pub fn ack(&self) {
         self.data.settlement.settle(self.data.ordinal);
-        self.data
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        if self
+            .data
+            .handed_out
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            self.data
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+        }
     }
 
     /// Counts the delivery as running on its shard until it is acked or dropped: a stream
@@ -190,6 +200,9 @@ impl Delivery {
         let mut held = self.data.held.lock().unwrap_or_else(|p| p.into_inner());
         if held.is_none() {
             *held = Some(self.data.settlement.running());
+            self.data
+                .handed_out
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -197,6 +210,11 @@ impl Delivery {
     /// lives.
     pub(crate) fn running(&self) -> crate::settlement::Running {
         self.data.settlement.running()
+    }
+
+    /// As [`running`](Self::running), borrowing the delivery (no reference count touched).
+    pub(crate) fn running_ref(&self) -> crate::settlement::RunningRef<'_> {
+        self.data.settlement.running_ref()
     }
 
     /// Resolves once the delivery's shard lease is lost (not released or handed over).

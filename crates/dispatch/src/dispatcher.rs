@@ -23,6 +23,7 @@
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -242,14 +243,41 @@ enum Unit {
 impl Source {
     async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
         match self {
-            Source::Own(rx) => take_unit(rx, max, window).await,
-            Source::Lane(rx) => take_unit(rx, max, window).await,
+            Source::Own(rx) => take_unit(rx, None, max, window).await,
+            Source::Lane(rx) => take_unit(rx, None, max, window).await,
         }
+    }
+
+    /// A delivery already waiting, if any: the hot path takes it without a `select!`.
+    fn try_first(&mut self) -> Option<Delivery> {
+        match self {
+            Source::Own(rx) => rx.try_recv(),
+            Source::Lane(rx) => Rx::try_recv(rx),
+        }
+    }
+
+    /// The unit that starts with `first`.
+    async fn unit_from(&mut self, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
+        let unit = match self {
+            Source::Own(rx) => take_unit(rx, Some(first), max, window).await,
+            Source::Lane(rx) => take_unit(rx, Some(first), max, window).await,
+        };
+        unit.expect("a unit with its first delivery")
     }
 }
 
-async fn take_unit<R: Rx>(rx: &mut R, max: Option<usize>, window: Duration) -> Option<Unit> {
-    let first = rx.recv().await?;
+/// The next unit: one delivery, or a batch of up to `max` gathered within `window` of its
+/// first (`first`, when already received).
+async fn take_unit<R: Rx>(
+    rx: &mut R,
+    first: Option<Delivery>,
+    max: Option<usize>,
+    window: Duration,
+) -> Option<Unit> {
+    let first = match first {
+        Some(first) => first,
+        None => rx.recv().await?,
+    };
     let Some(max) = max else {
         return Some(Unit::One(first));
     };
@@ -282,10 +310,22 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
     // (serial mode) is in order: it stops at once.
     let own = matches!(source, Source::Own(_));
     loop {
-        let unit = tokio::select! {
-            biased;
-            _ = closing.wait_for(|c| *c), if own => return,
-            unit = source.next(max, ctx.window) => unit,
+        if own && *closing.borrow() {
+            return;
+        }
+        // Hot path: a delivery is waiting, so nothing needs waking up by `closing` (registering
+        // a waker on it for every record costs a lock). Yield to the scheduler now and then all
+        // the same, since this path may never wait.
+        let unit = match source.try_first() {
+            Some(first) => {
+                tokio::task::consume_budget().await;
+                Some(source.unit_from(first, max, ctx.window).await)
+            }
+            None => tokio::select! {
+                biased;
+                _ = closing.wait_for(|c| *c), if own => return,
+                unit = source.next(max, ctx.window) => unit,
+            },
         };
         match (unit, &ctx.handler) {
             (None, _) => return,
@@ -411,21 +451,25 @@ impl Ctx {
             attempt += 1;
             // Counted as running first, then checked: a hand-over that revokes the shard and
             // then waits for it to be idle either sees this attempt or stops it here.
-            let running = delivery.running();
+            let running = delivery.running_ref();
             // A lease lost or handed over while this record waited: the next owner handles it.
             if delivery.is_revoked() {
                 return;
             }
-            let call = (handler.0)(delivery.clone());
-            let result = tokio::select! {
-                biased;
-                // The lease is lost: stop the attempt now, the next owner handles the record.
-                () = delivery.abandoned() => return,
-                result = AssertUnwindSafe(call).catch_unwind() => match result {
-                    Ok(result) => result,
-                    Err(panic) => Err(panic_error(panic)),
+            let mut call = AssertUnwindSafe((handler.0)(delivery.clone())).catch_unwind();
+            // The hot path: a handler done at its first poll needs no watch on the lease.
+            let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
+            let outcome = match first {
+                Poll::Ready(outcome) => outcome,
+                Poll::Pending => tokio::select! {
+                    biased;
+                    // A handler done when the lease is lost is not running any more.
+                    outcome = &mut call => outcome,
+                    // The lease is lost: stop the attempt now, the next owner handles the record.
+                    () = delivery.abandoned() => return,
                 },
             };
+            let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
             drop(running);
             let error = match result {
                 Ok(()) => {

@@ -94,6 +94,8 @@ pub struct ShardSettlement {
     lost: AtomicBool,
     /// Handler attempts running now on this shard's deliveries.
     running: AtomicUsize,
+    /// Tasks waiting in [`idle`](Self::idle): an attempt's end notifies only when some wait.
+    idle_waiters: AtomicUsize,
 }
 
 /// Counts one handler attempt as running on its shard while it lives.
@@ -102,9 +104,18 @@ pub(crate) struct Running(Arc<ShardSettlement>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.changed.notify_waiters();
-        }
+        self.0.attempt_ended();
+    }
+}
+
+/// As [`Running`], borrowing the settlement: for an attempt that lives within its delivery's
+/// borrow (no reference count touched per record).
+#[derive(Debug)]
+pub(crate) struct RunningRef<'a>(&'a ShardSettlement);
+
+impl Drop for RunningRef<'_> {
+    fn drop(&mut self) {
+        self.0.attempt_ended();
     }
 }
 
@@ -120,6 +131,7 @@ impl ShardSettlement {
             revoked: AtomicBool::new(false),
             lost: AtomicBool::new(false),
             running: AtomicUsize::new(0),
+            idle_waiters: AtomicUsize::new(0),
         })
     }
 
@@ -249,18 +261,36 @@ impl ShardSettlement {
         Running(self.clone())
     }
 
+    /// As [`running`](Self::running), with a guard that borrows the settlement.
+    pub(crate) fn running_ref(&self) -> RunningRef<'_> {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        RunningRef(self)
+    }
+
+    fn attempt_ended(&self) {
+        // SeqCst on both sides: either `idle` sees no attempt running, or this sees it waiting.
+        if self.running.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.idle_waiters.load(Ordering::SeqCst) > 0
+        {
+            self.changed.notify_waiters();
+        }
+    }
+
     /// Waits until no handler attempt runs on this shard's deliveries. After
     /// [`revoke`](Self::revoke) no new attempt starts, so a shard handed over or released
     /// after this never has handlers running in two instances at once.
     pub async fn idle(&self) {
         loop {
+            self.idle_waiters.fetch_add(1, Ordering::SeqCst);
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if self.running.load(Ordering::SeqCst) == 0 {
+                self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             notified.await;
+            self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

@@ -16,9 +16,12 @@ use crate::LeaseError;
 ///
 /// Sequence numbers are decimal strings of up to 128 bits; they order numerically, which this
 /// type's [`Ord`] does (leading zeros ignored), then by subsequence (none sorts first).
+///
+/// Cloning is cheap (the digits are shared): readers and settlement copy sequence numbers on
+/// every record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SequenceNumber {
-    number: String,
+    number: std::sync::Arc<str>,
     subsequence: Option<u64>,
 }
 
@@ -37,7 +40,7 @@ impl SequenceNumber {
             });
         }
         Ok(Self {
-            number,
+            number: number.into(),
             subsequence,
         })
     }
