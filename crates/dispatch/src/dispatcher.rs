@@ -243,8 +243,8 @@ enum Unit {
 impl Source {
     async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
         match self {
-            Source::Own(rx) => take_unit(rx, None, max, window).await,
-            Source::Lane(rx) => take_unit(rx, None, max, window).await,
+            Source::Own(rx) => take_unit(rx, max, window).await,
+            Source::Lane(rx) => take_unit(rx, max, window).await,
         }
     }
 
@@ -255,29 +255,12 @@ impl Source {
             Source::Lane(rx) => Rx::try_recv(rx),
         }
     }
-
-    /// The unit that starts with `first`.
-    async fn unit_from(&mut self, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
-        let unit = match self {
-            Source::Own(rx) => take_unit(rx, Some(first), max, window).await,
-            Source::Lane(rx) => take_unit(rx, Some(first), max, window).await,
-        };
-        unit.expect("a unit with its first delivery")
-    }
 }
 
 /// The next unit: one delivery, or a batch of up to `max` gathered within `window` of its
-/// first (`first`, when already received).
-async fn take_unit<R: Rx>(
-    rx: &mut R,
-    first: Option<Delivery>,
-    max: Option<usize>,
-    window: Duration,
-) -> Option<Unit> {
-    let first = match first {
-        Some(first) => first,
-        None => rx.recv().await?,
-    };
+/// first.
+async fn take_unit<R: Rx>(rx: &mut R, max: Option<usize>, window: Duration) -> Option<Unit> {
+    let first = rx.recv().await?;
     let Some(max) = max else {
         return Some(Unit::One(first));
     };
@@ -316,10 +299,15 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
         // Hot path: a delivery is waiting, so nothing needs waking up by `closing` (registering
         // a waker on it for every record costs a lock). Yield to the scheduler now and then all
         // the same, since this path may never wait.
-        let unit = match source.try_first() {
+        // (Batches gather for a window, during which `closing` must be watched: not here.)
+        let waiting = match max {
+            None => source.try_first(),
+            Some(_) => None,
+        };
+        let unit = match waiting {
             Some(first) => {
                 tokio::task::consume_budget().await;
-                Some(source.unit_from(first, max, ctx.window).await)
+                Some(Unit::One(first))
             }
             None => tokio::select! {
                 biased;
@@ -457,16 +445,17 @@ impl Ctx {
                 return;
             }
             let mut call = AssertUnwindSafe((handler.0)(delivery.clone())).catch_unwind();
-            // The hot path: a handler done at its first poll needs no watch on the lease.
+            // The hot path: a handler done at its first poll needs no watch on the lease (the
+            // shard was checked just above).
             let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
             let outcome = match first {
                 Poll::Ready(outcome) => outcome,
+                // A handler that waits: from now on the lease is checked before every poll.
                 Poll::Pending => tokio::select! {
                     biased;
-                    // A handler done when the lease is lost is not running any more.
-                    outcome = &mut call => outcome,
                     // The lease is lost: stop the attempt now, the next owner handles the record.
                     () = delivery.abandoned() => return,
+                    outcome = &mut call => outcome,
                 },
             };
             let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));

@@ -108,6 +108,23 @@ impl Drop for Running {
     }
 }
 
+/// Counts one waiter (of `wait_until` or `idle`) while it lives, so that the wakers are only
+/// notified when someone waits, and a dropped wait stops counting.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(counter)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// As [`Running`], borrowing the settlement: for an attempt that lives within its delivery's
 /// borrow (no reference count touched per record).
 #[derive(Debug)]
@@ -237,16 +254,15 @@ impl ShardSettlement {
     /// Waits until `condition` holds for the shard's progress.
     pub async fn wait_until(&self, condition: impl Fn(&Progress) -> bool) {
         loop {
-            self.waiters.fetch_add(1, Ordering::SeqCst);
+            // Counted while waiting, also when the wait is dropped (a timeout).
+            let _waiting = Waiting::on(&self.waiters);
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if condition(&self.window().progress) {
-                self.waiters.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             notified.await;
-            self.waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -281,16 +297,14 @@ impl ShardSettlement {
     /// after this never has handlers running in two instances at once.
     pub async fn idle(&self) {
         loop {
-            self.idle_waiters.fetch_add(1, Ordering::SeqCst);
+            let _waiting = Waiting::on(&self.idle_waiters);
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if self.running.load(Ordering::SeqCst) == 0 {
-                self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             notified.await;
-            self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

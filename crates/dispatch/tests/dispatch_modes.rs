@@ -347,3 +347,39 @@ async fn zero_workers_is_a_typed_error() {
         assert!(err.to_string().contains("workers"), "{err}");
     }
 }
+
+/// A lost lease stops a waiting handler before its next step, even when what it waited for
+/// arrives at the same moment: it never runs beside the next owner.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_stops_a_waiting_handler_before_its_next_step() {
+    let (tx, rx) = channel(64);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let steps = Arc::new(AtomicUsize::new(0));
+    let (g, s) = (gate.clone(), steps.clone());
+    let handler = Handler::one(move |_d: Delivery| {
+        let (g, s) = (g.clone(), s.clone());
+        async move {
+            g.notified().await;
+            // The step after the wait: a write the next owner may also make.
+            s.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, config(Workers::Serial)).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    feed.send(record("k", 0)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await; // the handler waits at the gate
+                                                         // What it waited for, and the loss of the lease, at once.
+    gate.notify_one();
+    settlement.abandon();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        steps.load(Ordering::SeqCst),
+        0,
+        "the handler went on after the loss"
+    );
+    assert_eq!(settlement.progress().settled, 0);
+    drop((tx, feed));
+    handle.join().await;
+}

@@ -31,11 +31,11 @@ impl SequenceNumber {
     /// # Errors
     ///
     /// [`LeaseError::InvalidCheckpoint`] when `number` is empty or not all ASCII digits.
-    pub fn new(number: impl Into<String>, subsequence: Option<u64>) -> Result<Self, LeaseError> {
-        let number = number.into();
+    pub fn new(number: impl AsRef<str>, subsequence: Option<u64>) -> Result<Self, LeaseError> {
+        let number = number.as_ref();
         if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
             return Err(LeaseError::InvalidCheckpoint {
-                input: number,
+                input: number.to_owned(),
                 reason: "a sequence number is a non-empty string of decimal digits",
             });
         }
@@ -128,7 +128,7 @@ impl Checkpoint {
     /// # Errors
     ///
     /// [`LeaseError::InvalidCheckpoint`] when `number` is not a decimal sequence number.
-    pub fn sequence(number: impl Into<String>) -> Result<Self, LeaseError> {
+    pub fn sequence(number: impl AsRef<str>) -> Result<Self, LeaseError> {
         SequenceNumber::new(number, None).map(Checkpoint::Sequence)
     }
 
