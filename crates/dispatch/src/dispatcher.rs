@@ -34,7 +34,8 @@ use tokio::time::Instant;
 use crate::handler::{BatchHandler, OneHandler};
 use crate::retry::Exhausted;
 use crate::{
-    lane_of, Delivery, DeliveryReceiver, DispatchError, Handler, HandlerError, RetryPolicy,
+    channel::Numbered, lane_of, Delivery, DeliveryReceiver, DispatchError, Handler, HandlerError,
+    RetryPolicy,
 };
 
 /// How many handlers run at once, and in what order.
@@ -207,8 +208,10 @@ struct Ctx {
 }
 
 enum Source {
+    /// The shared channel, this loop's alone (serial).
     Own(DeliveryReceiver),
-    Lane(mpsc::Receiver<Delivery>),
+    /// A worker's or lane's queue, fed by the router.
+    Lane(mpsc::Receiver<Numbered>),
 }
 
 /// The two kinds of queue a loop reads.
@@ -226,12 +229,16 @@ impl Rx for DeliveryReceiver {
     }
 }
 
-impl Rx for mpsc::Receiver<Delivery> {
+impl Rx for mpsc::Receiver<Numbered> {
     async fn recv(&mut self) -> Option<Delivery> {
-        mpsc::Receiver::recv(self).await
+        mpsc::Receiver::recv(self)
+            .await
+            .map(Numbered::into_delivery)
     }
     fn try_recv(&mut self) -> Option<Delivery> {
-        mpsc::Receiver::try_recv(self).ok()
+        mpsc::Receiver::try_recv(self)
+            .ok()
+            .map(Numbered::into_delivery)
     }
 }
 
@@ -254,6 +261,12 @@ impl Source {
             Source::Own(rx) => rx.try_recv(),
             Source::Lane(rx) => Rx::try_recv(rx),
         }
+    }
+
+    /// True when the loop stops taking deliveries at `close()`: it reads the shared channel,
+    /// whose waiting deliveries are dropped unsettled (they come after everything taken).
+    fn stops_at_close(&self) -> bool {
+        matches!(self, Source::Own(_))
     }
 }
 
@@ -291,9 +304,11 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
     // before records other lanes completed; handling them keeps each shard's settled prefix
     // free of gaps, so a graceful shutdown re-delivers nothing. The shared channel itself
     // (serial mode) is in order: it stops at once.
-    let own = matches!(source, Source::Own(_));
+    let own = source.stops_at_close();
     loop {
-        if own && *closing.borrow() {
+        // `closing` only ever goes from false to true: its version moving (one atomic load) is
+        // the cheap sign to look at its value (a read lock).
+        if own && closing.has_changed().unwrap_or(true) && *closing.borrow() {
             return;
         }
         // Hot path: a delivery is waiting, so nothing needs waking up by `closing` (registering
@@ -343,9 +358,11 @@ enum Pick {
     },
 }
 
+/// Hands each record on to a lane as it travels: its delivery is made by the lane's worker,
+/// on the thread that handles and frees it.
 async fn route(
     mut rx: DeliveryReceiver,
-    lanes: Vec<mpsc::Sender<Delivery>>,
+    lanes: Vec<mpsc::Sender<Numbered>>,
     pick: Pick,
     mut closing: watch::Receiver<bool>,
 ) {
@@ -354,13 +371,13 @@ async fn route(
         let delivery = tokio::select! {
             biased;
             _ = closing.wait_for(|c| *c) => return,
-            d = rx.recv() => d,
+            d = rx.recv_numbered() => d,
         };
         let Some(delivery) = delivery else { return };
         if delivery.is_revoked() {
             continue;
         }
-        let candidates: &[mpsc::Sender<Delivery>] = match pick {
+        let candidates: &[mpsc::Sender<Numbered>] = match pick {
             Pick::ByKey => {
                 let lane = lane_of(delivery.partition_key(), lanes.len());
                 &lanes[lane..=lane]
@@ -397,11 +414,11 @@ enum Placement {
     /// A lane is closed: dispatch is ending.
     Closed,
     /// Every candidate is full; the delivery comes back.
-    AllFull(Delivery),
+    AllFull(Numbered),
 }
 
 /// Tries each candidate once, from `start` round, without waiting.
-fn place(candidates: &[mpsc::Sender<Delivery>], start: usize, mut delivery: Delivery) -> Placement {
+fn place(candidates: &[mpsc::Sender<Numbered>], start: usize, mut delivery: Numbered) -> Placement {
     for i in 0..candidates.len() {
         match candidates[(start + i) % candidates.len()].try_send(delivery) {
             Ok(()) => return Placement::Placed(i),
