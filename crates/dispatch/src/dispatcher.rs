@@ -27,7 +27,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -129,6 +129,7 @@ impl Dispatcher {
             retry: config.retry,
             window: config.batch_window,
             closing,
+            room: Notify::new(),
         });
         let mut tasks = JoinSet::new();
         match config.workers {
@@ -144,13 +145,16 @@ impl Dispatcher {
                     Workers::Unordered(_) => (Pick::AnyFree { sticky: false }, 1),
                     _ => (Pick::ByKey, config.lane_capacity),
                 };
+                // Workers in no order tell the router when they take (it may wait for any of
+                // them); a lane by key has its router wait on that lane alone.
+                let signals = matches!(pick, Pick::AnyFree { .. });
                 let mut lanes = Vec::with_capacity(n);
                 for _ in 0..n {
                     let (tx, rx) = mpsc::channel(capacity);
                     lanes.push(tx);
-                    tasks.spawn(worker(Source::Lane(rx), ctx.clone()));
+                    tasks.spawn(worker(Source::Lane { rx, signals }, ctx.clone()));
                 }
-                tasks.spawn(route(receiver, lanes, pick, ctx.closing.clone()));
+                tasks.spawn(route(receiver, lanes, pick, ctx.clone()));
             }
         }
         Ok(DispatchHandle {
@@ -205,13 +209,20 @@ struct Ctx {
     retry: RetryPolicy,
     window: Duration,
     closing: watch::Receiver<bool>,
+    /// Signalled each time a worker takes from its queue: a router whose every candidate
+    /// queue was full tries again (a permit is kept when it is not waiting yet).
+    room: Notify,
 }
 
 enum Source {
     /// The shared channel, this loop's alone (serial).
     Own(DeliveryReceiver),
-    /// A worker's or lane's queue, fed by the router.
-    Lane(mpsc::Receiver<Numbered>),
+    /// A worker's or lane's queue, fed by the router; `signals`: each take is signalled to the
+    /// router (workers in no order).
+    Lane {
+        rx: mpsc::Receiver<Numbered>,
+        signals: bool,
+    },
 }
 
 /// The two kinds of queue a loop reads.
@@ -251,7 +262,7 @@ impl Source {
     async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
         match self {
             Source::Own(rx) => take_unit(rx, max, window).await,
-            Source::Lane(rx) => take_unit(rx, max, window).await,
+            Source::Lane { rx, .. } => take_unit(rx, max, window).await,
         }
     }
 
@@ -259,7 +270,7 @@ impl Source {
     fn try_first(&mut self) -> Option<Delivery> {
         match self {
             Source::Own(rx) => rx.try_recv(),
-            Source::Lane(rx) => Rx::try_recv(rx),
+            Source::Lane { rx, .. } => Rx::try_recv(rx),
         }
     }
 
@@ -330,6 +341,9 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
                 unit = source.next(max, ctx.window) => unit,
             },
         };
+        if unit.is_some() && matches!(source, Source::Lane { signals: true, .. }) {
+            ctx.room.notify_one();
+        }
         match (unit, &ctx.handler) {
             (None, _) => return,
             (Some(Unit::One(d)), Handler::One(h)) => ctx.run_one(h, d).await,
@@ -364,8 +378,9 @@ async fn route(
     mut rx: DeliveryReceiver,
     lanes: Vec<mpsc::Sender<Numbered>>,
     pick: Pick,
-    mut closing: watch::Receiver<bool>,
+    ctx: Arc<Ctx>,
 ) {
+    let mut closing = ctx.closing.clone();
     let mut next = 0;
     loop {
         let delivery = tokio::select! {
@@ -386,7 +401,7 @@ async fn route(
         };
         let advance = usize::from(!matches!(pick, Pick::AnyFree { sticky: true }));
         // Fast path: a lane with room, starting after the last one used.
-        let delivery = match place(candidates, next, delivery) {
+        let mut delivery = match place(candidates, next, delivery) {
             Placement::Placed(i) => {
                 next = (next + i + advance) % candidates.len();
                 continue;
@@ -394,16 +409,37 @@ async fn route(
             Placement::Closed => return,
             Placement::AllFull(delivery) => delivery,
         };
-        // Every candidate is full: wait for the first to free a place.
-        let reserve =
-            futures_util::future::select_all(candidates.iter().map(|l| Box::pin(l.reserve())));
-        tokio::select! {
-            biased;
-            _ = closing.wait_for(|c| *c) => return,
-            (permit, _, _) = reserve => match permit {
-                Ok(permit) => permit.send(delivery),
-                Err(_) => return,
-            },
+        // Every candidate is full. One lane (by key): wait for its own place.
+        if let [lane] = candidates {
+            tokio::select! {
+                biased;
+                _ = closing.wait_for(|c| *c) => return,
+                permit = lane.reserve() => match permit {
+                    Ok(permit) => permit.send(delivery),
+                    Err(_) => return,
+                },
+            }
+            continue;
+        }
+        // Several: try again each time a worker takes from its queue, watching for that before
+        // trying, so that a take in between is not missed.
+        loop {
+            let room = ctx.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            delivery = match place(candidates, next, delivery) {
+                Placement::Placed(i) => {
+                    next = (next + i + advance) % candidates.len();
+                    break;
+                }
+                Placement::Closed => return,
+                Placement::AllFull(delivery) => delivery,
+            };
+            tokio::select! {
+                biased;
+                _ = closing.wait_for(|c| *c) => return,
+                () = room => {}
+            }
         }
     }
 }

@@ -309,8 +309,11 @@ impl ShardSettlement {
     }
 
     /// Marks the shard's lease lost (or released): its deliveries not yet handled are dropped.
+    ///
+    /// SeqCst, as the attempt counter: a handler counts itself running and then checks this,
+    /// the keeper sets this and then checks the counter; one of the two sees the other.
     pub fn revoke(&self) {
-        self.revoked.store(true, Ordering::Release);
+        self.revoked.store(true, Ordering::SeqCst);
         self.changed.notify_waiters();
     }
 
@@ -342,7 +345,7 @@ impl ShardSettlement {
 
     /// True once [`revoke`](Self::revoke) was called.
     pub fn is_revoked(&self) -> bool {
-        self.revoked.load(Ordering::Acquire)
+        self.revoked.load(Ordering::SeqCst)
     }
 }
 
