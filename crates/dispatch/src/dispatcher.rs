@@ -10,6 +10,11 @@
 //!   when the router meets a record for a full lane does it wait, and the shared channel (and
 //!   so every reader) waits behind it: memory stays bounded.
 //!
+//! Records travel through the channel (and the router's queues) as they were numbered; each
+//! loop makes the [`Delivery`] around a record when it takes it, so the delivery is allocated
+//! and freed on the handler's thread (freeing what another thread allocated costs glibc
+//! markedly more; see docs/benchmarks.md).
+//!
 //! # Clean shutdown
 //!
 //! [`DispatchHandle::shutdown`] stops taking deliveries from the shared channel at once (those
