@@ -364,6 +364,22 @@ mod tests {
             .collect()
     }
 
+    /// The next call over `remaining`, aggregating with `map` up to `limit` bytes each.
+    fn aggregated(
+        entries: &[PutEntry],
+        remaining: Vec<usize>,
+        map: &ShardMap,
+        limit: usize,
+    ) -> Call {
+        let hashes = hashes(entries);
+        let how = Aggregation {
+            map,
+            limit,
+            hashes: &hashes,
+        };
+        plan_call(entries, remaining, Some(how))
+    }
+
     fn two_shards() -> ShardMap {
         let half = u128::MAX / 2;
         ShardMap {
@@ -417,15 +433,7 @@ mod tests {
             .map(|i| entry(&format!("{i}{}", "k".repeat(255)), 873_275))
             .collect();
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(
-            &entries,
-            all,
-            Some(Aggregation {
-                map: &map,
-                limit: kinesis_kpl::MAX_RECORD_BYTES,
-                hashes: &hashes(&entries),
-            }),
-        );
+        let call = aggregated(&entries, all, &map, kinesis_kpl::MAX_RECORD_BYTES);
         let bytes: usize = call
             .request
             .iter()
@@ -459,15 +467,7 @@ mod tests {
         let map = two_shards();
         let entries: Vec<PutEntry> = (0..40).map(|i| entry(&format!("k{}", i % 8), 10)).collect();
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(
-            &entries,
-            all.clone(),
-            Some(Aggregation {
-                map: &map,
-                limit: kinesis_kpl::MAX_RECORD_BYTES,
-                hashes: &hashes(&entries),
-            }),
-        );
+        let call = aggregated(&entries, all.clone(), &map, kinesis_kpl::MAX_RECORD_BYTES);
         assert_eq!(call.parts.len(), call.request.len());
         let mut seen = Vec::new();
         for (part, request) in call.parts.iter().zip(&call.request) {
@@ -508,15 +508,7 @@ mod tests {
             entry("b", 300),
         ];
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(
-            &entries,
-            all,
-            Some(Aggregation {
-                map: &map,
-                limit: 1_024,
-                hashes: &hashes(&entries),
-            }),
-        );
+        let call = aggregated(&entries, all, &map, 1_024);
         let members: Vec<Vec<usize>> = call
             .parts
             .iter()
@@ -533,15 +525,7 @@ mod tests {
         let map = two_shards();
         let entries = vec![entry("a", 2_000), entry("b", 10)];
         let all: Vec<usize> = (0..entries.len()).collect();
-        let call = plan_call(
-            &entries,
-            all,
-            Some(Aggregation {
-                map: &map,
-                limit: 1_024,
-                hashes: &hashes(&entries),
-            }),
-        );
+        let call = aggregated(&entries, all, &map, 1_024);
         assert!(matches!(call.parts[0], Part::Plain(0)));
         assert!(matches!(&call.parts[1], Part::Aggregate { entries, .. } if entries == &[1]));
     }
