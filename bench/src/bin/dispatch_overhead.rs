@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kinesis_bench::{figure, rate};
 use kinesis_dispatch::{
-    channel, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+    channel_for, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
 };
 use kinesis_lease_core::SequenceNumber;
 
@@ -53,7 +53,11 @@ async fn bare() -> Duration {
 }
 
 async fn ours(workers: Workers, batch: Option<usize>) -> Duration {
-    let (sender, receiver) = channel(64);
+    let config = DispatchConfig {
+        workers,
+        ..Default::default()
+    };
+    let (sender, receiver) = channel_for(64, &config);
     let handler = match batch {
         None => Handler::one(|d: Delivery| async move {
             black_box(d.payload().len());
@@ -63,10 +67,6 @@ async fn ours(workers: Workers, batch: Option<usize>) -> Duration {
             black_box(b.len());
             Ok(())
         }),
-    };
-    let config = DispatchConfig {
-        workers,
-        ..Default::default()
     };
     let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
     let payload = Bytes::from(vec![7u8; 64]);

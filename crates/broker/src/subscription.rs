@@ -4,7 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use kinesis_dispatch::{
-    channel, BatchFailure, Delivery, DeliveryReceiver, DeliverySender, DeliveryStream,
+    channel, channel_for, BatchFailure, Delivery, DeliveryReceiver, DeliverySender, DeliveryStream,
     DispatchConfig, Handler, HandlerError, RetryPolicy, Workers, DEFAULT_CAPACITY,
 };
 use kinesis_shard_reader::Position;
@@ -105,13 +105,15 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
-    /// The shared channel's capacity (64 deliveries).
+    /// The shared channel's capacity (64 deliveries). Under `by_key` the channel is made of the
+    /// lanes themselves instead, each of [`lane_capacity`](Self::lane_capacity).
     pub fn channel_capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
     }
 
-    /// Each lane's queue under `by_key` (8 deliveries).
+    /// Each lane's queue under `by_key` (8 deliveries): readers send each record straight into
+    /// its key's lane, so at most lanes x this many records wait for handlers.
     pub fn lane_capacity(mut self, capacity: usize) -> Self {
         self.dispatch.lane_capacity = capacity;
         self
@@ -162,7 +164,7 @@ impl<'b> SubscriptionBuilder<'b> {
     }
 
     fn register(self, handler: Handler) -> Result<(), BrokerError> {
-        let (sender, receiver) = channel(self.capacity);
+        let (sender, receiver) = channel_for(self.capacity, &self.dispatch);
         let batch_size = handler.batch_size();
         self.register_parts(sender, Some((receiver, handler)), batch_size)
     }

@@ -1,29 +1,32 @@
 //! `Dispatcher`: the loops that take deliveries from the channel and run the handler.
 //!
 //! - [`Workers::Serial`]: one loop, one unit (record or batch) at a time, in arrival order.
-//! - [`Workers::Unordered`]`(n)`: a router hands each delivery to whichever of n loops has
-//!   room (one waiting delivery each); up to n units run at once, in no particular order.
-//! - [`Workers::ByKey`]`(n)`: a router sends each delivery to lane
-//!   [`lane_of`](crate::lane_of)`(partition key, n)`; each lane is one loop over its own
-//!   bounded queue, so a key's records are handled one after another in order, across retries
-//!   too, while other lanes run beside it. A slow key fills its own lane's queue first; only
-//!   when the router meets a record for a full lane does it wait, and the shared channel (and
-//!   so every reader) waits behind it: memory stays bounded.
+//! - [`Workers::Unordered`]`(n)`: n loops each take the next delivery from the shared channel
+//!   themselves, so up to n run at once, in no particular order, and none waits behind a busy
+//!   loop. For batch handlers a router fills one loop's queue (a batch's worth) at a time, so
+//!   batches fill.
+//! - [`Workers::ByKey`]`(n)`: n lanes by [`lane_of`](crate::lane_of)`(partition key, n)`;
+//!   each lane is one loop over its own bounded queue, so a key's records are handled one
+//!   after another in order, across retries too, while other lanes run beside it. With a
+//!   channel made by [`channel_for`](crate::channel_for) the readers send into the lanes
+//!   directly; with a plain channel a router moves each record into its lane.
 //!
-//! Records travel through the channel (and the router's queues) as they were numbered; each
-//! loop makes the [`Delivery`] around a record when it takes it, so the delivery is allocated
-//! and freed on the handler's thread (freeing what another thread allocated costs glibc
-//! markedly more; see docs/benchmarks.md).
+//! Records travel through the channel (and lanes) as they were numbered; each loop makes the
+//! [`Delivery`] around a record when it takes it, so the delivery is allocated and freed on
+//! the handler's thread (freeing what another thread allocated costs glibc markedly more; see
+//! docs/benchmarks.md).
 //!
 //! # Clean shutdown
 //!
 //! [`DispatchHandle::shutdown`] stops taking deliveries from the shared channel at once (those
-//! still there are dropped unsettled, so their shard's checkpoint stays before them), lets the
-//! units in flight and those already routed to a worker or lane finish within a deadline
-//! (failing ones keep being retried), and abandons what is still running then, without
-//! settling it. Finishing what was routed matters: with workers or lanes, records complete out
-//! of order, and a routed record left unhandled would hold the checkpoint before records that
-//! completed after it, which the next owner would then handle again.
+//! still there are dropped unsettled; the channel is in each shard's order, so they come after
+//! everything taken and their shard's checkpoint stays before them). Lanes are closed instead
+//! (sends into them fail) and handle what they hold. Units in flight and what lanes hold
+//! finish within a deadline (failing ones keep being retried), and what is still running then
+//! is abandoned, without settling it. Finishing what a lane holds matters: lanes complete a
+//! shard's records out of order, and a record left unhandled in one would hold the checkpoint
+//! before records other lanes completed after it, which the next owner would then handle
+//! again.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -141,13 +144,25 @@ impl Dispatcher {
             Workers::Serial => {
                 tasks.spawn(worker(Source::Own(receiver), ctx));
             }
+            // One delivery at a time in no order: each worker takes the next delivery from the
+            // shared channel itself (no router hop, nothing queued behind a busy worker).
+            Workers::Unordered(n) if ctx.handler.batch_size() <= 1 => {
+                for _ in 0..n {
+                    tasks.spawn(worker(Source::Own(receiver.share()), ctx.clone()));
+                }
+            }
+            // Lanes by key fed straight by the readers: each lane's loop takes from its own.
+            Workers::ByKey(n) if receiver.lanes() == n => {
+                for lane in receiver.into_lanes() {
+                    tasks.spawn(worker(Source::Drains(lane), ctx.clone()));
+                }
+            }
             Workers::Unordered(n) | Workers::ByKey(n) => {
                 let batch = ctx.handler.batch_size();
                 let (pick, capacity) = match config.workers {
-                    // Any worker with room takes the next delivery: one waiting per worker, or
-                    // a batch's worth, filled one worker at a time, for batch handlers.
-                    Workers::Unordered(_) if batch > 1 => (Pick::AnyFree { sticky: true }, batch),
-                    Workers::Unordered(_) => (Pick::AnyFree { sticky: false }, 1),
+                    // Batch handlers in no order: any worker with room takes the next delivery,
+                    // a batch's worth filled one worker at a time.
+                    Workers::Unordered(_) => (Pick::AnyFree { sticky: true }, batch),
                     _ => (Pick::ByKey, config.lane_capacity),
                 };
                 // Workers in no order tell the router when they take (it may wait for any of
@@ -220,8 +235,12 @@ struct Ctx {
 }
 
 enum Source {
-    /// The shared channel, this loop's alone (serial).
+    /// The shared channel, this loop's alone (serial) or taken from side by side (unordered):
+    /// the loop stops taking at `close()`.
     Own(DeliveryReceiver),
+    /// One lane by key of the channel, fed by the readers: at `close()` the loop closes the
+    /// lane and handles what is already in it.
+    Drains(DeliveryReceiver),
     /// A worker's or lane's queue, fed by the router; `signals`: each take is signalled to the
     /// router (workers in no order).
     Lane {
@@ -266,7 +285,7 @@ enum Unit {
 impl Source {
     async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
         match self {
-            Source::Own(rx) => take_unit(rx, max, window).await,
+            Source::Own(rx) | Source::Drains(rx) => take_unit(rx, max, window).await,
             Source::Lane { rx, .. } => take_unit(rx, max, window).await,
         }
     }
@@ -274,7 +293,7 @@ impl Source {
     /// A delivery already waiting, if any: the hot path takes it without a `select!`.
     fn try_first(&mut self) -> Option<Delivery> {
         match self {
-            Source::Own(rx) => rx.try_recv(),
+            Source::Own(rx) | Source::Drains(rx) => rx.try_recv(),
             Source::Lane { rx, .. } => Rx::try_recv(rx),
         }
     }
@@ -283,6 +302,14 @@ impl Source {
     /// whose waiting deliveries are dropped unsettled (they come after everything taken).
     fn stops_at_close(&self) -> bool {
         matches!(self, Source::Own(_))
+    }
+
+    /// At `close()`, a lane fed by the readers is closed (their sends fail from then on) and
+    /// what it already holds is handled.
+    fn stop_taking(&self) {
+        if let Source::Drains(rx) = self {
+            rx.stop_taking();
+        }
     }
 }
 
@@ -321,11 +348,16 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
     // free of gaps, so a graceful shutdown re-delivers nothing. The shared channel itself
     // (serial mode) is in order: it stops at once.
     let own = source.stops_at_close();
+    let mut stopped = false;
     loop {
         // `closing` only ever goes from false to true: its version moving (one atomic load) is
         // the cheap sign to look at its value (a read lock).
-        if own && closing.has_changed().unwrap_or(true) && *closing.borrow() {
-            return;
+        if !stopped && closing.has_changed().unwrap_or(true) && *closing.borrow() {
+            if own {
+                return;
+            }
+            source.stop_taking();
+            stopped = true;
         }
         // Hot path: a delivery is waiting, so nothing needs waking up by `closing` (registering
         // a waker on it for every record costs a lock). Yield to the scheduler now and then all
@@ -342,7 +374,14 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
             }
             None => tokio::select! {
                 biased;
-                _ = closing.wait_for(|c| *c), if own => return,
+                _ = closing.wait_for(|c| *c), if !stopped => {
+                    if own {
+                        return;
+                    }
+                    source.stop_taking();
+                    stopped = true;
+                    continue;
+                }
                 unit = source.next(max, ctx.window) => unit,
             },
         };

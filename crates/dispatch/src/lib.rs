@@ -25,7 +25,9 @@ mod retry;
 mod settlement;
 mod stream;
 
-pub use channel::{channel, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY};
+pub use channel::{
+    channel, channel_for, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY,
+};
 pub use delivery::{
     Delivery, Record, PARTITION_KEY_HEADER, SEQUENCE_HEADER, SHARD_HEADER, STREAM_HEADER,
 };

@@ -189,6 +189,21 @@ impl ShardSettlement {
         ordinal
     }
 
+    /// Takes back the number of a record that never reached the channel. Only the last number
+    /// given can be taken back (a shard has one sender); any other stays in the window,
+    /// holding the checkpoint back rather than letting it pass a record never delivered.
+    pub(crate) fn unregister(&self, ordinal: u64) {
+        let mut window = self.window();
+        if window.entries.is_empty() || window.base + window.entries.len() as u64 != ordinal + 1 {
+            return;
+        }
+        window.entries.pop_back();
+        window.progress.delivered -= 1;
+        window.progress.window = window.entries.len() as u64;
+        drop(window);
+        self.changed();
+    }
+
     /// Marks `ordinal` settled (idempotent) and advances the prefix.
     pub(crate) fn settle(&self, ordinal: u64) {
         let mut window = self.window();

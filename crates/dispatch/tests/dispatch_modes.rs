@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_dispatch::{
-    channel, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+    channel, channel_for, Delivery, DeliveryReceiver, DeliverySender, DispatchConfig, Dispatcher,
+    Handler, Record, ShardSettlement, Workers,
 };
 use kinesis_lease_core::SequenceNumber;
 
@@ -23,6 +24,17 @@ fn config(workers: Workers) -> DispatchConfig {
         workers,
         ..Default::default()
     }
+}
+
+/// The two ways lanes by key are fed: straight into their lanes by the feeds (`channel_for`,
+/// as the broker does), and through one channel and a router (a plain `channel`).
+fn by_key_channels(lanes: usize) -> [(&'static str, (DeliverySender, DeliveryReceiver)); 2] {
+    let direct = DispatchConfig {
+        // Room for what the tests send before the dispatcher starts.
+        lane_capacity: 16,
+        ..config(Workers::ByKey(lanes))
+    };
+    [("lanes", channel_for(64, &direct)), ("router", channel(64))]
 }
 
 /// Tracks how many handlers run at once.
@@ -107,7 +119,12 @@ async fn unordered_workers_run_n_at_once() {
 /// side, and every shard's checkpoint reaches its last record.
 #[tokio::test(start_paused = true)]
 async fn by_key_keeps_each_key_in_order() {
-    let (tx, rx) = channel(64);
+    for (how, (tx, rx)) in by_key_channels(8) {
+        by_key_order_through(how, tx, rx).await;
+    }
+}
+
+async fn by_key_order_through(how: &str, tx: DeliverySender, rx: DeliveryReceiver) {
     let seen: Arc<Mutex<HashMap<String, Vec<SequenceNumber>>>> = Arc::default();
     let conc = Arc::new(Concurrency::default());
     let (s, c) = (seen.clone(), conc.clone());
@@ -152,11 +169,11 @@ async fn by_key_keeps_each_key_in_order() {
     for (key, seqs) in seen.iter() {
         let mut sorted = seqs.clone();
         sorted.sort();
-        assert_eq!(seqs, &sorted, "key {key} out of order");
+        assert_eq!(seqs, &sorted, "{how}: key {key} out of order");
     }
     assert!(
         conc.max.load(Ordering::SeqCst) >= 4,
-        "lanes ran side by side: {}",
+        "{how}: lanes ran side by side: {}",
         conc.max.load(Ordering::SeqCst)
     );
     drop(tx);
@@ -166,7 +183,12 @@ async fn by_key_keeps_each_key_in_order() {
 /// A key blocked on one lane does not stop keys of other lanes while its lane has room.
 #[tokio::test(start_paused = true)]
 async fn slow_key_does_not_stall_other_lanes() {
-    let (tx, rx) = channel(64);
+    for (how, (tx, rx)) in by_key_channels(4) {
+        slow_key_through(how, tx, rx).await;
+    }
+}
+
+async fn slow_key_through(how: &str, tx: DeliverySender, rx: DeliveryReceiver) {
     let gate = Arc::new(tokio::sync::Notify::new());
     let handled = Arc::new(AtomicUsize::new(0));
     let (g, h) = (gate.clone(), handled.clone());
@@ -196,11 +218,15 @@ async fn slow_key_does_not_stall_other_lanes() {
         feed.send(record(key, n as u64 + 1)).await.unwrap();
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(handled.load(Ordering::SeqCst), 100, "other lanes went on");
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        100,
+        "{how}: other lanes went on"
+    );
     assert_eq!(
         settlement.progress().checkpoint,
         None,
-        "nothing passes the unsettled record"
+        "{how}: nothing passes the unsettled record"
     );
     gate.notify_one();
     settlement.all_settled().await;
@@ -213,15 +239,21 @@ async fn slow_key_does_not_stall_other_lanes() {
 /// records taken from the source is bounded, exactly.
 #[tokio::test(start_paused = true)]
 async fn backpressure_bounds_what_is_taken() {
-    for (workers, expected) in [
+    for (workers, direct, expected) in [
         // handler 1 + channel 64 + the one the producer waits to send
-        (Workers::Serial, 1 + 64 + 1),
-        // 3 handlers + one waiting per worker + router 1 + channel 64 + 1 waiting
-        (Workers::Unordered(3), 3 + 3 + 1 + 64 + 1),
-        // one key: handler 1 + lane queue 8 + router 1 + channel 64 + 1 waiting
-        (Workers::ByKey(4), 1 + 8 + 1 + 64 + 1),
+        (Workers::Serial, true, 1 + 64 + 1),
+        // 3 handlers + channel 64 + 1 waiting: workers take from the channel themselves
+        (Workers::Unordered(3), true, 3 + 64 + 1),
+        // one key, fed straight into its lane: handler 1 + lane 8 + 1 waiting
+        (Workers::ByKey(4), true, 1 + 8 + 1),
+        // one key through a router: handler 1 + lane 8 + router 1 + channel 64 + 1 waiting
+        (Workers::ByKey(4), false, 1 + 8 + 1 + 64 + 1),
     ] {
-        let (tx, rx) = channel(64);
+        let (tx, rx) = if direct {
+            channel_for(64, &config(workers))
+        } else {
+            channel(64)
+        };
         let gate = Arc::new(tokio::sync::Notify::new());
         let g = gate.clone();
         let handler = Handler::one(move |_d: Delivery| {
@@ -244,7 +276,11 @@ async fn backpressure_bounds_what_is_taken() {
             }
         });
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(taken.load(Ordering::SeqCst), expected, "{workers:?}");
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            expected,
+            "{workers:?}, fed directly: {direct}"
+        );
         producer.abort();
         handle.shutdown(Duration::from_millis(10)).await;
     }
@@ -310,7 +346,12 @@ async fn shutdown_finishes_in_flight_and_drops_the_queue() {
 /// Deliveries of a revoked shard are dropped, not handled.
 #[tokio::test(start_paused = true)]
 async fn revoked_deliveries_are_dropped() {
-    let (tx, rx) = channel(64);
+    for (_, (tx, rx)) in by_key_channels(2) {
+        revoked_dropped_through(tx, rx).await;
+    }
+}
+
+async fn revoked_dropped_through(tx: DeliverySender, rx: DeliveryReceiver) {
     let handled = Arc::new(AtomicUsize::new(0));
     let h = handled.clone();
     let handler = Handler::one(move |_d: Delivery| {
@@ -382,4 +423,162 @@ async fn a_lost_lease_stops_a_waiting_handler_before_its_next_step() {
     assert_eq!(settlement.progress().settled, 0);
     drop((tx, feed));
     handle.join().await;
+}
+
+/// Lanes fed straight by the readers: a shutdown closes them, handles what they already hold
+/// (other lanes completed later records of the same shards, so dropping it would leave gaps
+/// behind the checkpoint, handled again by the next owner) and fails the sends waiting for
+/// room, which take their numbers back: every shard ends with nothing in flight and its
+/// checkpoint on the last record it sent.
+#[tokio::test(start_paused = true)]
+async fn shutdown_of_lanes_fed_directly_leaves_no_gap() {
+    let cfg = config(Workers::ByKey(4));
+    let (tx, rx) = channel_for(64, &cfg);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let h = handled.clone();
+    let handler = Handler::one(move |_d: Delivery| {
+        let h = h.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            h.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, cfg).unwrap();
+    let shards: Vec<_> = (0..3)
+        .map(|i| ShardSettlement::new("s", format!("shard-{i}")))
+        .collect();
+    let sent = Arc::new(Mutex::new(HashMap::new()));
+    let mut producers = Vec::new();
+    for (i, settlement) in shards.iter().enumerate() {
+        let (feed, sent) = (tx.feed(settlement.clone()), sent.clone());
+        producers.push(tokio::spawn(async move {
+            for n in 0..1_000u64 {
+                if feed
+                    .send(record(&format!("key-{}", n % 17), n))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                sent.lock().unwrap().insert(i, n);
+            }
+        }));
+    }
+    // Every lane full and every producer waiting for room.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(
+        handle.shutdown(Duration::from_secs(60)).await,
+        "what the lanes held was handled"
+    );
+    for p in producers {
+        p.await.unwrap();
+    }
+    let sent = sent.lock().unwrap().clone();
+    let mut total = 0;
+    for (i, settlement) in shards.iter().enumerate() {
+        let progress = settlement.progress();
+        let last = sent[&i];
+        total += last + 1;
+        assert_eq!(
+            progress.in_flight(),
+            0,
+            "shard {i}: the failed send took its number back"
+        );
+        assert_eq!(progress.delivered, last + 1, "shard {i}");
+        assert_eq!(progress.checkpoint, Some(seq(last)), "shard {i}: no gap");
+    }
+    assert_eq!(handled.load(Ordering::SeqCst) as u64, total);
+}
+
+/// A send cancelled while the channel is full (a reader stopping at a hand-over) takes its
+/// number back: the shard's settlement never waits for a record that was not delivered.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_send_takes_its_number_back() {
+    for workers in [Workers::Serial, Workers::ByKey(2)] {
+        let cfg = config(workers);
+        let (tx, mut rx) = channel_for(
+            1,
+            &DispatchConfig {
+                lane_capacity: 1,
+                ..cfg
+            },
+        );
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        feed.send(record("k", 0)).await.unwrap();
+        // The channel (or the key's lane) is full: this send waits, and is dropped.
+        let waiting = tokio::time::timeout(Duration::from_secs(1), feed.send(record("k", 1)));
+        assert!(
+            waiting.await.is_err(),
+            "{workers:?}: the send waited for room"
+        );
+        let progress = settlement.progress();
+        assert_eq!((progress.delivered, progress.window), (1, 1), "{workers:?}");
+        rx.recv().await.expect("the first record").ack();
+        settlement.all_settled().await;
+        assert_eq!(
+            settlement.progress().checkpoint,
+            Some(seq(0)),
+            "{workers:?}"
+        );
+        // The next send numbers the next record as if the cancelled one never was.
+        feed.send(record("k", 1)).await.unwrap();
+        let d = rx.recv().await.expect("the second record");
+        assert_eq!(d.sequence(), &seq(1));
+        d.ack();
+        settlement.all_settled().await;
+        assert_eq!(
+            settlement.progress().checkpoint,
+            Some(seq(1)),
+            "{workers:?}"
+        );
+    }
+}
+
+/// Senders learn the receiving side is gone only once every one of its parts is: a
+/// dispatcher's loops each hold one.
+#[tokio::test(start_paused = true)]
+async fn senders_see_the_receiving_side_close() {
+    let cfg = config(Workers::ByKey(3));
+    let (tx, rx) = channel_for(64, &cfg);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let handler = Handler::one(move |d: Delivery| {
+        let g = g.clone();
+        async move {
+            if d.partition_key() == "stuck" {
+                g.notified().await;
+            }
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let handle = Dispatcher::spawn(rx, handler, cfg).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    tx.feed(settlement.clone())
+        .send(record("stuck", 0))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!tx.is_closed());
+    handle.close();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!tx.is_closed(), "one lane is still handling what it held");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), tx.closed())
+            .await
+            .is_err(),
+        "closed() waits for the last lane"
+    );
+    gate.notify_one();
+    tx.closed().await;
+    assert!(tx.is_closed());
+
+    let (tx, mut rx) = channel(8);
+    rx.close();
+    assert!(tx.is_closed(), "close() on the receiver");
+    tx.closed().await;
+    let (tx, rx) = channel(8);
+    drop(rx);
+    tx.closed().await;
 }
