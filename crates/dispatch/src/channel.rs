@@ -18,11 +18,19 @@
 //!   ([`lane_of`]), and each lane's loop takes from its own. A slow key then holds back only
 //!   the readers whose next record is for its lane, and memory is bounded by n lanes of
 //!   `lane_capacity`.
+//!
+//! # Places are handed out in turn
+//!
+//! A lane's places are the permits of a fair semaphore (tokio's): a reader takes a place
+//! before its record is numbered, and a place freed by a receiver goes to the reader that has
+//! waited longest. Without that, a reader that just sent could take the freed place again
+//! and again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
+//! saw two of four shards get nothing).
 
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore, TryAcquireError};
 
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
 
@@ -68,33 +76,94 @@ pub fn channel(capacity: usize) -> (DeliverySender, DeliveryReceiver) {
 /// ```
 pub fn channel_for(capacity: usize, config: &DispatchConfig) -> (DeliverySender, DeliveryReceiver) {
     match config.workers {
-        Workers::ByKey(n) if n > 1 => laned(n, config.lane_capacity),
+        Workers::ByKey(n) if n > 0 => laned(n, config.lane_capacity),
         _ => channel(capacity),
     }
 }
 
 fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes.max(1))
-        .map(|_| async_channel::bounded(capacity.max(1)))
+        .map(|_| {
+            let (tx, rx) = async_channel::unbounded();
+            let room = Arc::new(Semaphore::new(capacity.max(1)));
+            (
+                LaneTx {
+                    tx,
+                    room: room.clone(),
+                },
+                LaneRx {
+                    rx: Box::pin(rx),
+                    room,
+                },
+            )
+        })
         .unzip();
     let (open, watch) = watch::channel(true);
+    let rooms = receivers.iter().map(|l| l.room.clone()).collect();
     (
         DeliverySender {
             lanes: senders.into(),
             open: watch,
         },
         DeliveryReceiver {
-            lanes: receivers.into_iter().map(Box::pin).collect(),
-            open: Arc::new(Open(open)),
+            lanes: receivers,
+            open: Arc::new(Open { open, rooms }),
             next: 0,
         },
     )
 }
 
-/// Held by every share of the receiving side: dropped with the last one (or set false by
-/// [`DeliveryReceiver::close`]), it tells senders waiting in [`DeliverySender::closed`].
+/// Held by every share of the receiving side. Dropped with the last one, or closed by
+/// [`DeliveryReceiver::close`], it tells senders waiting in [`DeliverySender::closed`] and
+/// fails those waiting for a place.
 #[derive(Debug)]
-struct Open(watch::Sender<bool>);
+struct Open {
+    open: watch::Sender<bool>,
+    rooms: Vec<Arc<Semaphore>>,
+}
+
+impl Open {
+    fn close(&self) {
+        for room in &self.rooms {
+            room.close();
+        }
+        self.open.send_replace(false);
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A lane's sending side: its queue and its places.
+#[derive(Debug)]
+struct LaneTx {
+    tx: async_channel::Sender<Numbered>,
+    room: Arc<Semaphore>,
+}
+
+/// A lane's receiving side. The receiver is pinned once (it keeps its wait registration in
+/// place) so that it can move.
+#[derive(Debug)]
+struct LaneRx {
+    rx: std::pin::Pin<Box<async_channel::Receiver<Numbered>>>,
+    room: Arc<Semaphore>,
+}
+
+impl LaneRx {
+    /// Frees the place of a record taken from the lane.
+    fn took(&self, record: Numbered) -> Numbered {
+        self.room.add_permits(1);
+        record
+    }
+
+    fn close(&self) {
+        self.rx.close();
+        self.room.close();
+    }
+}
 
 /// A record numbered for settlement, on its way through the channel. The [`Delivery`] around
 /// it is made by the receiving side: its allocation is then made and freed on the same thread
@@ -128,7 +197,7 @@ impl Numbered {
 #[derive(Debug, Clone)]
 pub struct DeliverySender {
     /// One lane, or one per lane by key.
-    lanes: Arc<[async_channel::Sender<Numbered>]>,
+    lanes: Arc<[LaneTx]>,
     /// False, or gone, once the receiving side is.
     open: watch::Receiver<bool>,
 }
@@ -156,14 +225,10 @@ impl DeliverySender {
     }
 }
 
-type Lane = std::pin::Pin<Box<async_channel::Receiver<Numbered>>>;
-
 /// The receiving side of a subscription's channel.
 #[derive(Debug)]
 pub struct DeliveryReceiver {
-    /// Pinned once (a receiver keeps its wait registration in place) so that the receiver
-    /// itself can move.
-    lanes: Vec<Lane>,
+    lanes: Vec<LaneRx>,
     open: Arc<Open>,
     /// The lane to look at first, so that lanes take turns.
     next: usize,
@@ -178,7 +243,7 @@ impl DeliveryReceiver {
     /// The next record as it travels, for a router that hands it on to a lane.
     pub(crate) async fn recv_numbered(&mut self) -> Option<Numbered> {
         if let [lane] = &self.lanes[..] {
-            return lane.recv().await.ok();
+            return lane.rx.recv().await.ok().map(|r| lane.took(r));
         }
         std::future::poll_fn(|cx| self.poll_numbered(cx)).await
     }
@@ -187,9 +252,10 @@ impl DeliveryReceiver {
     pub fn try_recv(&mut self) -> Option<Delivery> {
         let n = self.lanes.len();
         (0..n).find_map(|i| {
-            let lane = (self.next + i) % n;
-            let record = self.lanes[lane].try_recv().ok()?;
-            self.next = (lane + 1) % n;
+            let index = (self.next + i) % n;
+            let lane = &self.lanes[index];
+            let record = lane.took(lane.rx.try_recv().ok()?);
+            self.next = (index + 1) % n;
             Some(record.into_delivery())
         })
     }
@@ -197,9 +263,9 @@ impl DeliveryReceiver {
     /// Stops the channel: senders fail from now on; waiting deliveries can still be received.
     pub fn close(&mut self) {
         for lane in &self.lanes {
-            lane.close();
+            lane.rx.close();
         }
-        self.open.0.send_replace(false);
+        self.open.close();
     }
 
     /// Closes the lanes this receiver takes from, so their senders fail from now on, without
@@ -210,7 +276,16 @@ impl DeliveryReceiver {
         }
     }
 
+    /// While the returned guard lives nothing changes; once it is dropped (its lane's loop
+    /// ended, even by a panic) senders are told the receiving side is gone, so the readers of a
+    /// subscription whose lane died stop instead of waiting on a lane no one takes from.
+    pub(crate) fn closes_all_when_dropped(&self) -> ClosesAll {
+        ClosesAll(self.open.clone())
+    }
+
     /// How many lanes the channel has (1 unless made by [`channel_for`] for lanes by key).
+    /// A receiver of several lanes takes from them in turn, which keeps each key's order but
+    /// not each shard's: only a dispatcher of as many lanes by key may take from it.
     pub fn lanes(&self) -> usize {
         self.lanes.len()
     }
@@ -222,7 +297,10 @@ impl DeliveryReceiver {
             lanes: self
                 .lanes
                 .iter()
-                .map(|lane| Box::pin(async_channel::Receiver::clone(lane)))
+                .map(|lane| LaneRx {
+                    rx: Box::pin(async_channel::Receiver::clone(&lane.rx)),
+                    room: lane.room.clone(),
+                })
                 .collect(),
             open: self.open.clone(),
             next: 0,
@@ -247,11 +325,12 @@ impl DeliveryReceiver {
         let n = self.lanes.len();
         let mut ended = 0;
         for i in 0..n {
-            let lane = (self.next + i) % n;
-            match self.lanes[lane].as_mut().poll_next(cx) {
+            let index = (self.next + i) % n;
+            let lane = &mut self.lanes[index];
+            match lane.rx.as_mut().poll_next(cx) {
                 Poll::Ready(Some(record)) => {
-                    self.next = (lane + 1) % n;
-                    return Poll::Ready(Some(record));
+                    self.next = (index + 1) % n;
+                    return Poll::Ready(Some(self.lanes[index].took(record)));
                 }
                 Poll::Ready(None) => ended += 1,
                 Poll::Pending => {}
@@ -274,12 +353,13 @@ impl DeliveryReceiver {
 /// the lane of its partition key, when the channel has lanes).
 #[derive(Debug, Clone)]
 pub struct ShardFeed {
-    lanes: Arc<[async_channel::Sender<Numbered>]>,
+    lanes: Arc<[LaneTx]>,
     settlement: Arc<ShardSettlement>,
 }
 
 impl ShardFeed {
-    /// Sends one record, waiting while the channel (or its lane) is full.
+    /// Sends one record, waiting while the channel (or its lane) is full; readers waiting for
+    /// a place get one in the order they began to wait.
     ///
     /// # Errors
     ///
@@ -296,34 +376,33 @@ impl ShardFeed {
             [lane] => lane,
             lanes => &lanes[lane_of(&record.partition_key, lanes.len())],
         };
-        let ordinal = self.settlement.register(record.sequence.clone());
-        // Numbered before it has a place: a send that fails, or is cancelled while the channel
-        // is full (the reader stopping), takes its number back, so nothing waits on a record
-        // that was never delivered.
-        let numbered = Numbering {
-            settlement: &self.settlement,
-            ordinal,
+        let closed = || DispatchError::Closed {
+            stream: self.settlement.stream().to_owned(),
+            shard: self.settlement.shard().to_owned(),
         };
-        let record = Numbered {
+        // A place first, so a record is numbered only once it has one (a send cancelled while
+        // it waits leaves nothing behind). The receiver gives the place back when it takes
+        // the record.
+        match lane.room.try_acquire() {
+            Ok(place) => place.forget(),
+            Err(TryAcquireError::NoPermits) => match lane.room.acquire().await {
+                Ok(place) => place.forget(),
+                Err(_) => return Err(closed()),
+            },
+            Err(TryAcquireError::Closed) => return Err(closed()),
+        }
+        let ordinal = self.settlement.register(record.sequence.clone());
+        let numbered = Numbered {
             record,
             settlement: self.settlement.clone(),
             ordinal,
         };
-        let sent = match lane.try_send(record) {
-            Ok(()) => Ok(()),
-            Err(async_channel::TrySendError::Full(record)) => lane.send(record).await.map_err(drop),
-            Err(async_channel::TrySendError::Closed(_)) => Err(()),
-        };
-        match sent {
-            Ok(()) => {
-                std::mem::forget(numbered);
-                Ok(())
-            }
-            Err(()) => Err(DispatchError::Closed {
-                stream: self.settlement.stream().to_owned(),
-                shard: self.settlement.shard().to_owned(),
-            }),
+        // The queue itself is unbounded (the places bound it): this fails only once closed.
+        if lane.tx.try_send(numbered).is_err() {
+            self.settlement.unregister(ordinal);
+            return Err(closed());
         }
+        Ok(())
     }
 
     /// The shard's settlement.
@@ -332,15 +411,12 @@ impl ShardFeed {
     }
 }
 
-/// A number given to a record not yet in the channel: dropped (the send failed or was
-/// cancelled), it is taken back.
-struct Numbering<'a> {
-    settlement: &'a ShardSettlement,
-    ordinal: u64,
-}
+/// See [`DeliveryReceiver::closes_all_when_dropped`].
+#[derive(Debug)]
+pub(crate) struct ClosesAll(Arc<Open>);
 
-impl Drop for Numbering<'_> {
+impl Drop for ClosesAll {
     fn drop(&mut self) {
-        self.settlement.unregister(self.ordinal);
+        self.0.close();
     }
 }

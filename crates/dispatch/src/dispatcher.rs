@@ -131,6 +131,15 @@ impl Dispatcher {
         if config.lane_capacity == 0 {
             return Err(invalid("lane_capacity", "at least one delivery per lane"));
         }
+        let lanes = receiver.lanes();
+        if lanes > 1 && config.workers != Workers::ByKey(lanes) {
+            // Taking from several lanes in turn would not keep each shard's order, and what a
+            // shutdown leaves would not come after what was handled.
+            return Err(invalid(
+                "workers",
+                "a channel of lanes by key (`channel_for`) needs as many lanes by key",
+            ));
+        }
         let (closing_tx, closing) = watch::channel(false);
         let ctx = Arc::new(Ctx {
             handler,
@@ -154,7 +163,13 @@ impl Dispatcher {
             // Lanes by key fed straight by the readers: each lane's loop takes from its own.
             Workers::ByKey(n) if receiver.lanes() == n => {
                 for lane in receiver.into_lanes() {
-                    tasks.spawn(worker(Source::Drains(lane), ctx.clone()));
+                    let ctx = ctx.clone();
+                    tasks.spawn(async move {
+                        // A lane that ends (or dies) ends the subscription's intake: readers of
+                        // records for it could never send again.
+                        let _closes_all = lane.closes_all_when_dropped();
+                        worker(Source::Drains(lane), ctx).await;
+                    });
                 }
             }
             Workers::Unordered(n) | Workers::ByKey(n) => {
@@ -283,10 +298,20 @@ enum Unit {
 }
 
 impl Source {
-    async fn next(&mut self, max: Option<usize>, window: Duration) -> Option<Unit> {
+    /// The next delivery, waiting for it; cancel-safe (nothing is taken until it resolves).
+    async fn first(&mut self) -> Option<Delivery> {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => take_unit(rx, max, window).await,
-            Source::Lane { rx, .. } => take_unit(rx, max, window).await,
+            Source::Own(rx) | Source::Drains(rx) => Rx::recv(rx).await,
+            Source::Lane { rx, .. } => Rx::recv(rx).await,
+        }
+    }
+
+    /// A unit from `first`: itself, or a batch of up to `max` gathered within `window` of it.
+    /// Not watched by `close()`: what was taken is handled.
+    async fn unit(&mut self, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
+        match self {
+            Source::Own(rx) | Source::Drains(rx) => gather(rx, first, max, window).await,
+            Source::Lane { rx, .. } => gather(rx, first, max, window).await,
         }
     }
 
@@ -313,12 +338,11 @@ impl Source {
     }
 }
 
-/// The next unit: one delivery, or a batch of up to `max` gathered within `window` of its
-/// first.
-async fn take_unit<R: Rx>(rx: &mut R, max: Option<usize>, window: Duration) -> Option<Unit> {
-    let first = rx.recv().await?;
+/// The unit beginning with `first`: itself, or a batch of up to `max` gathered within
+/// `window` of it.
+async fn gather<R: Rx>(rx: &mut R, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
     let Some(max) = max else {
-        return Some(Unit::One(first));
+        return Unit::One(first);
     };
     let deadline = Instant::now() + window;
     let mut batch = Vec::with_capacity(max.min(1024));
@@ -333,7 +357,7 @@ async fn take_unit<R: Rx>(rx: &mut R, max: Option<usize>, window: Duration) -> O
             Ok(None) | Err(_) => break,
         }
     }
-    Some(Unit::Batch(batch))
+    Unit::Batch(batch)
 }
 
 async fn worker(mut source: Source, ctx: Arc<Ctx>) {
@@ -372,18 +396,27 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
                 tokio::task::consume_budget().await;
                 Some(Unit::One(first))
             }
-            None => tokio::select! {
-                biased;
-                _ = closing.wait_for(|c| *c), if !stopped => {
-                    if own {
-                        return;
+            None => {
+                // Only the wait for a first delivery is cut short by `close()`: a batch being
+                // gathered was taken, and is handled (dropping it would leave a gap before
+                // records other loops handled).
+                let first = tokio::select! {
+                    biased;
+                    _ = closing.wait_for(|c| *c), if !stopped => {
+                        if own {
+                            return;
+                        }
+                        source.stop_taking();
+                        stopped = true;
+                        continue;
                     }
-                    source.stop_taking();
-                    stopped = true;
-                    continue;
+                    first = source.first() => first,
+                };
+                match first {
+                    Some(first) => Some(source.unit(first, max, ctx.window).await),
+                    None => None,
                 }
-                unit = source.next(max, ctx.window) => unit,
-            },
+            }
         };
         if unit.is_some() && matches!(source, Source::Lane { signals: true, .. }) {
             ctx.room.notify_one();

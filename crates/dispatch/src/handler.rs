@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use kinesis_lease_core::BoxFuture;
@@ -58,8 +59,12 @@ impl Handler {
         E: Into<HandlerError> + 'static,
     {
         Handler::One(OneHandler(Arc::new(move |d| {
-            let fut = f(d);
-            Box::pin(async move { fut.await.map_err(Into::into) })
+            // A closure that panics before it returns its future panics in the future instead,
+            // where the dispatcher catches it like any other handler panic.
+            match std::panic::catch_unwind(AssertUnwindSafe(|| f(d))) {
+                Ok(fut) => Box::pin(async move { fut.await.map_err(Into::into) }),
+                Err(panic) => Box::pin(async move { std::panic::resume_unwind(panic) }),
+            }
         })))
     }
 
@@ -89,7 +94,12 @@ impl Handler {
         Fut: Future<Output = Result<(), BatchFailure>> + Send + 'static,
     {
         Handler::Batch(BatchHandler {
-            f: Arc::new(move |batch| Box::pin(f(batch))),
+            f: Arc::new(move |batch| {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| f(batch))) {
+                    Ok(fut) => Box::pin(fut),
+                    Err(panic) => Box::pin(async move { std::panic::resume_unwind(panic) }),
+                }
+            }),
             max: max.max(1),
         })
     }

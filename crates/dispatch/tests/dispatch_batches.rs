@@ -237,3 +237,51 @@ async fn a_lost_shard_cancels_a_batch_attempt_and_the_rest_is_retried() {
     drop(tx);
     handle.join().await;
 }
+
+/// A shutdown while a lane gathers a batch handles that batch: dropping it would leave a gap
+/// before a later record of the same shard that another lane handled, and the next owner
+/// would handle that record again.
+#[tokio::test(start_paused = true)]
+async fn a_batch_being_gathered_at_shutdown_is_handled() {
+    for direct in [true, false] {
+        let config = DispatchConfig {
+            workers: Workers::ByKey(2),
+            ..Default::default()
+        };
+        let (tx, rx) = if direct {
+            kinesis_dispatch::channel_for(64, &config)
+        } else {
+            channel(64)
+        };
+        let batches = Batches::default();
+        let handle = Dispatcher::spawn(rx, recording(10, &batches), config).unwrap();
+        let lane = |k: &str| kinesis_dispatch::lane_of(k, 2);
+        let b = (0..)
+            .map(|i| format!("b{i}"))
+            .find(|k| lane(k) == 1)
+            .unwrap();
+        let a = (0..)
+            .map(|i| format!("a{i}"))
+            .find(|k| lane(k) == 0)
+            .unwrap();
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        // Lane 1 gathers records 0 and 2 (its batch closes at 50 ms); lane 0 starts gathering
+        // record 1 at 40 ms, and is still gathering when the shutdown comes at 60 ms.
+        feed.send(record(&b, 0)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        feed.send(record(&a, 1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        feed.send(record(&b, 2)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        assert!(handle.shutdown(Duration::from_secs(5)).await);
+        let mut handled: Vec<u64> = batches.lock().unwrap().concat();
+        handled.sort_unstable();
+        assert_eq!(handled, vec![0, 1, 2], "fed directly: {direct}");
+        assert_eq!(
+            settlement.progress().checkpoint,
+            Some(seq(2)),
+            "fed directly: {direct}"
+        );
+    }
+}

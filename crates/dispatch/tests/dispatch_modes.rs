@@ -536,8 +536,9 @@ async fn a_cancelled_send_takes_its_number_back() {
     }
 }
 
-/// Senders learn the receiving side is gone only once every one of its parts is: a
-/// dispatcher's loops each hold one.
+/// Senders learn when the receiving side is gone: once a lane's loop ends (at a shutdown, or
+/// were it to die, readers of its records could never send again), at `close()` on a
+/// receiver, or when it is dropped.
 #[tokio::test(start_paused = true)]
 async fn senders_see_the_receiving_side_close() {
     let cfg = config(Workers::ByKey(3));
@@ -555,24 +556,21 @@ async fn senders_see_the_receiving_side_close() {
     });
     let handle = Dispatcher::spawn(rx, handler, cfg).unwrap();
     let settlement = ShardSettlement::new("s", "shard-0");
-    tx.feed(settlement.clone())
-        .send(record("stuck", 0))
-        .await
-        .unwrap();
+    let feed = tx.feed(settlement.clone());
+    feed.send(record("stuck", 0)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(!tx.is_closed());
     handle.close();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(!tx.is_closed(), "one lane is still handling what it held");
-    assert!(
-        tokio::time::timeout(Duration::from_secs(1), tx.closed())
-            .await
-            .is_err(),
-        "closed() waits for the last lane"
-    );
-    gate.notify_one();
+    // The idle lanes end at once; the stuck one still handles what it held.
     tx.closed().await;
     assert!(tx.is_closed());
+    assert!(
+        feed.send(record("other", 1)).await.is_err(),
+        "no more sends"
+    );
+    gate.notify_one();
+    settlement.all_settled().await;
+    assert_eq!(settlement.progress().checkpoint, Some(seq(0)));
 
     let (tx, mut rx) = channel(8);
     rx.close();
@@ -581,4 +579,66 @@ async fn senders_see_the_receiving_side_close() {
     let (tx, rx) = channel(8);
     drop(rx);
     tx.closed().await;
+}
+
+/// A channel of lanes by key is taken from only by as many lanes by key: anything else would
+/// take from the lanes in turn and lose each shard's order.
+#[tokio::test]
+async fn a_channel_of_lanes_needs_as_many_lanes() {
+    for workers in [Workers::Serial, Workers::Unordered(4), Workers::ByKey(3)] {
+        let (_tx, rx) = channel_for(64, &config(Workers::ByKey(4)));
+        let handler = Handler::one(|_d: Delivery| async { Ok::<(), std::io::Error>(()) });
+        let error = Dispatcher::spawn(rx, handler, config(workers)).unwrap_err();
+        assert!(
+            error.to_string().contains("lanes by key"),
+            "{workers:?}: {error}"
+        );
+    }
+}
+
+/// Under backpressure every shard gets its turn: with a slow handler and four readers always
+/// waiting to send, each shard's share of what was handled stays near a quarter.
+#[tokio::test(start_paused = true)]
+async fn readers_waiting_for_room_take_turns() {
+    for workers in [Workers::Serial, Workers::Unordered(3), Workers::ByKey(3)] {
+        let cfg = config(workers);
+        let (tx, rx) = channel_for(16, &cfg);
+        let per_shard: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let p = per_shard.clone();
+        let handler = Handler::one(move |d: Delivery| {
+            let p = p.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *p.lock().unwrap().entry(d.shard().to_owned()).or_default() += 1;
+                Ok::<(), std::io::Error>(())
+            }
+        });
+        let handle = Dispatcher::spawn(rx, handler, cfg).unwrap();
+        let mut producers = Vec::new();
+        for i in 0..4 {
+            let feed = tx.feed(ShardSettlement::new("s", format!("shard-{i}")));
+            producers.push(tokio::spawn(async move {
+                for n in 0..100_000u64 {
+                    if feed.send(record(&format!("k{}", n % 29), n)).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let counts = per_shard.lock().unwrap().clone();
+        let total: usize = counts.values().sum();
+        assert!(total > 1_000, "{workers:?}: {total} handled");
+        for i in 0..4 {
+            let got = counts.get(&format!("shard-{i}")).copied().unwrap_or(0);
+            assert!(
+                got * 4 >= total * 3 / 4 && got * 4 <= total * 5 / 4,
+                "{workers:?}: shard-{i} got {got} of {total}: {counts:?}"
+            );
+        }
+        for p in producers {
+            p.abort();
+        }
+        handle.shutdown(Duration::from_millis(10)).await;
+    }
 }

@@ -222,3 +222,44 @@ async fn retries_back_off_exponentially() {
     drop((tx, feed));
     handle.join().await;
 }
+
+/// A handler closure that panics before it returns its future is retried like any handler
+/// panic; its lane (or loop) lives on and later records are handled.
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_panics_before_its_future_is_retried() {
+    for workers in [Workers::Serial, Workers::Unordered(2), Workers::ByKey(2)] {
+        let config = with_retry(workers, RetryPolicy::default());
+        let (tx, rx) = kinesis_dispatch::channel_for(64, &config);
+        let attempts: Arc<Mutex<HashMap<u64, usize>>> = Arc::default();
+        let a = attempts.clone();
+        let handler = Handler::one(move |d: Delivery| {
+            let n = {
+                let mut a = a.lock().unwrap();
+                let n = a.entry(id(&d)).or_default();
+                *n += 1;
+                *n
+            };
+            if id(&d) == 3 && n == 1 {
+                panic!("record 3 panics before returning its future");
+            }
+            async { Ok::<(), std::io::Error>(()) }
+        });
+        let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        for n in 0..8 {
+            feed.send(record(&format!("key-{}", n % 3), n))
+                .await
+                .unwrap();
+        }
+        settlement.all_settled().await;
+        assert_eq!(attempts.lock().unwrap()[&3], 2, "{workers:?}");
+        assert_eq!(
+            settlement.progress().checkpoint,
+            Some(seq(7)),
+            "{workers:?}"
+        );
+        drop((tx, feed));
+        handle.join().await;
+    }
+}
