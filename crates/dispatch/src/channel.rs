@@ -21,16 +21,18 @@
 //!
 //! # Places are handed out in turn
 //!
-//! A lane's places are the permits of a fair semaphore (tokio's): a reader takes a place
-//! before its record is numbered, and a place freed by a receiver goes to the reader that has
-//! waited longest. Without that, a reader that just sent could take the freed place again
+//! While no reader waits, a send takes a free place at once. Once one waits, later senders
+//! queue behind it (a FIFO turnstile) and the one at the front takes the next place a
+//! receiver frees. Without that, a reader that just sent could take the freed place again
 //! and again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
-//! saw two of four shards get nothing).
+//! saw two of four shards get nothing). A record is numbered only when it goes into the
+//! queue, so a send cancelled while it waits leaves nothing behind.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::sync::{watch, Semaphore, TryAcquireError};
+use tokio::sync::{watch, Notify};
 
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
 
@@ -84,22 +86,22 @@ pub fn channel_for(capacity: usize, config: &DispatchConfig) -> (DeliverySender,
 fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes.max(1))
         .map(|_| {
-            let (tx, rx) = async_channel::unbounded();
-            let room = Arc::new(Semaphore::new(capacity.max(1)));
+            let (tx, rx) = async_channel::bounded(capacity.max(1));
+            let turns = Arc::new(Turns::default());
             (
                 LaneTx {
                     tx,
-                    room: room.clone(),
+                    turns: turns.clone(),
                 },
                 LaneRx {
                     rx: Box::pin(rx),
-                    room,
+                    turns,
                 },
             )
         })
         .unzip();
     let (open, watch) = watch::channel(true);
-    let rooms = receivers.iter().map(|l| l.room.clone()).collect();
+    let turns = receivers.iter().map(|l| l.turns.clone()).collect();
     (
         DeliverySender {
             lanes: senders.into(),
@@ -107,7 +109,7 @@ fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
         },
         DeliveryReceiver {
             lanes: receivers,
-            open: Arc::new(Open { open, rooms }),
+            open: Arc::new(Open { open, turns }),
             next: 0,
         },
     )
@@ -115,19 +117,19 @@ fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
 
 /// Held by every share of the receiving side. Dropped with the last one, or closed by
 /// [`DeliveryReceiver::close`], it tells senders waiting in [`DeliverySender::closed`] and
-/// fails those waiting for a place.
+/// wakes those waiting for a place (their queue is closed by then, so they fail).
 #[derive(Debug)]
 struct Open {
     open: watch::Sender<bool>,
-    rooms: Vec<Arc<Semaphore>>,
+    turns: Vec<Arc<Turns>>,
 }
 
 impl Open {
     fn close(&self) {
-        for room in &self.rooms {
-            room.close();
-        }
         self.open.send_replace(false);
+        for turns in &self.turns {
+            turns.wake();
+        }
     }
 }
 
@@ -137,11 +139,38 @@ impl Drop for Open {
     }
 }
 
-/// A lane's sending side: its queue and its places.
+/// How a lane's senders wait for a place in turn.
+#[derive(Debug, Default)]
+struct Turns {
+    /// Senders waiting for a place; while any does, new senders queue behind them.
+    waiting: AtomicUsize,
+    /// FIFO (tokio's mutex is fair): the sender holding it takes the next free place.
+    turnstile: tokio::sync::Mutex<()>,
+    /// Told by receivers, when someone waits, that a place is free (or the lane closed).
+    room: Notify,
+}
+
+impl Turns {
+    fn wake(&self) {
+        self.room.notify_waiters();
+        self.room.notify_one();
+    }
+}
+
+/// Counts a sender as waiting while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A lane's sending side: its queue and its turns.
 #[derive(Debug)]
 struct LaneTx {
     tx: async_channel::Sender<Numbered>,
-    room: Arc<Semaphore>,
+    turns: Arc<Turns>,
 }
 
 /// A lane's receiving side. The receiver is pinned once (it keeps its wait registration in
@@ -149,19 +178,21 @@ struct LaneTx {
 #[derive(Debug)]
 struct LaneRx {
     rx: std::pin::Pin<Box<async_channel::Receiver<Numbered>>>,
-    room: Arc<Semaphore>,
+    turns: Arc<Turns>,
 }
 
 impl LaneRx {
-    /// Frees the place of a record taken from the lane.
+    /// A record was taken: tells the sender at the front, if one waits, that a place is free.
     fn took(&self, record: Numbered) -> Numbered {
-        self.room.add_permits(1);
+        if self.turns.waiting.load(Ordering::SeqCst) > 0 {
+            self.turns.room.notify_one();
+        }
         record
     }
 
     fn close(&self) {
         self.rx.close();
-        self.room.close();
+        self.turns.wake();
     }
 }
 
@@ -299,7 +330,7 @@ impl DeliveryReceiver {
                 .iter()
                 .map(|lane| LaneRx {
                     rx: Box::pin(async_channel::Receiver::clone(&lane.rx)),
-                    room: lane.room.clone(),
+                    turns: lane.turns.clone(),
                 })
                 .collect(),
             open: self.open.clone(),
@@ -380,35 +411,64 @@ impl ShardFeed {
             stream: self.settlement.stream().to_owned(),
             shard: self.settlement.shard().to_owned(),
         };
-        // A place first, so a record is numbered only once it has one (a send cancelled while
-        // it waits leaves nothing behind). The receiver gives the place back when it takes
-        // the record.
-        match lane.room.try_acquire() {
-            Ok(place) => place.forget(),
-            Err(TryAcquireError::NoPermits) => match lane.room.acquire().await {
-                Ok(place) => place.forget(),
-                Err(_) => return Err(closed()),
-            },
-            Err(TryAcquireError::Closed) => return Err(closed()),
+        let mut record = record;
+        // Nobody waits: take a free place at once.
+        if lane.turns.waiting.load(Ordering::SeqCst) == 0 {
+            record = match self.try_place(lane, record) {
+                Placed::Yes => return Ok(()),
+                Placed::Closed => return Err(closed()),
+                Placed::Full(record) => record,
+            };
         }
+        // Wait in turn: behind the senders already waiting, then for a free place.
+        lane.turns.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&lane.turns.waiting);
+        let _turn = lane.turns.turnstile.lock().await;
+        loop {
+            let room = lane.turns.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            record = match self.try_place(lane, record) {
+                Placed::Yes => return Ok(()),
+                Placed::Closed => return Err(closed()),
+                Placed::Full(record) => record,
+            };
+            room.await;
+        }
+    }
+
+    /// Numbers the record and puts it in the lane if it has a free place; no await, so the
+    /// number is taken back at once when it has none.
+    fn try_place(&self, lane: &LaneTx, record: Record) -> Placed {
         let ordinal = self.settlement.register(record.sequence.clone());
         let numbered = Numbered {
             record,
             settlement: self.settlement.clone(),
             ordinal,
         };
-        // The queue itself is unbounded (the places bound it): this fails only once closed.
-        if lane.tx.try_send(numbered).is_err() {
-            self.settlement.unregister(ordinal);
-            return Err(closed());
+        match lane.tx.try_send(numbered) {
+            Ok(()) => Placed::Yes,
+            Err(async_channel::TrySendError::Full(numbered)) => {
+                self.settlement.unregister(ordinal);
+                Placed::Full(numbered.record)
+            }
+            Err(async_channel::TrySendError::Closed(_)) => {
+                self.settlement.unregister(ordinal);
+                Placed::Closed
+            }
         }
-        Ok(())
     }
 
     /// The shard's settlement.
     pub fn settlement(&self) -> &Arc<ShardSettlement> {
         &self.settlement
     }
+}
+
+enum Placed {
+    Yes,
+    Closed,
+    Full(Record),
 }
 
 /// See [`DeliveryReceiver::closes_all_when_dropped`].

@@ -108,8 +108,12 @@ impl RetryPolicy {
         E: Into<HandlerError> + 'static,
     {
         self.exhausted = Exhausted::DeadLetter(Arc::new(move |d, e| {
-            let fut = callback(d, e);
-            Box::pin(async move { fut.await.map_err(Into::into) })
+            // A callback that panics before it returns its future panics in the future
+            // instead, where the dispatcher catches it.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(d, e))) {
+                Ok(fut) => Box::pin(async move { fut.await.map_err(Into::into) }),
+                Err(panic) => Box::pin(async move { std::panic::resume_unwind(panic) }),
+            }
         }));
         self
     }

@@ -263,3 +263,37 @@ async fn a_handler_that_panics_before_its_future_is_retried() {
         handle.join().await;
     }
 }
+
+/// A dead-letter callback that panics before it returns its future is a failed callback: the
+/// record stays unsettled, and its loop lives on to handle the records after it.
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_callback_that_panics_before_its_future_leaves_the_loop_alive() {
+    for workers in [Workers::Serial, Workers::Unordered(2), Workers::ByKey(2)] {
+        let attempts = Arc::default();
+        let order = Arc::default();
+        let handler = flaky(&attempts, &order, |id, _| (id == 1).then_some(false));
+        let retry = RetryPolicy::default()
+            .max_attempts(1)
+            .then_dead_letter(|_delivery, _error| {
+                panic!("the callback panics before returning its future");
+                #[allow(unreachable_code)]
+                async {
+                    Ok::<(), std::io::Error>(())
+                }
+            });
+        let config = with_retry(workers, retry);
+        let (tx, rx) = kinesis_dispatch::channel_for(64, &config);
+        let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        for n in 0..6 {
+            feed.send(record("k", n)).await.unwrap();
+        }
+        settlement.wait_until(|p| p.settled == 5).await;
+        let progress = settlement.progress();
+        assert_eq!(progress.checkpoint, Some(seq(0)), "{workers:?}");
+        assert!(!tx.is_closed(), "{workers:?}: the loop lives on");
+        drop((tx, feed));
+        handle.shutdown(Duration::from_millis(10)).await;
+    }
+}
