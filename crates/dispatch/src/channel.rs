@@ -11,28 +11,30 @@
 //!
 //! Nothing stands between the readers and the handlers' loops:
 //!
-//! - The channel is multi-consumer (`async-channel`): unordered workers each take the next
-//!   delivery from it themselves, so none waits behind a busy one.
+//! - For unordered workers ([`channel_for`] with [`Workers::Unordered`]) the channel is
+//!   multi-consumer (`async-channel`): each worker takes the next delivery from it itself, so
+//!   none waits behind a busy one.
 //! - For lanes by key ([`channel_for`] with [`Workers::ByKey`]) the channel is made of n
 //!   lanes: each feed sends a record straight into the lane of its partition key
 //!   ([`lane_of`]), and each lane's loop takes from its own. A slow key then holds back only
 //!   the readers whose next record is for its lane, and memory is bounded by n lanes of
 //!   `lane_capacity`.
+//! - Otherwise (serial, a [`DeliveryStream`](crate::DeliveryStream)) it is one tokio mpsc
+//!   channel, whose single receiver is the cheapest.
 //!
 //! # Places are handed out in turn
 //!
-//! While no reader waits, a send takes a free place at once. Once one waits, later senders
-//! queue behind it (a FIFO turnstile) and the one at the front takes the next place a
-//! receiver frees. Without that, a reader that just sent could take the freed place again
-//! and again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
-//! saw two of four shards get nothing). A record is numbered only when it goes into the
-//! queue, so a send cancelled while it waits leaves nothing behind.
+//! Every kind of lane hands a freed place to the reader that has waited longest (tokio's mpsc
+//! and semaphore are fair). Without that, a reader that just sent could take the freed place
+//! again and again, and a shard could starve behind the others
+//! (`readers_waiting_for_room_take_turns` saw two of four shards get nothing). A record is
+//! numbered only once it has a place, so a send cancelled while it waits leaves nothing
+//! behind.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Semaphore, TryAcquireError};
 
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
 
@@ -59,12 +61,13 @@ pub const DEFAULT_CAPACITY: usize = 64;
 /// # }).unwrap();
 /// ```
 pub fn channel(capacity: usize) -> (DeliverySender, DeliveryReceiver) {
-    laned(1, capacity)
+    build((0..1).map(|_| one_lane(capacity)))
 }
 
 /// Creates the channel a [`Dispatcher`](crate::Dispatcher) with `config` takes from
 /// directly: for [`Workers::ByKey`]`(n)`, n lanes of `config.lane_capacity` each, fed by
-/// partition key; otherwise one channel of `capacity` deliveries.
+/// partition key; for [`Workers::Unordered`], one channel of `capacity` deliveries that the
+/// workers take from side by side; otherwise one channel of `capacity` deliveries.
 ///
 /// # Examples
 ///
@@ -78,30 +81,40 @@ pub fn channel(capacity: usize) -> (DeliverySender, DeliveryReceiver) {
 /// ```
 pub fn channel_for(capacity: usize, config: &DispatchConfig) -> (DeliverySender, DeliveryReceiver) {
     match config.workers {
-        Workers::ByKey(n) if n > 0 => laned(n, config.lane_capacity),
+        Workers::ByKey(n) if n > 0 => build((0..n).map(|_| one_lane(config.lane_capacity))),
+        Workers::Unordered(_) => {
+            let (tx, rx) = async_channel::unbounded();
+            let room = Arc::new(Semaphore::new(capacity.clamp(1, Semaphore::MAX_PERMITS)));
+            build(std::iter::once((
+                LaneTx::Shared {
+                    tx,
+                    room: room.clone(),
+                },
+                LaneRx::Shared {
+                    rx: Box::pin(rx),
+                    room,
+                },
+            )))
+        }
         _ => channel(capacity),
     }
 }
 
-fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes.max(1))
-        .map(|_| {
-            let (tx, rx) = async_channel::bounded(capacity.max(1));
-            let turns = Arc::new(Turns::default());
-            (
-                LaneTx {
-                    tx,
-                    turns: turns.clone(),
-                },
-                LaneRx {
-                    rx: Box::pin(rx),
-                    turns,
-                },
-            )
-        })
-        .unzip();
+fn one_lane(capacity: usize) -> (LaneTx, LaneRx) {
+    let (tx, rx) = mpsc::channel(capacity.clamp(1, Semaphore::MAX_PERMITS));
+    (LaneTx::One(tx), LaneRx::One(rx))
+}
+
+fn build(lanes: impl Iterator<Item = (LaneTx, LaneRx)>) -> (DeliverySender, DeliveryReceiver) {
+    let (senders, receivers): (Vec<_>, Vec<_>) = lanes.unzip();
     let (open, watch) = watch::channel(true);
-    let turns = receivers.iter().map(|l| l.turns.clone()).collect();
+    let rooms = receivers
+        .iter()
+        .filter_map(|l| match l {
+            LaneRx::Shared { room, .. } => Some(room.clone()),
+            LaneRx::One(_) => None,
+        })
+        .collect();
     (
         DeliverySender {
             lanes: senders.into(),
@@ -109,7 +122,7 @@ fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
         },
         DeliveryReceiver {
             lanes: receivers,
-            open: Arc::new(Open { open, turns }),
+            open: Arc::new(Open { open, rooms }),
             next: 0,
         },
     )
@@ -117,19 +130,20 @@ fn laned(lanes: usize, capacity: usize) -> (DeliverySender, DeliveryReceiver) {
 
 /// Held by every share of the receiving side. Dropped with the last one, or closed by
 /// [`DeliveryReceiver::close`], it tells senders waiting in [`DeliverySender::closed`] and
-/// wakes those waiting for a place (their queue is closed by then, so they fail).
+/// fails those waiting for a place in a shared lane (a tokio lane fails them by itself once
+/// its receiver is closed or gone).
 #[derive(Debug)]
 struct Open {
     open: watch::Sender<bool>,
-    turns: Vec<Arc<Turns>>,
+    rooms: Vec<Arc<Semaphore>>,
 }
 
 impl Open {
     fn close(&self) {
-        self.open.send_replace(false);
-        for turns in &self.turns {
-            turns.wake();
+        for room in &self.rooms {
+            room.close();
         }
+        self.open.send_replace(false);
     }
 }
 
@@ -139,60 +153,72 @@ impl Drop for Open {
     }
 }
 
-/// How a lane's senders wait for a place in turn.
-#[derive(Debug, Default)]
-struct Turns {
-    /// Senders waiting for a place; while any does, new senders queue behind them.
-    waiting: AtomicUsize,
-    /// FIFO (tokio's mutex is fair): the sender holding it takes the next free place.
-    turnstile: tokio::sync::Mutex<()>,
-    /// Told by receivers, when someone waits, that a place is free (or the lane closed).
-    room: Notify,
-}
-
-impl Turns {
-    fn wake(&self) {
-        self.room.notify_waiters();
-        self.room.notify_one();
-    }
-}
-
-/// Counts a sender as waiting while it lives.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A lane's sending side: its queue and its turns.
+/// A lane's sending side.
 #[derive(Debug)]
-struct LaneTx {
-    tx: async_channel::Sender<Numbered>,
-    turns: Arc<Turns>,
+enum LaneTx {
+    /// A tokio mpsc channel: one receiver.
+    One(mpsc::Sender<Numbered>),
+    /// A multi-consumer queue, unbounded, whose places are the permits of `room`.
+    Shared {
+        tx: async_channel::Sender<Numbered>,
+        room: Arc<Semaphore>,
+    },
 }
 
-/// A lane's receiving side. The receiver is pinned once (it keeps its wait registration in
-/// place) so that it can move.
+/// A lane's receiving side. A shared receiver is pinned once (it keeps its wait registration
+/// in place) so that it can move.
 #[derive(Debug)]
-struct LaneRx {
-    rx: std::pin::Pin<Box<async_channel::Receiver<Numbered>>>,
-    turns: Arc<Turns>,
+enum LaneRx {
+    One(mpsc::Receiver<Numbered>),
+    Shared {
+        rx: std::pin::Pin<Box<async_channel::Receiver<Numbered>>>,
+        room: Arc<Semaphore>,
+    },
 }
 
 impl LaneRx {
-    /// A record was taken: tells the sender at the front, if one waits, that a place is free.
-    fn took(&self, record: Numbered) -> Numbered {
-        if self.turns.waiting.load(Ordering::SeqCst) > 0 {
-            self.turns.room.notify_one();
+    fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Numbered>> {
+        use futures_util::Stream;
+        match self {
+            LaneRx::One(rx) => rx.poll_recv(cx),
+            LaneRx::Shared { rx, room } => rx.as_mut().poll_next(cx).map(|r| {
+                // The record's place is free again.
+                room.add_permits(usize::from(r.is_some()));
+                r
+            }),
         }
-        record
     }
 
-    fn close(&self) {
-        self.rx.close();
-        self.turns.wake();
+    async fn recv(&mut self) -> Option<Numbered> {
+        match self {
+            LaneRx::One(rx) => rx.recv().await,
+            LaneRx::Shared { rx, room } => {
+                let r = rx.recv().await.ok();
+                room.add_permits(usize::from(r.is_some()));
+                r
+            }
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<Numbered> {
+        match self {
+            LaneRx::One(rx) => rx.try_recv().ok(),
+            LaneRx::Shared { rx, room } => {
+                let r = rx.try_recv().ok();
+                room.add_permits(usize::from(r.is_some()));
+                r
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        match self {
+            LaneRx::One(rx) => rx.close(),
+            LaneRx::Shared { rx, room } => {
+                rx.close();
+                room.close();
+            }
+        }
     }
 }
 
@@ -273,8 +299,8 @@ impl DeliveryReceiver {
 
     /// The next record as it travels, for a router that hands it on to a lane.
     pub(crate) async fn recv_numbered(&mut self) -> Option<Numbered> {
-        if let [lane] = &self.lanes[..] {
-            return lane.rx.recv().await.ok().map(|r| lane.took(r));
+        if let [lane] = &mut self.lanes[..] {
+            return lane.recv().await;
         }
         std::future::poll_fn(|cx| self.poll_numbered(cx)).await
     }
@@ -282,27 +308,28 @@ impl DeliveryReceiver {
     /// A delivery if one is waiting now.
     pub fn try_recv(&mut self) -> Option<Delivery> {
         let n = self.lanes.len();
-        (0..n).find_map(|i| {
+        for i in 0..n {
             let index = (self.next + i) % n;
-            let lane = &self.lanes[index];
-            let record = lane.took(lane.rx.try_recv().ok()?);
-            self.next = (index + 1) % n;
-            Some(record.into_delivery())
-        })
+            if let Some(record) = self.lanes[index].try_recv() {
+                self.next = (index + 1) % n;
+                return Some(record.into_delivery());
+            }
+        }
+        None
     }
 
     /// Stops the channel: senders fail from now on; waiting deliveries can still be received.
     pub fn close(&mut self) {
-        for lane in &self.lanes {
-            lane.rx.close();
+        for lane in &mut self.lanes {
+            lane.close();
         }
         self.open.close();
     }
 
     /// Closes the lanes this receiver takes from, so their senders fail from now on, without
     /// telling [`DeliverySender::closed`] (the receiving side is still draining).
-    pub(crate) fn stop_taking(&self) {
-        for lane in &self.lanes {
+    pub(crate) fn stop_taking(&mut self) {
+        for lane in &mut self.lanes {
             lane.close();
         }
     }
@@ -321,21 +348,25 @@ impl DeliveryReceiver {
         self.lanes.len()
     }
 
-    /// Another receiver of the same channel: each delivery goes to one of them (unordered
-    /// workers take from the channel side by side).
-    pub(crate) fn share(&self) -> Self {
-        Self {
-            lanes: self
-                .lanes
-                .iter()
-                .map(|lane| LaneRx {
-                    rx: Box::pin(async_channel::Receiver::clone(&lane.rx)),
-                    turns: lane.turns.clone(),
-                })
-                .collect(),
+    /// Another receiver of the same channel, if it is multi-consumer (made by [`channel_for`]
+    /// for unordered workers): each delivery goes to one of them.
+    pub(crate) fn share(&self) -> Option<Self> {
+        let lanes = self
+            .lanes
+            .iter()
+            .map(|lane| match lane {
+                LaneRx::Shared { rx, room } => Some(LaneRx::Shared {
+                    rx: Box::pin(async_channel::Receiver::clone(rx)),
+                    room: room.clone(),
+                }),
+                LaneRx::One(_) => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            lanes,
             open: self.open.clone(),
             next: 0,
-        }
+        })
     }
 
     /// One receiver per lane (each lane's loop takes from its own).
@@ -352,16 +383,14 @@ impl DeliveryReceiver {
     }
 
     fn poll_numbered(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Numbered>> {
-        use futures_util::Stream;
         let n = self.lanes.len();
         let mut ended = 0;
         for i in 0..n {
             let index = (self.next + i) % n;
-            let lane = &mut self.lanes[index];
-            match lane.rx.as_mut().poll_next(cx) {
+            match self.lanes[index].poll_next(cx) {
                 Poll::Ready(Some(record)) => {
                     self.next = (index + 1) % n;
-                    return Poll::Ready(Some(self.lanes[index].took(record)));
+                    return Poll::Ready(Some(record));
                 }
                 Poll::Ready(None) => ended += 1,
                 Poll::Pending => {}
@@ -411,50 +440,42 @@ impl ShardFeed {
             stream: self.settlement.stream().to_owned(),
             shard: self.settlement.shard().to_owned(),
         };
-        let mut record = record;
-        // Nobody waits: take a free place at once.
-        if lane.turns.waiting.load(Ordering::SeqCst) == 0 {
-            record = match self.try_place(lane, record) {
-                Placed::Yes => return Ok(()),
-                Placed::Closed => return Err(closed()),
-                Placed::Full(record) => record,
-            };
-        }
-        // Wait in turn: behind the senders already waiting, then for a free place.
-        lane.turns.waiting.fetch_add(1, Ordering::SeqCst);
-        let _waiting = Waiting(&lane.turns.waiting);
-        let _turn = lane.turns.turnstile.lock().await;
-        loop {
-            let room = lane.turns.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            record = match self.try_place(lane, record) {
-                Placed::Yes => return Ok(()),
-                Placed::Closed => return Err(closed()),
-                Placed::Full(record) => record,
-            };
-            room.await;
-        }
-    }
-
-    /// Numbers the record and puts it in the lane if it has a free place; no await, so the
-    /// number is taken back at once when it has none.
-    fn try_place(&self, lane: &LaneTx, record: Record) -> Placed {
-        let ordinal = self.settlement.register(record.sequence.clone());
-        let numbered = Numbered {
-            record,
-            settlement: self.settlement.clone(),
-            ordinal,
-        };
-        match lane.tx.try_send(numbered) {
-            Ok(()) => Placed::Yes,
-            Err(async_channel::TrySendError::Full(numbered)) => {
-                self.settlement.unregister(ordinal);
-                Placed::Full(numbered.record)
+        // A place first, so a record is numbered only once it has one (a send cancelled while
+        // it waits leaves nothing behind).
+        match lane {
+            LaneTx::One(tx) => {
+                let place = tx.reserve().await.map_err(|_| closed())?;
+                let ordinal = self.settlement.register(record.sequence.clone());
+                place.send(Numbered {
+                    record,
+                    settlement: self.settlement.clone(),
+                    ordinal,
+                });
+                Ok(())
             }
-            Err(async_channel::TrySendError::Closed(_)) => {
-                self.settlement.unregister(ordinal);
-                Placed::Closed
+            LaneTx::Shared { tx, room } => {
+                // The receiver gives the place back when it takes the record.
+                match room.try_acquire() {
+                    Ok(place) => place.forget(),
+                    Err(TryAcquireError::NoPermits) => match room.acquire().await {
+                        Ok(place) => place.forget(),
+                        Err(_) => return Err(closed()),
+                    },
+                    Err(TryAcquireError::Closed) => return Err(closed()),
+                }
+                let ordinal = self.settlement.register(record.sequence.clone());
+                let numbered = Numbered {
+                    record,
+                    settlement: self.settlement.clone(),
+                    ordinal,
+                };
+                // The queue itself is unbounded (the places bound it): this fails only once
+                // closed.
+                if tx.try_send(numbered).is_err() {
+                    self.settlement.unregister(ordinal);
+                    return Err(closed());
+                }
+                Ok(())
             }
         }
     }
@@ -463,12 +484,6 @@ impl ShardFeed {
     pub fn settlement(&self) -> &Arc<ShardSettlement> {
         &self.settlement
     }
-}
-
-enum Placed {
-    Yes,
-    Closed,
-    Full(Record),
 }
 
 /// See [`DeliveryReceiver::closes_all_when_dropped`].

@@ -155,9 +155,13 @@ impl Dispatcher {
             }
             // One delivery at a time in no order: each worker takes the next delivery from the
             // shared channel itself (no router hop, nothing queued behind a busy worker).
-            Workers::Unordered(n) if ctx.handler.batch_size() <= 1 => {
+            Workers::Unordered(n)
+                if ctx.handler.batch_size() <= 1 && receiver.share().is_some() =>
+            {
                 for _ in 0..n {
-                    tasks.spawn(worker(Source::Own(receiver.share()), ctx.clone()));
+                    if let Some(share) = receiver.share() {
+                        tasks.spawn(worker(Source::Own(share), ctx.clone()));
+                    }
                 }
             }
             // Lanes by key fed straight by the readers: each lane's loop takes from its own.
@@ -331,7 +335,7 @@ impl Source {
 
     /// At `close()`, a lane fed by the readers is closed (their sends fail from then on) and
     /// what it already holds is handled.
-    fn stop_taking(&self) {
+    fn stop_taking(&mut self) {
         if let Source::Drains(rx) = self {
             rx.stop_taking();
         }
