@@ -19,7 +19,9 @@ pub struct DeliveryStream {
 }
 
 impl DeliveryStream {
-    /// Wraps a subscription's receiver.
+    /// Wraps a subscription's receiver, made by [`channel`](crate::channel) (a channel of lanes by
+    /// key from [`channel_for`](crate::channel_for) would be taken from lane by lane, out of each
+    /// shard's order).
     pub fn new(receiver: DeliveryReceiver) -> Self {
         Self { receiver }
     }
