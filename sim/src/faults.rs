@@ -345,4 +345,50 @@ impl KinesisApi for SimKinesis {
     ) -> BoxFuture<'a, Result<Vec<kinesis_broker::PutOutcome>, ReaderError>> {
         Box::pin(async move { self.inner.put_records(stream, entries).await })
     }
+
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<kinesis_broker::StreamConsumer, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            self.inner.register_consumer(stream, name).await
+        })
+    }
+
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<kinesis_broker::StreamConsumer, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            self.inner.describe_consumer(stream, name).await
+        })
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a StartAt,
+    ) -> BoxFuture<'a, Result<Box<dyn kinesis_broker::ShardSubscription>, ReaderError>> {
+        Box::pin(async move {
+            self.latency().await;
+            let subscription = self
+                .inner
+                .subscribe_to_shard(stream, consumer_arn, shard, position)
+                .await?;
+            // A subscription opens the shard as an iterator does.
+            let event = self.events.fetch_add(1, Ordering::SeqCst);
+            self.first_open
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(shard.to_owned())
+                .or_insert(event);
+            Ok(subscription)
+        })
+    }
 }

@@ -118,6 +118,9 @@ pub struct Plan {
     /// Some puts are KPL aggregates of 2 to 5 sub-records (about half of the seeds, drawn
     /// from the seed's bits so that every fault kind and start position meets them).
     pub kpl: bool,
+    /// Shards are read by enhanced fan-out instead of polling (about half of the seeds, from
+    /// other bits of the seed than `kpl`).
+    pub fan_out: bool,
 }
 
 impl Plan {
@@ -158,6 +161,7 @@ impl Plan {
             mode,
             faults,
             kpl: (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63) == 1,
+            fan_out: (seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) >> 62) & 1 == 1,
         }
     }
 
@@ -177,7 +181,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -189,6 +193,7 @@ impl fmt::Display for Plan {
             self.start,
             self.mode,
             if self.kpl { ", KPL aggregates" } else { "" },
+            if self.fan_out { ", fan-out" } else { "" },
             self.faults,
             if self.is_calm() { " [calm]" } else { "" }
         )

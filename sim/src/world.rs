@@ -346,6 +346,11 @@ impl World {
         } else {
             sub.start_at(start_at)
         };
+        let sub = if self.plan.fan_out {
+            sub.fan_out("sim")
+        } else {
+            sub
+        };
         let handler = Handling {
             rec: self.rec.clone(),
             instance: id.to_owned(),
@@ -477,6 +482,20 @@ impl World {
                 self.kinesis.expire_iterators();
                 self.rec.note("every shard iterator expired");
                 self.count("expired iterators");
+            }
+            Fault::KinesisFaults if self.plan.fan_out && self.rng.bool() => {
+                // Fan-out: dropped connections, and refused or throttled subscribes.
+                self.kinesis.cut_subscriptions();
+                let n = self.rng.u32(1..5);
+                if self.rng.bool() {
+                    self.kinesis.throttle_next(Op::SubscribeToShard, n);
+                } else {
+                    self.kinesis.fail_next(Op::SubscribeToShard, n);
+                }
+                self.rec.note(format!(
+                    "Kinesis: every subscription cut; next {n} subscribes throttled or failing"
+                ));
+                self.count("kinesis faults");
             }
             Fault::KinesisFaults => {
                 let op = [Op::GetRecords, Op::ShardIterator, Op::ListShards][self.rng.usize(..3)];

@@ -78,6 +78,25 @@ fn ci_seeds_cover_every_fault_position_and_mode() {
         .map(|p| format!("{:?}", p.start))
         .collect();
     assert_eq!(kpl_starts.len(), 3, "{kpl_starts:?}");
+    // Fan-out meets calm seeds and faulty ones, every start and every mode.
+    let fan_out = |calm: bool| {
+        plans
+            .iter()
+            .filter(|p| p.fan_out && p.is_calm() == calm)
+            .count()
+    };
+    assert!(
+        fan_out(true) >= 3 && fan_out(false) >= 10,
+        "fan-out: {} calm, {} faulty",
+        fan_out(true),
+        fan_out(false)
+    );
+    let fan_out_kinds: std::collections::BTreeSet<String> = plans
+        .iter()
+        .filter(|p| p.fan_out)
+        .flat_map(|p| [format!("{:?}", p.start), format!("{:?}", p.mode)])
+        .collect();
+    assert_eq!(fan_out_kinds.len(), 8, "{fan_out_kinds:?}");
 }
 
 /// A seed replays exactly: two runs write the same history.

@@ -73,7 +73,7 @@ pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[doc(inline)]
 pub use kinesis_shard_reader::{
     AwsKinesis, KinesisApi, KplStats, MemoryStream, Op, Position as StartAt, PutEntry, PutOutcome,
-    ReaderError, RecordsPage, Shard,
+    ReaderError, RecordsPage, Shard, ShardEvent, ShardSubscription, StreamConsumer,
 };
 
 /// The README's usage example, compiled as a doctest.

@@ -98,6 +98,7 @@ pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> 
         config.start_at = sub.start_at.clone();
         config.reposition = sub.reposition.clone();
         config.reposition_marker = sub.reposition_marker.clone();
+        config.fan_out = sub.fan_out.clone();
         config.clock = broker.clock.clone();
         config
             .validate()

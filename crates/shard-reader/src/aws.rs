@@ -16,13 +16,16 @@ use aws_sdk_kinesis::Client;
 use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, SequenceNumber};
 
-use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+use crate::kinesis::{
+    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription,
+    StreamConsumer,
+};
 use crate::ReaderError;
 
 /// [`KinesisApi`] over the AWS SDK.
 #[derive(Debug, Clone)]
 pub struct AwsKinesis {
-    client: Client,
+    pub(crate) client: Client,
 }
 
 impl AwsKinesis {
@@ -47,7 +50,7 @@ impl AwsKinesis {
     }
 }
 
-fn classify<E, R>(
+pub(crate) fn classify<E, R>(
     err: SdkError<E, R>,
     operation: &'static str,
     stream: &str,
@@ -69,7 +72,10 @@ where
             // For a shard read, Kinesis answers this for a shard past retention too: the
             // reader asks ListShards whether the stream itself is gone.
             "ResourceNotFoundException"
-                if matches!(operation, "GetShardIterator" | "GetRecords") =>
+                if matches!(
+                    operation,
+                    "GetShardIterator" | "GetRecords" | "SubscribeToShard"
+                ) =>
             {
                 ReaderError::ShardNotFound {
                     stream: stream.to_owned(),
@@ -82,6 +88,12 @@ where
             "ResourceNotFoundException" => ReaderError::StreamNotFound {
                 stream: stream.to_owned(),
                 operation,
+            },
+            // A fan-out consumer not ACTIVE yet, one already registered, or another live
+            // subscription to the shard.
+            "ResourceInUseException" => ReaderError::InUse {
+                operation,
+                resource,
             },
             "ExpiredIteratorException" => ReaderError::ExpiredIterator {
                 stream: stream.to_owned(),
@@ -117,11 +129,11 @@ where
     }
 }
 
-fn timestamp(ms: u64) -> DateTime {
+pub(crate) fn timestamp(ms: u64) -> DateTime {
     DateTime::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
-fn to_system_time(t: &DateTime) -> Option<SystemTime> {
+pub(crate) fn to_system_time(t: &DateTime) -> Option<SystemTime> {
     SystemTime::try_from(*t).ok()
 }
 
@@ -298,5 +310,39 @@ impl KinesisApi for AwsKinesis {
                 })
                 .collect())
         })
+    }
+
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        Box::pin(self.register_consumer_now(stream, name))
+    }
+
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        Box::pin(self.describe_consumer_now(stream, name))
+    }
+
+    fn deregister_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ReaderError>> {
+        Box::pin(self.deregister_consumer_now(stream, name))
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
+        Box::pin(self.subscribe_now(stream, consumer_arn, shard, position))
     }
 }

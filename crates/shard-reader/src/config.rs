@@ -50,6 +50,10 @@ pub struct ReaderConfig {
     /// The most deliveries a shard's settlement window holds (10,000): past it the shard is
     /// not read further until its head settles, and the stuck record is reported.
     pub max_unsettled: usize,
+    /// When set, shards are read by enhanced fan-out through the stream consumer of this name
+    /// (registered, or reused if it exists, before any shard is taken) instead of polling.
+    /// Never deregistered by the library: other instances share it.
+    pub fan_out: Option<String>,
 }
 
 impl ReaderConfig {
@@ -72,6 +76,7 @@ impl ReaderConfig {
             clock: Arc::new(SystemClock),
             start_slack: Duration::from_secs(30),
             max_unsettled: 10_000,
+            fan_out: None,
         }
     }
 

@@ -167,6 +167,7 @@ impl Coordinator {
             fatal: fatal_tx,
             reports: reports_tx,
             held: Mutex::default(),
+            consumer_arn: std::sync::OnceLock::new(),
         });
         let state = State {
             shared: shared.clone(),
@@ -360,6 +361,23 @@ impl State {
         let mut take = interval(config.take_interval);
         sync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         take.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Fan-out: the consumer is registered and ACTIVE before any shard is taken.
+        if let Some(name) = &config.fan_out {
+            let registered = tokio::select! {
+                biased;
+                _ = crate::shared::left_running(&mut phase) => return,
+                registered = crate::fan_out::register_consumer(&shared, name) => registered,
+            };
+            match registered {
+                Ok(arn) => {
+                    let _ = shared.consumer_arn.set(arn);
+                }
+                Err(error) => {
+                    shared.fail(error);
+                    return;
+                }
+            }
+        }
         self.sync_shards().await;
         // Set when this coordinator releases everything by itself (no `release_all` follows).
         let mut released_by_itself = false;

@@ -64,6 +64,15 @@ pub enum ReaderError {
         #[source]
         source: BoxError,
     },
+    /// Another subscription holds the shard for this fan-out consumer, or the consumer is not
+    /// active yet (ResourceInUseException); retried after a pause.
+    #[error("Kinesis {operation} on `{resource}`: resource in use")]
+    InUse {
+        /// The operation.
+        operation: &'static str,
+        /// The stream, `stream/shard` or consumer.
+        resource: String,
+    },
     /// Kinesis refused the call for good (invalid argument, access denied, bad name).
     #[error("Kinesis refused {operation} on `{resource}`")]
     Refused {
@@ -105,6 +114,7 @@ impl ReaderError {
         matches!(
             self,
             ReaderError::Throttled { .. }
+                | ReaderError::InUse { .. }
                 | ReaderError::Transient { .. }
                 | ReaderError::Lease { .. }
         )

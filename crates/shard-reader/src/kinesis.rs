@@ -2,6 +2,11 @@
 //!
 //! Two implementations: [`AwsKinesis`](crate::AwsKinesis) over `aws-sdk-kinesis`, and
 //! [`MemoryStream`](crate::MemoryStream), in process, for tests and the quickstart.
+//!
+//! Two ways to read: polling (`shard_iterator`, then `get_records`), and enhanced fan-out
+//! (`register_consumer`, then `subscribe_to_shard`, whose events are pulled one at a time).
+//! The fan-out calls have default bodies that refuse, so an implementation written for
+//! polling alone keeps compiling.
 
 use std::fmt;
 
@@ -107,6 +112,86 @@ pub enum PutOutcome {
     },
 }
 
+/// An enhanced fan-out consumer registered on a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamConsumer {
+    /// The name it was registered with.
+    pub name: String,
+    /// Its ARN, which `subscribe_to_shard` takes.
+    pub arn: String,
+    /// True once it is `ACTIVE`: subscriptions are refused while it is `CREATING`.
+    pub active: bool,
+}
+
+impl StreamConsumer {
+    /// A consumer as a [`KinesisApi`] implementation describes it.
+    pub fn new(name: impl Into<String>, arn: impl Into<String>, active: bool) -> Self {
+        Self {
+            name: name.into(),
+            arn: arn.into(),
+            active,
+        }
+    }
+}
+
+/// One event of a shard subscription.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ShardEvent {
+    /// The records, in sequence order (possibly none: Kinesis sends an event every few
+    /// seconds even when nothing arrived).
+    pub records: Vec<Record>,
+    /// Where a later subscription continues (just after this sequence number); `None` when
+    /// the event does not move it.
+    pub continuation: Option<String>,
+    /// How far the event is behind the tip of the shard.
+    pub millis_behind: Option<u64>,
+    /// Set once the shard has ended (split or merged) and everything in it was sent: the
+    /// shards that replaced it.
+    pub shard_end: Option<Vec<String>>,
+}
+
+impl ShardEvent {
+    /// An event carrying `records`, continuing after `continuation`.
+    pub fn new(records: Vec<Record>, continuation: Option<String>) -> Self {
+        Self {
+            records,
+            continuation,
+            ..Self::default()
+        }
+    }
+
+    /// The same event, `millis_behind` the tip.
+    pub fn behind(mut self, millis_behind: u64) -> Self {
+        self.millis_behind = Some(millis_behind);
+        self
+    }
+
+    /// The same event, the last of an ended shard whose children are `children`.
+    pub fn ending(mut self, children: Vec<String>) -> Self {
+        self.shard_end = Some(children);
+        self
+    }
+}
+
+/// A live SubscribeToShard subscription. Events are pulled one at a time: nothing more is
+/// read from it until the reader asks, so a slow handler never makes it buffer more than one
+/// event. Dropping it ends the subscription.
+pub trait ShardSubscription: Send + fmt::Debug {
+    /// The next event; `Ok(None)` once the subscription has ended (Kinesis ends each after
+    /// 5 minutes): subscribe again from the last continuation.
+    fn next_event(&mut self) -> BoxFuture<'_, Result<Option<ShardEvent>, ReaderError>>;
+}
+
+fn unsupported<T>(operation: &'static str, resource: &str) -> Result<T, ReaderError> {
+    Err(ReaderError::Refused {
+        operation,
+        resource: resource.to_owned(),
+        source: "this KinesisApi does not implement enhanced fan-out".into(),
+    })
+}
+
 /// The Kinesis calls of readers and publishers. Object safe: readers hold
 /// `Arc<dyn KinesisApi>`.
 pub trait KinesisApi: Send + Sync + fmt::Debug {
@@ -138,4 +223,49 @@ pub trait KinesisApi: Send + Sync + fmt::Debug {
         stream: &'a str,
         entries: &'a [PutEntry],
     ) -> BoxFuture<'a, Result<Vec<PutOutcome>, ReaderError>>;
+
+    /// Registers the enhanced fan-out consumer `name` on `stream`, or returns the one already
+    /// registered under that name (other instances share it).
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        let _ = name;
+        Box::pin(async move { unsupported("RegisterStreamConsumer", stream) })
+    }
+
+    /// The consumer `name` of `stream`, with its status.
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        let _ = name;
+        Box::pin(async move { unsupported("DescribeStreamConsumer", stream) })
+    }
+
+    /// Deregisters the consumer `name` of `stream`: every subscription through it ends.
+    fn deregister_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ReaderError>> {
+        let _ = name;
+        Box::pin(async move { unsupported("DeregisterStreamConsumer", stream) })
+    }
+
+    /// Subscribes `consumer_arn` to `shard` from `position`. `stream` names the resource in
+    /// errors. Kinesis allows one subscribe per second per consumer and shard, and one live
+    /// subscription per consumer and shard (`ResourceInUse` otherwise).
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
+        let _ = (consumer_arn, position);
+        Box::pin(async move { unsupported("SubscribeToShard", &format!("{stream}/{shard}")) })
+    }
 }

@@ -15,12 +15,15 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod aws;
+mod aws_fan_out;
 mod config;
 mod coordinator;
 mod deaggregation;
 mod error;
+mod fan_out;
 mod keeper;
 mod kinesis;
+mod memory_fan_out;
 mod memory_stream;
 mod reader;
 mod shared;
@@ -31,5 +34,8 @@ pub use config::ReaderConfig;
 pub use coordinator::{Coordinator, CoordinatorHandle, ShardStats};
 pub use deaggregation::KplStats;
 pub use error::{validate_stream_name, ReaderError};
-pub use kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+pub use kinesis::{
+    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent, ShardSubscription,
+    StreamConsumer,
+};
 pub use memory_stream::{hash_key, MemoryStream, Op};

@@ -6,18 +6,26 @@
 //! their parents (with an ending sequence number) and open children that name them; a closed
 //! shard read to its end returns no next iterator and lists its children; iterators expire
 //! after 5 minutes; PutRecords refuses a request past Kinesis' limits (500 records, 1 MiB a
-//! record and 5 MiB a request, partition keys and data counted). Faults can be injected: throttle or fail the next N calls of an operation,
-//! expire every outstanding iterator. Time comes from an injectable [`Clock`].
+//! record and 5 MiB a request, partition keys and data counted). Enhanced fan-out works too
+//! (stream consumers and pushed shard subscriptions; see `memory_fan_out`). Faults can be
+//! injected: throttle or fail the next N calls of an operation, expire every outstanding
+//! iterator, cut every live subscription. Time comes from an injectable [`Clock`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
 
 use bytes::Bytes;
 use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, Clock, SequenceNumber, SystemClock};
 
 use crate::error::validate_stream_name;
-use crate::kinesis::{KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard};
+use crate::kinesis::{
+    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription,
+    StreamConsumer,
+};
+use crate::memory_fan_out::FanOutState;
 use crate::ReaderError;
 
 /// The most bytes of one record, data and partition key (1 MiB), as in Kinesis.
@@ -39,29 +47,74 @@ pub enum Op {
     GetRecords,
     /// PutRecords.
     PutRecords,
+    /// SubscribeToShard (the subscribe call; events are cut with
+    /// [`MemoryStream::cut_subscriptions`]).
+    SubscribeToShard,
+    /// RegisterStreamConsumer and DescribeStreamConsumer.
+    Consumers,
 }
 
 #[derive(Debug, Clone)]
-struct Stored {
-    sequence: u128,
+pub(crate) struct Stored {
+    pub(crate) sequence: u128,
     payload: Bytes,
     key: String,
     arrival_ms: u64,
 }
 
 #[derive(Debug)]
-struct ShardState {
-    id: String,
+pub(crate) struct ShardState {
+    pub(crate) id: String,
     parent: Option<String>,
     adjacent_parent: Option<String>,
     range: (u128, u128),
-    records: Vec<Stored>,
-    ending: Option<u128>,
+    pub(crate) records: Vec<Stored>,
+    pub(crate) ending: Option<u128>,
+}
+
+impl ShardState {
+    /// The index of the first record at `position`.
+    pub(crate) fn index_at(&self, position: &Position) -> Result<usize, ReaderError> {
+        Ok(match position {
+            Position::TrimHorizon => 0,
+            Position::Latest => self.records.len(),
+            Position::AtTimestamp(ms) => self.records.partition_point(|r| r.arrival_ms < *ms),
+            Position::AtSequence(seq) => {
+                let v = sequence_value(seq)?;
+                self.records.partition_point(|r| r.sequence < v)
+            }
+            Position::AfterSequence(seq) => {
+                let v = sequence_value(seq)?;
+                self.records.partition_point(|r| r.sequence <= v)
+            }
+        })
+    }
+
+    /// The record at `index`, as readers get it.
+    pub(crate) fn record(&self, index: usize) -> Record {
+        let r = &self.records[index];
+        Record {
+            payload: r.payload.clone(),
+            partition_key: r.key.clone(),
+            sequence: SequenceNumber::new(sequence_text(r.sequence), None).expect("digits"),
+            arrival: Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.arrival_ms)),
+            headers: Vec::new(),
+            explicit_hash_key: None,
+        }
+    }
+
+    /// How far the record at `index` (the next to read) is behind the tip, at `now`.
+    pub(crate) fn millis_behind(&self, index: usize, now: u64) -> u64 {
+        match self.records.get(index) {
+            Some(next) => now.saturating_sub(next.arrival_ms).max(1),
+            None => 0,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
-struct StreamState {
-    shards: Vec<ShardState>,
+pub(crate) struct StreamState {
+    pub(crate) shards: Vec<ShardState>,
     next_sequence: u128,
     next_shard: u32,
 }
@@ -85,6 +138,17 @@ impl StreamState {
         });
     }
 
+    /// The shards that replaced `shard`.
+    pub(crate) fn children_of(&self, shard: &str) -> Vec<String> {
+        self.shards
+            .iter()
+            .filter(|c| {
+                c.parent.as_deref() == Some(shard) || c.adjacent_parent.as_deref() == Some(shard)
+            })
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
     fn close(&mut self, index: usize) {
         let last = self.next_sequence;
         self.next_sequence += 1;
@@ -94,12 +158,13 @@ impl StreamState {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    streams: BTreeMap<String, StreamState>,
+pub(crate) struct State {
+    pub(crate) streams: BTreeMap<String, StreamState>,
     throttle: BTreeMap<Op, u32>,
     fail: BTreeMap<Op, u32>,
     calls: BTreeMap<Op, u64>,
     iterator_generation: u64,
+    pub(crate) fan_out: FanOutState,
 }
 
 /// An in-process Kinesis; clones share the same streams. See the module docs.
@@ -122,7 +187,10 @@ struct State {
 #[derive(Debug, Clone)]
 pub struct MemoryStream {
     state: Arc<Mutex<State>>,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Told of every change a subscription may push (records put, shards split, merged or
+    /// trimmed, streams deleted, subscriptions cut, consumers deregistered).
+    pub(crate) changed: Arc<Notify>,
 }
 
 impl Default for MemoryStream {
@@ -131,14 +199,14 @@ impl Default for MemoryStream {
     }
 }
 
-fn not_found(stream: &str, operation: &'static str) -> ReaderError {
+pub(crate) fn not_found(stream: &str, operation: &'static str) -> ReaderError {
     ReaderError::StreamNotFound {
         stream: stream.to_owned(),
         operation,
     }
 }
 
-fn shard_not_found(stream: &str, shard: &str, operation: &'static str) -> ReaderError {
+pub(crate) fn shard_not_found(stream: &str, shard: &str, operation: &'static str) -> ReaderError {
     ReaderError::ShardNotFound {
         stream: stream.to_owned(),
         shard: shard.to_owned(),
@@ -146,7 +214,11 @@ fn shard_not_found(stream: &str, shard: &str, operation: &'static str) -> Reader
     }
 }
 
-fn invalid(what: &'static str, value: impl Into<String>, reason: impl Into<String>) -> ReaderError {
+pub(crate) fn invalid(
+    what: &'static str,
+    value: impl Into<String>,
+    reason: impl Into<String>,
+) -> ReaderError {
     ReaderError::Invalid {
         what,
         value: value.into(),
@@ -154,7 +226,7 @@ fn invalid(what: &'static str, value: impl Into<String>, reason: impl Into<Strin
     }
 }
 
-fn sequence_text(sequence: u128) -> String {
+pub(crate) fn sequence_text(sequence: u128) -> String {
     format!("{sequence:021}")
 }
 
@@ -179,6 +251,7 @@ impl MemoryStream {
         Self {
             state: Arc::default(),
             clock: Arc::new(SystemClock),
+            changed: Arc::new(Notify::new()),
         }
     }
 
@@ -188,7 +261,7 @@ impl MemoryStream {
         self
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -231,11 +304,14 @@ impl MemoryStream {
     ///
     /// [`ReaderError::StreamNotFound`] when it does not exist.
     pub fn delete_stream(&self, stream: &str) -> Result<(), ReaderError> {
-        self.state()
+        let removed = self
+            .state()
             .streams
             .remove(stream)
             .map(drop)
-            .ok_or_else(|| not_found(stream, "DeleteStream"))
+            .ok_or_else(|| not_found(stream, "DeleteStream"));
+        self.changed.notify_waiters();
+        removed
     }
 
     /// Puts one record; returns its shard and sequence number.
@@ -252,7 +328,10 @@ impl MemoryStream {
     ) -> Result<(String, String), ReaderError> {
         let entry = PutEntry::new(payload, partition_key);
         let mut state = self.state();
-        Self::put_one(&mut state, self.clock.now_ms(), stream, &entry)
+        let stored = Self::put_one(&mut state, self.clock.now_ms(), stream, &entry);
+        drop(state);
+        self.changed.notify_waiters();
+        stored
     }
 
     fn put_one(
@@ -333,6 +412,8 @@ impl MemoryStream {
             None,
         );
         s.open_shard((new_starting_hash_key, end), Some(shard.to_owned()), None);
+        drop(state);
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -387,6 +468,8 @@ impl MemoryStream {
             Some(shard.to_owned()),
             Some(adjacent.to_owned()),
         );
+        drop(state);
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -449,6 +532,8 @@ impl MemoryStream {
             ));
         }
         s.shards.remove(index);
+        drop(state);
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -470,7 +555,12 @@ impl MemoryStream {
     }
 
     /// Counts the call and applies an injected fault, if any is pending.
-    fn enter(&self, state: &mut State, op: Op, resource: &str) -> Result<(), ReaderError> {
+    pub(crate) fn enter(
+        &self,
+        state: &mut State,
+        op: Op,
+        resource: &str,
+    ) -> Result<(), ReaderError> {
         *state.calls.entry(op).or_default() += 1;
         let name = op_name(op);
         if let Some(n) = state.throttle.get_mut(&op).filter(|n| **n > 0) {
@@ -506,6 +596,8 @@ fn op_name(op: Op) -> &'static str {
         Op::ShardIterator => "GetShardIterator",
         Op::GetRecords => "GetRecords",
         Op::PutRecords => "PutRecords",
+        Op::SubscribeToShard => "SubscribeToShard",
+        Op::Consumers => "RegisterStreamConsumer",
     }
 }
 
@@ -554,19 +646,7 @@ impl KinesisApi for MemoryStream {
                 .iter()
                 .find(|sh| sh.id == shard)
                 .ok_or_else(|| shard_not_found(stream, shard, "GetShardIterator"))?;
-            let index = match position {
-                Position::TrimHorizon => 0,
-                Position::Latest => sh.records.len(),
-                Position::AtTimestamp(ms) => sh.records.partition_point(|r| r.arrival_ms < *ms),
-                Position::AtSequence(seq) => {
-                    let v = sequence_value(seq)?;
-                    sh.records.partition_point(|r| r.sequence < v)
-                }
-                Position::AfterSequence(seq) => {
-                    let v = sequence_value(seq)?;
-                    sh.records.partition_point(|r| r.sequence <= v)
-                }
-            };
+            let index = sh.index_at(position)?;
             Ok(self.iterator(&state, stream, shard, index))
         })
     }
@@ -621,33 +701,11 @@ impl KinesisApi for MemoryStream {
                 .ok_or_else(|| shard_not_found(stream, shard, "GetRecords"))?;
             let limit = limit.clamp(1, 10_000);
             let end = (position + limit).min(sh.records.len());
-            let records = sh.records[position.min(end)..end]
-                .iter()
-                .map(|r| Record {
-                    payload: r.payload.clone(),
-                    partition_key: r.key.clone(),
-                    sequence: SequenceNumber::new(sequence_text(r.sequence), None).expect("digits"),
-                    arrival: Some(
-                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.arrival_ms),
-                    ),
-                    headers: Vec::new(),
-                    explicit_hash_key: None,
-                })
-                .collect();
-            let millis_behind = match sh.records.get(end) {
-                Some(next) => now.saturating_sub(next.arrival_ms).max(1),
-                None => 0,
-            };
+            let records = (position.min(end)..end).map(|i| sh.record(i)).collect();
+            let millis_behind = sh.millis_behind(end, now);
             let at_end = end == sh.records.len() && sh.ending.is_some();
             let child_shards = if at_end {
-                s.shards
-                    .iter()
-                    .filter(|c| {
-                        c.parent.as_deref() == Some(shard)
-                            || c.adjacent_parent.as_deref() == Some(shard)
-                    })
-                    .map(|c| c.id.clone())
-                    .collect()
+                s.children_of(shard)
             } else {
                 Vec::new()
             };
@@ -708,13 +766,50 @@ impl KinesisApi for MemoryStream {
                 return Err(not_found(stream, "PutRecords"));
             }
             let now = self.clock.now_ms();
-            entries
+            let outcomes = entries
                 .iter()
                 .map(|e| {
                     Self::put_one(&mut state, now, stream, e)
                         .map(|(shard, sequence)| PutOutcome::Stored { shard, sequence })
                 })
-                .collect()
+                .collect();
+            drop(state);
+            self.changed.notify_waiters();
+            outcomes
         })
+    }
+
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        Box::pin(async move { self.register_consumer_now(stream, name) })
+    }
+
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
+        Box::pin(async move { self.describe_consumer_now(stream, name) })
+    }
+
+    fn deregister_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ReaderError>> {
+        Box::pin(async move { self.deregister_consumer_now(stream, name) })
+    }
+
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
+        Box::pin(async move { self.subscribe_now(stream, consumer_arn, shard, position) })
     }
 }

@@ -45,9 +45,56 @@ pub(crate) struct Reader {
     pub(crate) kpl: Arc<crate::deaggregation::KplCounters>,
 }
 
-enum Stop {
+pub(crate) enum Stop {
     /// Lost, shutting down, or the channel closed.
     Stopped,
+}
+
+/// Where a shard's reading stands: what was delivered, and where to (re)open.
+pub(crate) struct Delivered {
+    /// The start position of the first open.
+    start: Position,
+    /// Where to open again while nothing was delivered (the pinned start).
+    reopen: Position,
+    /// Not opened yet.
+    first_open: bool,
+    /// Sub-records at or below this were delivered already (by a previous owner, or before a
+    /// reopen inside an aggregate): skipped.
+    pub(crate) skip_upto: Option<SequenceNumber>,
+    /// The last record sent into the channel.
+    pub(crate) last_delivered: Option<SequenceNumber>,
+    /// One record's sub-records (or the record itself), reused from record to record.
+    records: Vec<kinesis_dispatch::Record>,
+}
+
+impl Delivered {
+    pub(crate) fn new(start: Position, reopen: Position, skip: Option<SequenceNumber>) -> Self {
+        Self {
+            start,
+            reopen,
+            first_open: true,
+            skip_upto: skip,
+            last_delivered: None,
+            records: Vec::new(),
+        }
+    }
+
+    /// Where to open (or open again): just after the last delivered record (at its aggregate,
+    /// skipping what was delivered of it, inside one), else the start position the first
+    /// time, else the pinned start: never a fresh LATEST after the first open, which would
+    /// skip records.
+    pub(crate) fn resume(&mut self) -> Position {
+        let first = std::mem::replace(&mut self.first_open, false);
+        match &self.last_delivered {
+            Some(seq) if seq.subsequence().is_some() => {
+                self.skip_upto = Some(seq.clone());
+                Position::AtSequence(seq.clone())
+            }
+            Some(seq) => Position::AfterSequence(seq.clone()),
+            None if first => self.start.clone(),
+            None => self.reopen.clone(),
+        }
+    }
 }
 
 impl Reader {
@@ -58,7 +105,7 @@ impl Reader {
     }
 
     /// Runs `fut` unless the reader must stop first.
-    async fn or_stop<F: Future>(&mut self, fut: F) -> Result<F::Output, Stop> {
+    pub(crate) async fn or_stop<F: Future>(&mut self, fut: F) -> Result<F::Output, Stop> {
         if self.stopping() {
             return Err(Stop::Stopped);
         }
@@ -71,44 +118,33 @@ impl Reader {
         }
     }
 
-    async fn pause(&mut self, delay: Duration) -> Result<(), Stop> {
+    pub(crate) async fn pause(&mut self, delay: Duration) -> Result<(), Stop> {
         self.or_stop(tokio::time::sleep(delay)).await
     }
 
     pub(crate) async fn run(mut self, plan: StartPlan) {
+        if let Some(arn) = self.shared.consumer_arn.get().cloned() {
+            return self.run_fan_out(plan, arn).await;
+        }
         let StartPlan {
             open: start,
             reopen,
-            skip: mut skip_upto,
+            skip,
             ..
         } = plan;
-        let mut first_open = true;
+        let mut at = Delivered::new(start, reopen, skip);
         let config = self.shared.config.clone();
         let kinesis = self.shared.kinesis.clone();
         let (stream, shard) = (config.stream.as_str(), self.shard.clone());
-        let mut last_delivered: Option<SequenceNumber> = None;
         let mut iterator: Option<String> = None;
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         let mut last_read: Option<Instant> = None;
         let gap = config.min_read_gap();
-        // One record's sub-records (or the record itself), reused from record to record.
-        let mut records = Vec::new();
         loop {
             let it = match iterator.take() {
                 Some(it) => it,
                 None => {
-                    let position = match &last_delivered {
-                        // Within a KPL aggregate: read it again and skip what was delivered.
-                        Some(seq) if seq.subsequence().is_some() => {
-                            skip_upto = Some(seq.clone());
-                            Position::AtSequence(seq.clone())
-                        }
-                        Some(seq) => Position::AfterSequence(seq.clone()),
-                        // Never a fresh LATEST after the first open: that would skip records.
-                        None if first_open => start.clone(),
-                        None => reopen.clone(),
-                    };
-                    first_open = false;
+                    let position = at.resume();
                     match self
                         .or_stop(kinesis.shard_iterator(stream, &shard, &position))
                         .await
@@ -138,7 +174,7 @@ impl Reader {
                 Err(Stop::Stopped) => return,
                 Ok(Ok(page)) => page,
                 Ok(Err(ReaderError::ExpiredIterator { .. })) => {
-                    tracing::info!(after = ?last_delivered.as_ref().map(ToString::to_string), "iterator expired; reopening after the last delivered record");
+                    tracing::info!(after = ?at.last_delivered.as_ref().map(ToString::to_string), "iterator expired; reopening after the last delivered record");
                     continue;
                 }
                 Ok(Err(error)) => {
@@ -156,49 +192,69 @@ impl Reader {
             let behind = page.millis_behind.unwrap_or(0);
             self.millis_behind.store(behind, Ordering::Relaxed);
             let empty = page.records.is_empty();
-            // One Kinesis record at a time, KPL aggregates unpacked: at most one aggregate's
-            // sub-records are held here beyond what was delivered.
-            for record in page.records {
-                records.clear();
-                crate::deaggregation::expand_into(record, self.hash_range, &self.kpl, &mut records);
-                for record in records.drain(..) {
-                    if let Some(skip) = &skip_upto {
-                        if record.sequence <= *skip {
-                            continue;
-                        }
-                        // Past the checkpoint (or the last delivered record): read on as usual.
-                        skip_upto = None;
-                    }
-                    if self.wait_for_room(config.max_unsettled).await.is_err() {
-                        return;
-                    }
-                    let sequence = record.sequence.clone();
-                    let feed = self.feed.clone();
-                    match self.or_stop(feed.send(record)).await {
-                        Ok(Ok(())) => last_delivered = Some(sequence),
-                        // Revoked or closed: nothing more can be delivered.
-                        Ok(Err(_)) | Err(Stop::Stopped) => return,
-                    }
-                }
-                if records.capacity() > 4_096 {
-                    // A huge aggregate of tiny sub-records: give the memory back.
-                    records = Vec::new();
-                }
+            if self.deliver(page.records, &mut at).await.is_err() {
+                return;
             }
             match page.next_iterator {
-                None => {
-                    tracing::info!(children = ?page.child_shards, "shard end reached; waiting for its deliveries to settle");
-                    let settlement = self.settlement.clone();
-                    if self.or_stop(settlement.all_settled()).await.is_ok() {
-                        let _ = self.keeper.send(KeeperCmd::ShardEnd).await;
-                    }
-                    return;
-                }
+                None => return self.shard_ended(page.child_shards).await,
                 Some(next) => iterator = Some(next),
             }
             if empty && behind == 0 && self.pause(config.poll_interval).await.is_err() {
                 return;
             }
+        }
+    }
+
+    /// Sends one read's records into the channel, in order, one Kinesis record at a time with
+    /// KPL aggregates unpacked (at most one aggregate's sub-records are held here beyond what
+    /// was delivered), skipping what `at` says was delivered already. `Err` when the reader
+    /// must stop.
+    pub(crate) async fn deliver(
+        &mut self,
+        page: Vec<kinesis_dispatch::Record>,
+        at: &mut Delivered,
+    ) -> Result<(), Stop> {
+        let max_unsettled = self.shared.config.max_unsettled;
+        for record in page {
+            at.records.clear();
+            crate::deaggregation::expand_into(record, self.hash_range, &self.kpl, &mut at.records);
+            let mut records = std::mem::take(&mut at.records);
+            for record in records.drain(..) {
+                if let Some(skip) = &at.skip_upto {
+                    if record.sequence <= *skip {
+                        continue;
+                    }
+                    // Past the checkpoint (or the last delivered record): read on as usual.
+                    at.skip_upto = None;
+                }
+                self.wait_for_room(max_unsettled).await?;
+                let sequence = record.sequence.clone();
+                let feed = self.feed.clone();
+                match self.or_stop(feed.send(record)).await {
+                    Ok(Ok(())) => at.last_delivered = Some(sequence),
+                    // Revoked or closed: nothing more can be delivered.
+                    Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
+                }
+            }
+            if records.capacity() <= 4_096 {
+                // Reused for the next record (a huge aggregate of tiny sub-records gives its
+                // memory back instead).
+                at.records = records;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shard was read to its end: once every delivery of it has settled, the keeper
+    /// writes `SHARD_END`.
+    pub(crate) async fn shard_ended(&mut self, children: Vec<String>) {
+        tracing::info!(
+            ?children,
+            "shard end reached; waiting for its deliveries to settle"
+        );
+        let settlement = self.settlement.clone();
+        if self.or_stop(settlement.all_settled()).await.is_ok() {
+            let _ = self.keeper.send(KeeperCmd::ShardEnd).await;
         }
     }
 
@@ -221,7 +277,11 @@ impl Reader {
 
     /// Handles a failed call: backs off for retryable ones, fails the subscription for a
     /// deleted stream, ends a shard Kinesis no longer has. `Err` when the reader must stop.
-    async fn failed(&mut self, error: ReaderError, backoff: &mut Backoff) -> Result<(), Stop> {
+    pub(crate) async fn failed(
+        &mut self,
+        error: ReaderError,
+        backoff: &mut Backoff,
+    ) -> Result<(), Stop> {
         match error {
             ReaderError::ShardNotFound { .. } => {
                 let kinesis = self.shared.kinesis.clone();

@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     pub(crate) fatal: watch::Sender<Option<Arc<ReaderError>>>,
     pub(crate) reports: mpsc::UnboundedSender<Report>,
     pub(crate) held: Mutex<HashMap<String, Held>>,
+    /// The fan-out consumer's ARN, once registered (`ReaderConfig::fan_out`): readers then
+    /// subscribe instead of polling.
+    pub(crate) consumer_arn: std::sync::OnceLock<String>,
 }
 
 impl Shared {

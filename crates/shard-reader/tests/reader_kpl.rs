@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use kinesis_dispatch::{channel, Delivery, DispatchConfig, Dispatcher, Handler, Workers};
-use kinesis_kpl::{Aggregator, Pushed};
+use kinesis_kpl::Aggregator;
 use kinesis_lease_core::{Checkpoint, Lease, LeaseKey, LeaseStore, SequenceNumber};
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 use kinesis_shard_reader::{
@@ -18,50 +18,6 @@ use kinesis_shard_reader::{
 };
 
 const SHARD: &str = "shardId-000000000000";
-
-/// Aggregates records `from..from + n` (payload `key#i`, keys `key-{i % keys}`) into KPL
-/// records of at most `per_aggregate` sub-records and puts them at hash key `route` (else
-/// where their first sub-record belongs); returns their sequence numbers.
-async fn put_aggregated(
-    kinesis: &MemoryStream,
-    keys: usize,
-    from: usize,
-    n: usize,
-    per_aggregate: usize,
-    route: Option<u128>,
-) -> Vec<String> {
-    let mut entries = Vec::new();
-    let mut agg = Aggregator::new();
-    for i in from..from + n {
-        let key = format!("key-{}", i % keys);
-        let pushed = agg
-            .push(&key, None, Bytes::from(format!("{key}#{i}")))
-            .unwrap();
-        assert_eq!(pushed, Pushed::Added);
-        if agg.len() == per_aggregate {
-            entries.push(agg.finish().unwrap());
-        }
-    }
-    entries.extend(agg.finish());
-    let puts: Vec<PutEntry> = entries
-        .into_iter()
-        .map(|e| PutEntry {
-            payload: e.data,
-            partition_key: e.partition_key,
-            explicit_hash_key: Some(route.unwrap_or(e.explicit_hash_key)),
-        })
-        .collect();
-    kinesis
-        .put_records("s", &puts)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| match o {
-            kinesis_shard_reader::PutOutcome::Stored { sequence, .. } => sequence,
-            failed => panic!("{failed:?}"),
-        })
-        .collect()
-}
 
 #[tokio::test(start_paused = true)]
 async fn sub_records_are_delivered_from_the_default_start_with_their_own_keys() {

@@ -6,11 +6,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use kinesis_dispatch::{
     channel, Delivery, DispatchConfig, DispatchHandle, Dispatcher, Handler, Workers,
 };
+use kinesis_kpl::{Aggregator, Pushed};
 use kinesis_lease_core::LeaseStore;
-use kinesis_shard_reader::{Coordinator, CoordinatorHandle, MemoryStream, Position, ReaderConfig};
+use kinesis_shard_reader::{
+    Coordinator, CoordinatorHandle, KinesisApi, MemoryStream, Position, PutEntry, ReaderConfig,
+};
 
 /// One handled record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,4 +193,48 @@ pub fn per_key(log: &Log) -> HashMap<String, Vec<usize>> {
         out.entry(seen.key.clone()).or_default().push(n);
     }
     out
+}
+
+/// Aggregates records `from..from + n` (payload `key#i`, keys `key-{i % keys}`) into KPL
+/// records of at most `per_aggregate` sub-records and puts them at hash key `route` (else
+/// where their first sub-record belongs); returns their sequence numbers.
+pub async fn put_aggregated(
+    kinesis: &MemoryStream,
+    keys: usize,
+    from: usize,
+    n: usize,
+    per_aggregate: usize,
+    route: Option<u128>,
+) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut agg = Aggregator::new();
+    for i in from..from + n {
+        let key = format!("key-{}", i % keys);
+        let pushed = agg
+            .push(&key, None, Bytes::from(format!("{key}#{i}")))
+            .unwrap();
+        assert_eq!(pushed, Pushed::Added);
+        if agg.len() == per_aggregate {
+            entries.push(agg.finish().unwrap());
+        }
+    }
+    entries.extend(agg.finish());
+    let puts: Vec<PutEntry> = entries
+        .into_iter()
+        .map(|e| PutEntry {
+            payload: e.data,
+            partition_key: e.partition_key,
+            explicit_hash_key: Some(route.unwrap_or(e.explicit_hash_key)),
+        })
+        .collect();
+    kinesis
+        .put_records("s", &puts)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| match o {
+            kinesis_shard_reader::PutOutcome::Stored { sequence, .. } => sequence,
+            failed => panic!("{failed:?}"),
+        })
+        .collect()
 }

@@ -1,0 +1,354 @@
+//! Enhanced fan-out on [`MemoryStream`]: stream consumers and pushed shard subscriptions, so
+//! users' tests (and this crate's) cover fan-out readers without AWS.
+//!
+//! As Kinesis does:
+//! - a consumer is `CREATING` until it has been described once, then `ACTIVE`; subscribing
+//!   through one that is not active is refused (`InUse`);
+//! - one live subscription per consumer and shard (a second is refused with `InUse` until the
+//!   first is dropped or cut), and one subscribe per second per consumer and shard (`Throttled`
+//!   otherwise: LimitExceeded);
+//! - a subscription ends after 5 minutes (tokio time, so paused clocks reach it);
+//! - an event carries up to 10,000 records, the continuation sequence number and
+//!   MillisBehindLatest; at the tip an empty event comes every 5 s;
+//! - the last event of an ended shard carries no continuation and names its children.
+//!
+//! [`MemoryStream::cut_subscriptions`] drops every live connection: each subscription's next
+//! event fails with `Transient`, as a reset connection does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kinesis_lease_core::BoxFuture;
+use tokio::time::Instant;
+
+use crate::kinesis::{Position, ShardEvent, ShardSubscription, StreamConsumer};
+use crate::memory_stream::{
+    invalid, not_found, sequence_text, shard_not_found, MemoryStream, Op, State,
+};
+use crate::ReaderError;
+
+/// How long a subscription lasts, as in Kinesis.
+const LIFETIME: Duration = Duration::from_secs(5 * 60);
+/// How often an event comes at the tip when nothing arrives.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// The most records of one event.
+const EVENT_RECORDS: usize = 10_000;
+/// Subscribes allowed per consumer and shard: one a second.
+const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);
+
+/// A registered consumer.
+#[derive(Debug, Clone)]
+struct Consumer {
+    arn: String,
+    active: bool,
+}
+
+/// Consumers and live subscriptions of a [`MemoryStream`].
+#[derive(Debug, Default)]
+pub(crate) struct FanOutState {
+    /// (stream, consumer name) -> consumer.
+    consumers: BTreeMap<(String, String), Consumer>,
+    /// (consumer ARN, shard) of live subscriptions.
+    live: BTreeSet<(String, String)>,
+    /// When each (consumer ARN, shard) was last subscribed.
+    last_subscribe: BTreeMap<(String, String), Instant>,
+    /// Moved by `cut_subscriptions`: subscriptions of an older generation fail.
+    generation: u64,
+}
+
+impl FanOutState {
+    fn consumer_by_arn(&self, arn: &str) -> Option<&Consumer> {
+        self.consumers.values().find(|c| c.arn == arn)
+    }
+}
+
+fn consumer_not_found(stream: &str, name: &str, operation: &'static str) -> ReaderError {
+    ReaderError::Refused {
+        operation,
+        resource: format!("{stream}/consumer/{name}"),
+        source: "no such stream consumer (ResourceNotFoundException)".into(),
+    }
+}
+
+impl MemoryStream {
+    pub(crate) fn register_consumer_now(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<StreamConsumer, ReaderError> {
+        if name.is_empty()
+            || name.len() > 128
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(invalid(
+                "consumer name",
+                name,
+                "1 to 128 of a-z, A-Z, 0-9, `_`, `.` and `-`",
+            ));
+        }
+        let mut state = self.state();
+        self.enter(&mut state, Op::Consumers, stream)?;
+        if !state.streams.contains_key(stream) {
+            return Err(not_found(stream, "RegisterStreamConsumer"));
+        }
+        let consumer = state
+            .fan_out
+            .consumers
+            .entry((stream.to_owned(), name.to_owned()))
+            .or_insert_with(|| Consumer {
+                arn: format!(
+                    "arn:aws:kinesis:us-east-1:000000000000:stream/{stream}/consumer/{name}:1"
+                ),
+                active: false,
+            });
+        Ok(StreamConsumer::new(
+            name,
+            consumer.arn.clone(),
+            consumer.active,
+        ))
+    }
+
+    pub(crate) fn describe_consumer_now(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<StreamConsumer, ReaderError> {
+        let mut state = self.state();
+        self.enter(&mut state, Op::Consumers, stream)?;
+        let consumer = state
+            .fan_out
+            .consumers
+            .get_mut(&(stream.to_owned(), name.to_owned()))
+            .ok_or_else(|| consumer_not_found(stream, name, "DescribeStreamConsumer"))?;
+        // CREATING the first time it is seen, ACTIVE from then on.
+        let described = StreamConsumer::new(name, consumer.arn.clone(), consumer.active);
+        consumer.active = true;
+        Ok(described)
+    }
+
+    pub(crate) fn deregister_consumer_now(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<(), ReaderError> {
+        let mut state = self.state();
+        state
+            .fan_out
+            .consumers
+            .remove(&(stream.to_owned(), name.to_owned()))
+            .ok_or_else(|| consumer_not_found(stream, name, "DeregisterStreamConsumer"))?;
+        drop(state);
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Drops every live subscription's connection: each one's next event fails with
+    /// [`ReaderError::Transient`], as after a connection reset.
+    pub fn cut_subscriptions(&self) {
+        let mut state = self.state();
+        state.fan_out.generation += 1;
+        state.fan_out.live.clear();
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// Live subscriptions now.
+    pub fn live_subscriptions(&self) -> usize {
+        self.state().fan_out.live.len()
+    }
+
+    pub(crate) fn subscribe_now(
+        &self,
+        stream: &str,
+        arn: &str,
+        shard: &str,
+        position: &Position,
+    ) -> Result<Box<dyn ShardSubscription>, ReaderError> {
+        let resource = format!("{stream}/{shard}");
+        let mut state = self.state();
+        self.enter(&mut state, Op::SubscribeToShard, &resource)?;
+        let Some(consumer) = state.fan_out.consumer_by_arn(arn) else {
+            return Err(ReaderError::Refused {
+                operation: "SubscribeToShard",
+                resource: arn.to_owned(),
+                source: "no such stream consumer (ResourceNotFoundException)".into(),
+            });
+        };
+        if !consumer.active || !arn.contains(&format!(":stream/{stream}/consumer/")) {
+            return Err(ReaderError::InUse {
+                operation: "SubscribeToShard",
+                resource: arn.to_owned(),
+            });
+        }
+        let s = state
+            .streams
+            .get(stream)
+            .ok_or_else(|| not_found(stream, "SubscribeToShard"))?;
+        let sh = s
+            .shards
+            .iter()
+            .find(|sh| sh.id == shard)
+            .ok_or_else(|| shard_not_found(stream, shard, "SubscribeToShard"))?;
+        let next = sh.index_at(position)?;
+        // Where a later subscription continues before any event: just after the record before.
+        let continuation = next
+            .checked_sub(1)
+            .map(|i| sequence_text(sh.records[i].sequence));
+        let key = (arn.to_owned(), shard.to_owned());
+        if state.fan_out.live.contains(&key) {
+            return Err(ReaderError::InUse {
+                operation: "SubscribeToShard",
+                resource,
+            });
+        }
+        let now = Instant::now();
+        if state
+            .fan_out
+            .last_subscribe
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < SUBSCRIBE_GAP)
+        {
+            return Err(ReaderError::Throttled {
+                operation: "SubscribeToShard",
+                resource,
+            });
+        }
+        state.fan_out.last_subscribe.insert(key.clone(), now);
+        state.fan_out.live.insert(key);
+        let generation = state.fan_out.generation;
+        Ok(Box::new(MemorySubscription {
+            kinesis: self.clone(),
+            stream: stream.to_owned(),
+            shard: shard.to_owned(),
+            arn: arn.to_owned(),
+            next,
+            continuation,
+            ends_at: now + LIFETIME,
+            generation,
+            done: false,
+        }))
+    }
+}
+
+/// One live subscription of a [`MemoryStream`] shard.
+#[derive(Debug)]
+struct MemorySubscription {
+    kinesis: MemoryStream,
+    stream: String,
+    shard: String,
+    arn: String,
+    /// The index of the next record to push.
+    next: usize,
+    /// The sequence number the last event continued after.
+    continuation: Option<String>,
+    ends_at: Instant,
+    generation: u64,
+    done: bool,
+}
+
+impl Drop for MemorySubscription {
+    fn drop(&mut self) {
+        let mut state = self.kinesis.state();
+        if state.fan_out.generation == self.generation {
+            state
+                .fan_out
+                .live
+                .remove(&(self.arn.clone(), self.shard.clone()));
+        }
+    }
+}
+
+impl MemorySubscription {
+    /// The next event if one is ready now, or `None` to wait.
+    fn ready(&mut self, state: &mut State) -> Result<Option<ShardEvent>, ReaderError> {
+        let resource = format!("{}/{}", self.stream, self.shard);
+        if state.fan_out.generation != self.generation {
+            self.done = true;
+            return Err(ReaderError::Transient {
+                operation: "SubscribeToShard",
+                resource,
+                source: "connection reset (injected)".into(),
+            });
+        }
+        if state.fan_out.consumer_by_arn(&self.arn).is_none() {
+            self.done = true;
+            return Err(ReaderError::Refused {
+                operation: "SubscribeToShard",
+                resource: self.arn.clone(),
+                source: "the stream consumer was deregistered".into(),
+            });
+        }
+        let s = state
+            .streams
+            .get(&self.stream)
+            .ok_or_else(|| not_found(&self.stream, "SubscribeToShard"))?;
+        let sh = s
+            .shards
+            .iter()
+            .find(|sh| sh.id == self.shard)
+            .ok_or_else(|| shard_not_found(&self.stream, &self.shard, "SubscribeToShard"))?;
+        let len = sh.records.len();
+        if self.next >= len && sh.ending.is_none() {
+            return Ok(None);
+        }
+        let end = (self.next + EVENT_RECORDS).min(len);
+        let records: Vec<_> = (self.next..end).map(|i| sh.record(i)).collect();
+        if let Some(last) = records.last() {
+            self.continuation = Some(last.sequence.number().to_owned());
+        }
+        self.next = end;
+        let behind = sh.millis_behind(end, self.kinesis.clock.now_ms());
+        if end == len && sh.ending.is_some() {
+            self.done = true;
+            let children = s.children_of(&self.shard);
+            return Ok(Some(
+                ShardEvent::new(records, None).behind(0).ending(children),
+            ));
+        }
+        Ok(Some(
+            ShardEvent::new(records, self.continuation.clone()).behind(behind),
+        ))
+    }
+}
+
+impl ShardSubscription for MemorySubscription {
+    fn next_event(&mut self) -> BoxFuture<'_, Result<Option<ShardEvent>, ReaderError>> {
+        Box::pin(async move {
+            if self.done {
+                return Ok(None);
+            }
+            let heartbeat = (Instant::now() + HEARTBEAT).min(self.ends_at);
+            loop {
+                if Instant::now() >= self.ends_at {
+                    self.done = true;
+                    return Ok(None);
+                }
+                let changed = self.kinesis.changed.clone();
+                let notified = changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                {
+                    let kinesis = self.kinesis.clone();
+                    let mut state = kinesis.state();
+                    if let Some(event) = self.ready(&mut state)? {
+                        return Ok(Some(event));
+                    }
+                }
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(heartbeat) => {
+                        if Instant::now() >= self.ends_at {
+                            self.done = true;
+                            return Ok(None);
+                        }
+                        return Ok(Some(
+                            ShardEvent::new(Vec::new(), self.continuation.clone()).behind(0),
+                        ));
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,351 @@
+//! Enhanced fan-out on `MemoryStream`: shards read by SubscribeToShard deliver exactly what
+//! polling delivers, from the default start and every other, across subscription renewals,
+//! dropped connections, throttled subscribes, takeovers, hand-overs, shard ends and KPL
+//! aggregates. On paused time.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use kinesis_dispatch::Workers;
+use kinesis_lease_core::LeaseStore;
+use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
+use kinesis_shard_reader::{KinesisApi, MemoryStream, Op, Position, ReaderConfig, ReaderError};
+
+fn fan_out(mut config: ReaderConfig) -> ReaderConfig {
+    config.fan_out = Some("app".to_owned());
+    config
+}
+
+#[tokio::test(start_paused = true)]
+async fn fan_out_from_the_default_start_delivers_everything_once_without_polling() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    // The default start: LATEST.
+    let consumer = start(
+        &kinesis,
+        store,
+        fan_out(ReaderConfig::new("s", "a")),
+        Workers::ByKey(4),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(consumer.coordinator.held().len(), 2);
+    assert_eq!(kinesis.live_subscriptions(), 2);
+    for round in 0..5 {
+        put_many(&kinesis, "s", 9, round * 100, 100);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    wait_for_count(&consumer.log, 500, Duration::from_secs(30)).await;
+    assert_exactly_once(&consumer.log, 500);
+    for (key, ns) in per_key(&consumer.log) {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {ns:?}"
+        );
+    }
+    assert_eq!(kinesis.calls(Op::GetRecords), 0, "nothing was polled");
+    assert_eq!(kinesis.calls(Op::ShardIterator), 0);
+    consumer.stop().await;
+    assert_eq!(
+        kinesis.live_subscriptions(),
+        0,
+        "stopping ends the subscriptions"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscriptions_are_renewed_and_recover_from_cuts_and_throttling() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    put_many(&kinesis, "s", 5, 0, 200);
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let consumer = start(
+        &kinesis,
+        store,
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Workers::Unordered(3),
+    );
+    wait_for_count(&consumer.log, 200, Duration::from_secs(30)).await;
+    // Twelve minutes with records now and then: each subscription's 5 minutes run out twice,
+    // connections are cut twice, and subscribes are throttled and refused in between.
+    let mut put = 200;
+    for minute in 0..12 {
+        put_many(&kinesis, "s", 5, put, 20);
+        put += 20;
+        if minute == 3 || minute == 8 {
+            kinesis.throttle_next(Op::SubscribeToShard, 3);
+            kinesis.fail_next(Op::SubscribeToShard, 2);
+            kinesis.cut_subscriptions();
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    // Past the 5 minutes of the subscriptions made after the last cut.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    put_many(&kinesis, "s", 5, put, 20);
+    put += 20;
+    wait_for_count(&consumer.log, put, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_exactly_once(&consumer.log, put);
+    // Per shard: the first subscribe, one after each cut, one when the last subscription's
+    // 5 minutes ran out; and the 5 calls refused in each fault round.
+    let subscribes = kinesis.calls(Op::SubscribeToShard);
+    assert!(subscribes >= 2 * 4 + 2 * 5, "{subscribes} subscribes");
+    assert_eq!(kinesis.live_subscriptions(), 2);
+    consumer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_graceful_hand_over_by_fan_out_delivers_nothing_twice() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 3).unwrap();
+    let table = MemoryLeaseTable::default();
+    let log = Log::default();
+    let a = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Workers::ByKey(3),
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 11, 0, 300);
+    wait_for_count(&log, 300, Duration::from_secs(30)).await;
+    let b = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "b", Position::TrimHorizon)),
+        Workers::ByKey(3),
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 11, 300, 300);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.stop().await;
+    put_many(&kinesis, "s", 11, 600, 300);
+    wait_for_count(&log, 900, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_exactly_once(&log, 900);
+    assert_eq!(b.coordinator.held().len(), 3);
+    for (key, ns) in per_key(&log) {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {ns:?}"
+        );
+    }
+    b.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_crash_the_next_owner_subscribes_from_the_checkpoint() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let table = MemoryLeaseTable::default();
+    let log = Log::default();
+    let a = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Workers::Serial,
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 7, 0, 400);
+    wait_for_count(&log, 400, Duration::from_secs(30)).await;
+    // Checkpoints written at the next renewal.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let b = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "b", Position::TrimHorizon)),
+        Workers::Serial,
+        log.clone(),
+    );
+    a.crash();
+    put_many(&kinesis, "s", 7, 400, 200);
+    wait_for_distinct(&log, 600, Duration::from_secs(60)).await;
+    // Everything after the checkpoint, and nothing before it, reached the new owner.
+    let log = log.lock().unwrap().clone();
+    let by_b: Vec<_> = log.iter().filter(|s| s.owner == "b").collect();
+    assert!(
+        by_b.iter().all(|s| s
+            .payload
+            .rsplit('#')
+            .next()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+            >= 400),
+        "b re-read records checkpointed before the crash"
+    );
+    assert_eq!(b.coordinator.held().len(), 2);
+    b.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_split_read_by_fan_out_reads_the_children_after_the_parent() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let consumer = start(
+        &kinesis,
+        store,
+        fan_out(ReaderConfig::new("s", "a")),
+        Workers::ByKey(2),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    put_many(&kinesis, "s", 13, 0, 200);
+    kinesis.split_evenly("s", "shardId-000000000000").unwrap();
+    put_many(&kinesis, "s", 13, 200, 200);
+    wait_for_count(&consumer.log, 400, Duration::from_secs(60)).await;
+    assert_exactly_once(&consumer.log, 400);
+    for (key, ns) in per_key(&consumer.log) {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {ns:?}"
+        );
+    }
+    // The parent ended (SHARD_END), both children are held.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(consumer.coordinator.held().len(), 2);
+    assert_eq!(kinesis.calls(Op::GetRecords), 0);
+    consumer.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_consumer_is_registered_once_and_shared_by_instances() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let table = MemoryLeaseTable::default();
+    let log = Log::default();
+    let a = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Workers::Serial,
+        log.clone(),
+    );
+    let b = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "b", Position::TrimHorizon)),
+        Workers::Serial,
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 7, 0, 100);
+    wait_for_count(&log, 100, Duration::from_secs(30)).await;
+    let consumer = kinesis.describe_consumer("s", "app").await.unwrap();
+    assert!(consumer.active);
+    assert!(consumer.arn.contains("stream/s/consumer/app"));
+    assert_eq!(kinesis.live_subscriptions(), 2);
+    a.stop().await;
+    b.stop().await;
+    // Never deregistered by the library: other instances share it.
+    assert!(kinesis.describe_consumer("s", "app").await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn kpl_aggregates_by_fan_out_are_delivered_once_across_a_hand_over() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let table = MemoryLeaseTable::default();
+    let log = Log::default();
+    let a = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Workers::ByKey(3),
+        log.clone(),
+    );
+    put_aggregated(&kinesis, 5, 0, 250, 40, None).await;
+    wait_for_count(&log, 250, Duration::from_secs(30)).await;
+    let b = start_with_log(
+        &kinesis,
+        Arc::new(MemoryLeaseStore::over(&table)),
+        fan_out(config("s", "b", Position::TrimHorizon)),
+        Workers::ByKey(3),
+        log.clone(),
+    );
+    put_aggregated(&kinesis, 5, 250, 250, 40, None).await;
+    a.stop().await;
+    put_aggregated(&kinesis, 5, 500, 250, 40, None).await;
+    wait_for_count(&log, 750, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_exactly_once(&log, 750);
+    let stats = b.coordinator.stats();
+    assert_eq!(stats.iter().map(|s| s.kpl.malformed).sum::<u64>(), 0);
+    for (key, ns) in per_key(&log) {
+        assert!(
+            ns.windows(2).all(|w| w[0] < w[1]),
+            "{key} out of order: {ns:?}"
+        );
+    }
+    b.stop().await;
+}
+
+/// A `KinesisApi` that only polls (a user's own implementation written before fan-out).
+#[derive(Debug)]
+struct PollingOnly(MemoryStream);
+
+impl KinesisApi for PollingOnly {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
+    {
+        self.0.list_shards(stream)
+    }
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
+        self.0.shard_iterator(stream, shard, position)
+    }
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+    {
+        self.0.get_records(stream, shard, iterator, limit)
+    }
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [kinesis_shard_reader::PutEntry],
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
+    {
+        self.0.put_records(stream, entries)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fan_out_over_an_api_without_it_is_a_typed_error_and_takes_nothing() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let (sender, _receiver) = kinesis_dispatch::channel(64);
+    let coordinator = kinesis_shard_reader::Coordinator::spawn(
+        fan_out(ReaderConfig::new("s", "a")),
+        Arc::new(PollingOnly(kinesis.clone())),
+        store.clone(),
+        sender,
+    );
+    let error = tokio::time::timeout(Duration::from_secs(10), coordinator.failed())
+        .await
+        .expect("the subscription fails");
+    assert!(
+        matches!(&*error, ReaderError::Refused { operation: "RegisterStreamConsumer", resource, .. } if resource == "s"),
+        "{error:?}"
+    );
+    assert!(coordinator.held().is_empty());
+    assert!(store
+        .list("s")
+        .await
+        .unwrap()
+        .iter()
+        .all(|l| l.owner.is_none()));
+}
