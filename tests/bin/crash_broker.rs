@@ -2,7 +2,8 @@
 //! table, appends every handled record to OUTFILE as `shard<TAB>sequence<TAB>key<TAB>payload`,
 //! and runs until SIGTERM (graceful) or SIGKILL.
 //!
-//! Usage: `crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE`; endpoints from the environment.
+//! Usage: `crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE [FAN_OUT_CONSUMER]`; endpoints
+//! from the environment. With a consumer name, shards are read by enhanced fan-out.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,13 @@ use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [account, table, stream, owner, outfile] = &args[..] else {
-        eprintln!("usage: crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE");
-        std::process::exit(2);
+    let (account, table, stream, owner, outfile, fan_out) = match &args[..] {
+        [a, t, s, o, f] => (a, t, s, o, f, None),
+        [a, t, s, o, f, consumer] => (a, t, s, o, f, Some(consumer.clone())),
+        _ => {
+            eprintln!("usage: crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE [FAN_OUT_CONSUMER]");
+            std::process::exit(2);
+        }
     };
     let config = kinesis_integ::sdk_config_for(account).await;
     let file = Arc::new(Mutex::new(std::fs::File::create(outfile)?));
@@ -24,8 +29,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .owner_id(owner.as_str())
         .poll_interval(std::time::Duration::from_millis(200))
         .build()?;
-    broker
-        .subscribe(stream.as_str())
+    let subscription = broker.subscribe(stream.as_str());
+    let subscription = match fan_out {
+        Some(consumer) => subscription.fan_out(consumer),
+        None => subscription,
+    };
+    subscription
         .start_at(StartAt::TrimHorizon)
         .workers(4)
         .by_key()

@@ -261,6 +261,19 @@ pub fn logging_broker(
     start_at: kinesis_broker::StartAt,
     log: &Log,
 ) -> kinesis_broker::Broker {
+    logging_broker_with(config, store, owner, stream, start_at, log, None)
+}
+
+/// As [`logging_broker`], reading by enhanced fan-out through `fan_out` when given.
+pub fn logging_broker_with(
+    config: &SdkConfig,
+    store: std::sync::Arc<dyn kinesis_broker::LeaseStore>,
+    owner: &str,
+    stream: &str,
+    start_at: kinesis_broker::StartAt,
+    log: &Log,
+    fan_out: Option<&str>,
+) -> kinesis_broker::Broker {
     let mut broker = kinesis_broker::Broker::builder()
         .sdk_config(config)
         .lease_store_arc(store)
@@ -270,8 +283,12 @@ pub fn logging_broker(
         .build()
         .expect("broker");
     let (l, o) = (log.clone(), owner.to_owned());
-    broker
-        .subscribe(stream)
+    let subscription = broker.subscribe(stream);
+    let subscription = match fan_out {
+        Some(consumer) => subscription.fan_out(consumer),
+        None => subscription,
+    };
+    subscription
         .start_at(start_at)
         .workers(4)
         .by_key()

@@ -16,6 +16,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("drain", true),
     ("dynamo_cost", true),
     ("failover", true),
+    ("fan_out", true),
 ];
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
