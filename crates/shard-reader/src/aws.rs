@@ -85,6 +85,22 @@ where
                     operation,
                 }
             }
+            // For a consumer call the consumer is what is missing (the stream was found when
+            // its ARN was looked up).
+            "ResourceNotFoundException"
+                if matches!(
+                    operation,
+                    "DescribeStreamConsumer" | "DeregisterStreamConsumer"
+                ) =>
+            {
+                ReaderError::ConsumerNotFound {
+                    stream: stream.to_owned(),
+                    consumer: resource
+                        .rsplit_once("/consumer/")
+                        .map_or(String::new(), |(_, c)| c.to_owned()),
+                    operation,
+                }
+            }
             "ResourceNotFoundException" => ReaderError::StreamNotFound {
                 stream: stream.to_owned(),
                 operation,

@@ -73,6 +73,17 @@ pub enum ReaderError {
         /// The stream, `stream/shard` or consumer.
         resource: String,
     },
+    /// The enhanced fan-out consumer does not exist (deregistered, or still being deleted):
+    /// it is registered again.
+    #[error("fan-out consumer `{consumer}` of `{stream}` not found ({operation})")]
+    ConsumerNotFound {
+        /// The stream.
+        stream: String,
+        /// The consumer's name.
+        consumer: String,
+        /// The operation.
+        operation: &'static str,
+    },
     /// Kinesis refused the call for good (invalid argument, access denied, bad name).
     #[error("Kinesis refused {operation} on `{resource}`")]
     Refused {

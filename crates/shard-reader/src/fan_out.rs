@@ -10,9 +10,13 @@
 //! - events are pulled one at a time: the next is asked for only once the last one's records
 //!   are all in the channel, so a slow handler never makes a reader hold more than one event;
 //! - a subscription that ends (Kinesis ends each after 5 minutes) is renewed at once, one that
-//!   fails (a dropped connection, `InUse` while the previous owner's subscription lingers,
-//!   throttling) after the polling reader's backoff; at most one subscribe a second per shard,
-//!   the Kinesis limit;
+//!   fails (a dropped connection, `InUse` within 5 s of the previous subscribe, throttling)
+//!   after the polling reader's backoff; at most one subscribe a second per shard, the Kinesis
+//!   limit; one silent for 30 s (Kinesis sends an event at least every 5 s) is taken for a dead
+//!   connection and renewed;
+//! - ResourceNotFound on a subscription means the shard, or the consumer, is gone: the consumer
+//!   is described first, and registered again (with its new ARN) if it is gone; only with the
+//!   consumer in place does the reader ask ListShards whether the shard ended, as polling does;
 //! - the last event of an ended shard has no continuation: the shard ends as with polling.
 //!
 //! The consumer itself is registered by the coordinator before it takes any shard
@@ -24,6 +28,7 @@ use std::time::Duration;
 use kinesis_lease_core::SequenceNumber;
 use tokio::time::Instant;
 
+use crate::keeper::KeeperCmd;
 use crate::reader::{Delivered, Reader, Stop};
 use crate::shared::{Backoff, Shared};
 use crate::start::StartPlan;
@@ -31,9 +36,19 @@ use crate::{Position, ReaderError};
 
 /// Kinesis allows one SubscribeToShard a second per consumer and shard.
 const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);
+/// A subscription with no event for this long is dead (Kinesis sends one every 5 s or less).
+const EVENT_SILENCE: Duration = Duration::from_secs(30);
+
+/// What to do about a failed subscribe or event.
+enum Next {
+    /// Subscribe again (after the pause the error called for).
+    Resubscribe,
+    /// The reader must stop.
+    Stop,
+}
 
 impl Reader {
-    pub(crate) async fn run_fan_out(mut self, plan: StartPlan, arn: String) {
+    pub(crate) async fn run_fan_out(mut self, plan: StartPlan, mut arn: String) {
         let StartPlan {
             open: start,
             reopen,
@@ -66,25 +81,34 @@ impl Reader {
             let mut subscription = match subscribed {
                 Err(Stop::Stopped) => return,
                 Ok(Ok(subscription)) => subscription,
-                Ok(Err(error)) => {
-                    if self.failed(error, &mut backoff).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
+                Ok(Err(error)) => match self
+                    .subscription_failed(error, &mut arn, &mut backoff)
+                    .await
+                {
+                    Next::Resubscribe => continue,
+                    Next::Stop => return,
+                },
             };
             tracing::debug!(?position, "subscribed to the shard");
             loop {
-                let event = match self.or_stop(subscription.next_event()).await {
+                let next = tokio::time::timeout(EVENT_SILENCE, subscription.next_event());
+                let event = match self.or_stop(next).await {
                     Err(Stop::Stopped) => return,
-                    Ok(Ok(Some(event))) => event,
+                    Ok(Ok(Ok(Some(event)))) => event,
                     // The subscription's 5 minutes are up: subscribe again.
-                    Ok(Ok(None)) => break,
-                    Ok(Err(error)) => {
+                    Ok(Ok(Ok(None))) => break,
+                    Ok(Ok(Err(error))) => {
                         drop(subscription);
-                        if self.failed(error, &mut backoff).await.is_err() {
-                            return;
+                        match self
+                            .subscription_failed(error, &mut arn, &mut backoff)
+                            .await
+                        {
+                            Next::Resubscribe => break,
+                            Next::Stop => return,
                         }
+                    }
+                    Ok(Err(_silent)) => {
+                        tracing::warn!(silent = ?EVENT_SILENCE, "no event on the subscription; taking it for a dead connection and subscribing again");
                         break;
                     }
                 };
@@ -103,9 +127,66 @@ impl Reader {
                     }
                 }
                 if let Some(children) = event.shard_end {
+                    drop(subscription);
                     return self.shard_ended(children).await;
                 }
             }
+        }
+    }
+
+    /// A subscribe or an event failed. ResourceNotFound (`ShardNotFound`) is ambiguous on a
+    /// subscription: the consumer may be what is gone (deregistered, or registered again with
+    /// a new ARN). It is described first; gone, it is registered again and the reader goes on
+    /// with its new ARN. Only with the consumer in place is the error the polling reader's.
+    async fn subscription_failed(
+        &mut self,
+        error: ReaderError,
+        arn: &mut String,
+        backoff: &mut Backoff,
+    ) -> Next {
+        if let ReaderError::ShardNotFound { .. } = error {
+            let shared = self.shared.clone();
+            let name = shared.config.fan_out.clone().unwrap_or_default();
+            let described = self
+                .or_stop(
+                    shared
+                        .kinesis
+                        .describe_consumer(&shared.config.stream, &name),
+                )
+                .await;
+            match described {
+                Err(Stop::Stopped) => return Next::Stop,
+                Ok(Ok(consumer)) if consumer.arn == *arn => {}
+                Ok(Ok(_)) | Ok(Err(ReaderError::ConsumerNotFound { .. })) => {
+                    tracing::warn!(consumer = %name, "the fan-out consumer is gone or was replaced; registering it again");
+                    let registered = self.or_stop(register_consumer(&shared, &name)).await;
+                    return match registered {
+                        Err(Stop::Stopped) => Next::Stop,
+                        Ok(Ok(new)) => {
+                            *arn = new;
+                            Next::Resubscribe
+                        }
+                        Ok(Err(error)) => {
+                            shared.fail(error);
+                            let _ = self.keeper.send(KeeperCmd::Release).await;
+                            Next::Stop
+                        }
+                    };
+                }
+                // Cannot tell now: never conclude that the shard ended; try again later.
+                Ok(Err(other)) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %other, ?delay, "subscription not found and the consumer could not be described; retrying");
+                    return match self.pause(delay).await {
+                        Ok(()) => Next::Resubscribe,
+                        Err(Stop::Stopped) => Next::Stop,
+                    };
+                }
+            }
+        }
+        match self.failed(error, backoff).await {
+            Ok(()) => Next::Resubscribe,
+            Err(Stop::Stopped) => Next::Stop,
         }
     }
 }
@@ -121,33 +202,46 @@ pub(crate) async fn register_consumer(shared: &Shared, name: &str) -> Result<Str
     let kinesis = shared.kinesis.clone();
     let deadline = Instant::now() + ACTIVE_WITHIN;
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
-    let mut consumer = loop {
-        match kinesis.register_consumer(stream, name).await {
-            Ok(consumer) => break consumer,
-            Err(error) if error.is_retryable() && Instant::now() < deadline => {
+    let late = || ReaderError::InUse {
+        operation: "DescribeStreamConsumer",
+        resource: format!("{stream}/consumer/{name} (not ACTIVE within {ACTIVE_WITHIN:?})"),
+    };
+    // Register (or find), then describe until ACTIVE; a consumer that vanishes meanwhile (it
+    // was being deleted) is registered again.
+    'register: loop {
+        if Instant::now() >= deadline {
+            return Err(late());
+        }
+        let mut consumer = match kinesis.register_consumer(stream, name).await {
+            Ok(consumer) => consumer,
+            Err(error @ ReaderError::ConsumerNotFound { .. }) => {
+                tracing::warn!(error = %error, consumer = name, "the fan-out consumer is being deleted; registering it again");
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue 'register;
+            }
+            Err(error) if error.is_retryable() => {
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %error, ?delay, consumer = name, "registering the fan-out consumer failed; retrying");
                 tokio::time::sleep(delay).await;
+                continue 'register;
             }
             Err(error) => return Err(error),
-        }
-    };
-    while !consumer.active {
-        if Instant::now() >= deadline {
-            return Err(ReaderError::InUse {
-                operation: "DescribeStreamConsumer",
-                resource: format!("{stream}/consumer/{name} (not ACTIVE within {ACTIVE_WITHIN:?})"),
-            });
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
-        match kinesis.describe_consumer(stream, name).await {
-            Ok(described) => consumer = described,
-            Err(error) if error.is_retryable() => {
-                tracing::warn!(error = %error, consumer = name, "describing the fan-out consumer failed; retrying");
+        };
+        while !consumer.active {
+            if Instant::now() >= deadline {
+                return Err(late());
             }
-            Err(error) => return Err(error),
+            tokio::time::sleep(backoff.next_delay()).await;
+            match kinesis.describe_consumer(stream, name).await {
+                Ok(described) => consumer = described,
+                Err(ReaderError::ConsumerNotFound { .. }) => continue 'register,
+                Err(error) if error.is_retryable() => {
+                    tracing::warn!(error = %error, consumer = name, "describing the fan-out consumer failed; retrying");
+                }
+                Err(error) => return Err(error),
+            }
         }
+        tracing::info!(consumer = name, arn = %consumer.arn, "fan-out consumer active");
+        return Ok(consumer.arn);
     }
-    tracing::info!(consumer = name, arn = %consumer.arn, "fan-out consumer active");
-    Ok(consumer.arn)
 }

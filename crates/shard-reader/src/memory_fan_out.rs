@@ -4,9 +4,12 @@
 //! As Kinesis does:
 //! - a consumer is `CREATING` until it has been described once, then `ACTIVE`; subscribing
 //!   through one that is not active is refused (`InUse`);
-//! - one live subscription per consumer and shard (a second is refused with `InUse` until the
-//!   first is dropped or cut), and one subscribe per second per consumer and shard (`Throttled`
-//!   otherwise: LimitExceeded);
+//! - one subscribe per second per consumer and shard (`Throttled` otherwise: LimitExceeded);
+//!   a second subscription within 5 s of a successful one is refused (`InUse`), and one after
+//!   that takes over: the first fails with `InUse` at its next event;
+//! - a subscribe (or an event) through a consumer that no longer exists answers
+//!   ResourceNotFound, as Kinesis does, which readers cannot tell from a shard gone
+//!   (`ShardNotFound`); describing it answers `ConsumerNotFound`;
 //! - a subscription ends after 5 minutes (tokio time, so paused clocks reach it);
 //! - an event carries up to 10,000 records, the continuation sequence number and
 //!   MillisBehindLatest; at the tip an empty event comes every 5 s;
@@ -15,7 +18,7 @@
 //! [`MemoryStream::cut_subscriptions`] drops every live connection: each subscription's next
 //! event fails with `Transient`, as a reset connection does.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kinesis_lease_core::BoxFuture;
@@ -48,8 +51,10 @@ struct Consumer {
 pub(crate) struct FanOutState {
     /// (stream, consumer name) -> consumer.
     consumers: BTreeMap<(String, String), Consumer>,
-    /// (consumer ARN, shard) of live subscriptions.
-    live: BTreeSet<(String, String)>,
+    /// (consumer ARN, shard) of live subscriptions, with the id of the one that holds it.
+    live: BTreeMap<(String, String), u64>,
+    /// The id of the next subscription.
+    next_id: u64,
     /// When each (consumer ARN, shard) was last subscribed.
     last_subscribe: BTreeMap<(String, String), Instant>,
     /// Moved by `cut_subscriptions`: subscriptions of an older generation fail.
@@ -63,12 +68,15 @@ impl FanOutState {
 }
 
 fn consumer_not_found(stream: &str, name: &str, operation: &'static str) -> ReaderError {
-    ReaderError::Refused {
+    ReaderError::ConsumerNotFound {
+        stream: stream.to_owned(),
+        consumer: name.to_owned(),
         operation,
-        resource: format!("{stream}/consumer/{name}"),
-        source: "no such stream consumer (ResourceNotFoundException)".into(),
     }
 }
+
+/// How long after a successful subscribe another one is refused rather than taking over.
+const TAKEOVER_AFTER: Duration = Duration::from_secs(5);
 
 impl MemoryStream {
     pub(crate) fn register_consumer_now(
@@ -150,6 +158,7 @@ impl MemoryStream {
         let mut state = self.state();
         state.fan_out.generation += 1;
         state.fan_out.live.clear();
+        state.fan_out.last_subscribe.clear();
         drop(state);
         self.changed.notify_waiters();
     }
@@ -170,11 +179,8 @@ impl MemoryStream {
         let mut state = self.state();
         self.enter(&mut state, Op::SubscribeToShard, &resource)?;
         let Some(consumer) = state.fan_out.consumer_by_arn(arn) else {
-            return Err(ReaderError::Refused {
-                operation: "SubscribeToShard",
-                resource: arn.to_owned(),
-                source: "no such stream consumer (ResourceNotFoundException)".into(),
-            });
+            // ResourceNotFoundException, as for a shard gone.
+            return Err(shard_not_found(stream, shard, "SubscribeToShard"));
         };
         if !consumer.active || !arn.contains(&format!(":stream/{stream}/consumer/")) {
             return Err(ReaderError::InUse {
@@ -197,26 +203,29 @@ impl MemoryStream {
             .checked_sub(1)
             .map(|i| sequence_text(sh.records[i].sequence));
         let key = (arn.to_owned(), shard.to_owned());
-        if state.fan_out.live.contains(&key) {
-            return Err(ReaderError::InUse {
-                operation: "SubscribeToShard",
-                resource,
-            });
-        }
         let now = Instant::now();
-        if state
+        let since = state
             .fan_out
             .last_subscribe
             .get(&key)
-            .is_some_and(|at| now.duration_since(*at) < SUBSCRIBE_GAP)
-        {
+            .map(|at| now.duration_since(*at));
+        if since.is_some_and(|since| since < SUBSCRIBE_GAP) {
             return Err(ReaderError::Throttled {
                 operation: "SubscribeToShard",
                 resource,
             });
         }
+        // A live one subscribed less than 5 s ago holds the shard; an older one is taken over.
+        if state.fan_out.live.contains_key(&key) && since.is_some_and(|s| s < TAKEOVER_AFTER) {
+            return Err(ReaderError::InUse {
+                operation: "SubscribeToShard",
+                resource,
+            });
+        }
         state.fan_out.last_subscribe.insert(key.clone(), now);
-        state.fan_out.live.insert(key);
+        let id = state.fan_out.next_id;
+        state.fan_out.next_id += 1;
+        state.fan_out.live.insert(key, id);
         let generation = state.fan_out.generation;
         Ok(Box::new(MemorySubscription {
             kinesis: self.clone(),
@@ -227,6 +236,7 @@ impl MemoryStream {
             continuation,
             ends_at: now + LIFETIME,
             generation,
+            id,
             done: false,
         }))
     }
@@ -245,17 +255,19 @@ struct MemorySubscription {
     continuation: Option<String>,
     ends_at: Instant,
     generation: u64,
+    /// This subscription's id: another one holding the shard took it over.
+    id: u64,
     done: bool,
 }
 
 impl Drop for MemorySubscription {
     fn drop(&mut self) {
         let mut state = self.kinesis.state();
-        if state.fan_out.generation == self.generation {
-            state
-                .fan_out
-                .live
-                .remove(&(self.arn.clone(), self.shard.clone()));
+        let key = (self.arn.clone(), self.shard.clone());
+        if state.fan_out.generation == self.generation
+            && state.fan_out.live.get(&key) == Some(&self.id)
+        {
+            state.fan_out.live.remove(&key);
         }
     }
 }
@@ -273,11 +285,25 @@ impl MemorySubscription {
             });
         }
         if state.fan_out.consumer_by_arn(&self.arn).is_none() {
+            // Deregistered: ResourceNotFoundException, as for a shard gone.
             self.done = true;
-            return Err(ReaderError::Refused {
+            return Err(shard_not_found(
+                &self.stream,
+                &self.shard,
+                "SubscribeToShard",
+            ));
+        }
+        if state
+            .fan_out
+            .live
+            .get(&(self.arn.clone(), self.shard.clone()))
+            != Some(&self.id)
+        {
+            // Another subscription took the shard over.
+            self.done = true;
+            return Err(ReaderError::InUse {
                 operation: "SubscribeToShard",
-                resource: self.arn.clone(),
-                source: "the stream consumer was deregistered".into(),
+                resource,
             });
         }
         let s = state

@@ -349,3 +349,253 @@ async fn fan_out_over_an_api_without_it_is_a_typed_error_and_takes_nothing() {
         .iter()
         .all(|l| l.owner.is_none()));
 }
+
+/// A consumer deregistered while a closed parent shard is still being read: ResourceNotFound
+/// on the subscription means the consumer is gone, not the shard. It is registered again and
+/// the rest of the parent is read; concluding the shard ended would lose its tail.
+#[tokio::test(start_paused = true)]
+async fn a_deregistered_consumer_is_registered_again_and_nothing_is_lost() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    // More than one event's worth (10,000) in the parent, which is closed by a split.
+    put_many(&kinesis, "s", 17, 0, 10_500);
+    kinesis.split_evenly("s", "shardId-000000000000").unwrap();
+    put_many(&kinesis, "s", 17, 10_500, 100);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let (g, s) = (gate.clone(), seen.clone());
+    let handler = kinesis_dispatch::Handler::one(move |d: kinesis_dispatch::Delivery| {
+        let (g, s) = (g.clone(), s.clone());
+        async move {
+            // The first record waits until the test has deregistered the consumer.
+            let first = s.lock().unwrap().is_empty();
+            if first {
+                g.acquire().await.unwrap().forget();
+            }
+            s.lock()
+                .unwrap()
+                .insert(String::from_utf8_lossy(d.payload()).into_owned());
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let (sender, receiver) = kinesis_dispatch::channel(64);
+    let dispatch =
+        kinesis_dispatch::Dispatcher::spawn(receiver, handler, Default::default()).unwrap();
+    let coordinator = kinesis_shard_reader::Coordinator::spawn(
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Arc::new(kinesis.clone()),
+        Arc::new(MemoryLeaseStore::new()),
+        sender,
+    );
+    // The reader is inside the parent's first event.
+    while kinesis.live_subscriptions() == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    kinesis.deregister_consumer("s", "app").await.unwrap();
+    gate.add_permits(1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().len() < 10_600 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of 10,600 handled",
+            seen.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        kinesis.describe_consumer("s", "app").await.is_ok(),
+        "registered again"
+    );
+    coordinator.stop_reading();
+    dispatch.shutdown(Duration::from_secs(5)).await;
+    coordinator.release_all().await;
+}
+
+/// A `MemoryStream` whose first subscription to each shard never sends anything (a
+/// half-open connection).
+#[derive(Debug)]
+struct Silent {
+    inner: MemoryStream,
+    silenced: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+#[derive(Debug)]
+struct Hangs;
+
+impl kinesis_shard_reader::ShardSubscription for Hangs {
+    fn next_event(
+        &mut self,
+    ) -> kinesis_lease_core::BoxFuture<
+        '_,
+        Result<Option<kinesis_shard_reader::ShardEvent>, ReaderError>,
+    > {
+        Box::pin(std::future::pending())
+    }
+}
+
+impl KinesisApi for Silent {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
+    {
+        self.inner.list_shards(stream)
+    }
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
+        self.inner.shard_iterator(stream, shard, position)
+    }
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+    {
+        self.inner.get_records(stream, shard, iterator, limit)
+    }
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [kinesis_shard_reader::PutEntry],
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
+    {
+        self.inner.put_records(stream, entries)
+    }
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::StreamConsumer, ReaderError>>
+    {
+        self.inner.register_consumer(stream, name)
+    }
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::StreamConsumer, ReaderError>>
+    {
+        self.inner.describe_consumer(stream, name)
+    }
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a Position,
+    ) -> kinesis_lease_core::BoxFuture<
+        'a,
+        Result<Box<dyn kinesis_shard_reader::ShardSubscription>, ReaderError>,
+    > {
+        Box::pin(async move {
+            if self.silenced.lock().unwrap().insert(shard.to_owned()) {
+                return Ok(Box::new(Hangs) as Box<dyn kinesis_shard_reader::ShardSubscription>);
+            }
+            self.inner
+                .subscribe_to_shard(stream, consumer_arn, shard, position)
+                .await
+        })
+    }
+}
+
+/// A subscription that goes silent (a half-open connection) is renewed after 30 s without an
+/// event: the shard is not held unread for ever.
+#[tokio::test(start_paused = true)]
+async fn a_silent_subscription_is_renewed() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    put_many(&kinesis, "s", 7, 0, 100);
+    let silent = Silent {
+        inner: kinesis.clone(),
+        silenced: Default::default(),
+    };
+    let log = Log::default();
+    let (sender, receiver) = kinesis_dispatch::channel(64);
+    let l = log.clone();
+    let handler = kinesis_dispatch::Handler::one(move |d: kinesis_dispatch::Delivery| {
+        let l = l.clone();
+        async move {
+            l.lock().unwrap().push(Seen {
+                owner: "a".into(),
+                shard: d.shard().to_owned(),
+                key: d.partition_key().to_owned(),
+                sequence: d.sequence().to_string(),
+                payload: String::from_utf8_lossy(d.payload()).into_owned(),
+            });
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let dispatch =
+        kinesis_dispatch::Dispatcher::spawn(receiver, handler, Default::default()).unwrap();
+    let coordinator = kinesis_shard_reader::Coordinator::spawn(
+        fan_out(config("s", "a", Position::TrimHorizon)),
+        Arc::new(silent),
+        Arc::new(MemoryLeaseStore::new()),
+        sender,
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "the first subscriptions are silent"
+    );
+    wait_for_count(&log, 100, Duration::from_secs(30)).await;
+    assert_exactly_once(&log, 100);
+    coordinator.stop_reading();
+    dispatch.shutdown(Duration::from_secs(5)).await;
+    coordinator.release_all().await;
+}
+
+/// As in Kinesis: a second subscription within 5 s of the first is refused; one after that
+/// takes the shard over, and the first fails with `InUse` at its next event.
+#[tokio::test(start_paused = true)]
+async fn a_later_subscription_takes_the_shard_over() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let consumer = kinesis.register_consumer("s", "app").await.unwrap();
+    let active = kinesis.describe_consumer("s", "app").await.unwrap();
+    assert!(!active.active, "CREATING when first described");
+    let shard = "shardId-000000000000";
+    let mut first = kinesis
+        .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(matches!(
+        kinesis
+            .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+            .await,
+        Err(ReaderError::Throttled { .. })
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(matches!(
+        kinesis
+            .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+            .await,
+        Err(ReaderError::InUse { .. })
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut second = kinesis
+        .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+        .await
+        .unwrap();
+    assert!(matches!(
+        first.next_event().await,
+        Err(ReaderError::InUse { .. })
+    ));
+    kinesis.put("s", "k", "x").unwrap();
+    let event = second.next_event().await.unwrap().unwrap();
+    assert_eq!(event.records.len(), 1);
+    drop(first);
+    assert_eq!(
+        kinesis.live_subscriptions(),
+        1,
+        "the first's drop frees nothing of the second"
+    );
+}
