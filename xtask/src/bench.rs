@@ -11,6 +11,7 @@ use crate::{emulators, root};
 /// The scenarios, in the order they run; true when it needs the emulators.
 const SCENARIOS: &[(&str, bool)] = &[
     ("dispatch_overhead", false),
+    ("dispatch_metrics", false),
     ("scale", false),
     ("kpl_deaggregate", false),
     ("drain", true),
@@ -39,6 +40,24 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("cannot run cargo build: {e}"))?;
     if !status.success() {
         return Err("building the benchmarks failed".to_owned());
+    }
+    // The metrics scenario is a package of its own, built in a cargo run of its own: built
+    // together, the `metrics` feature would reach every other scenario's dispatch too.
+    if chosen.iter().any(|(name, _)| *name == "dispatch_metrics") {
+        let status = Command::new(&cargo)
+            .current_dir(root())
+            .args([
+                "build",
+                "--release",
+                "--package",
+                "kinesis-bench-metrics",
+                "--bins",
+            ])
+            .status()
+            .map_err(|e| format!("cannot run cargo build: {e}"))?;
+        if !status.success() {
+            return Err("building the metrics benchmark failed".to_owned());
+        }
     }
     let mut endpoints: Vec<(&str, String)> = Vec::new();
     // Started just before the first scenario that needs them, so that their start-up does not

@@ -180,7 +180,12 @@ impl Delivery {
     /// Marks the delivery settled (idempotent). Handlers don't call this: their `Ok` does.
     /// From a stream of deliveries, call it once the record is processed.
     pub fn ack(&self) {
-        self.data.settlement.settle(self.data.ordinal);
+        if self.data.settlement.settle(self.data.ordinal) {
+            self.data
+                .settlement
+                .metrics()
+                .settled(self.data.record.payload.len());
+        }
         if self
             .data
             .handed_out
@@ -225,6 +230,12 @@ impl Delivery {
     /// Counts a failed handler attempt, for the stuck-record report of its shard.
     pub(crate) fn attempt_failed(&self) {
         self.data.settlement.attempted(self.data.ordinal);
+        self.data.settlement.metrics().retried();
+    }
+
+    /// The shard's metric handles.
+    pub(crate) fn metrics(&self) -> &crate::metrics::ShardMetrics {
+        self.data.settlement.metrics()
     }
 
     /// True once the shard's lease was lost: the delivery will be dropped, not handled, since

@@ -578,6 +578,10 @@ impl Ctx {
             if delivery.is_revoked() {
                 return;
             }
+            // Timed (with metrics on) for one call in 64, and for every call that waits.
+            let mut started = (crate::metrics::ON
+                && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
+                .then(Instant::now);
             let mut call = AssertUnwindSafe((handler.0)(delivery.clone())).catch_unwind();
             // The hot path: a handler done at its first poll needs no watch on the lease (the
             // shard was checked just above).
@@ -585,13 +589,22 @@ impl Ctx {
             let outcome = match first {
                 Poll::Ready(outcome) => outcome,
                 // A handler that waits: from now on the lease is checked before every poll.
-                Poll::Pending => tokio::select! {
-                    biased;
-                    // The lease is lost: stop the attempt now, the next owner handles the record.
-                    () = delivery.abandoned() => return,
-                    outcome = &mut call => outcome,
-                },
+                Poll::Pending => {
+                    if crate::metrics::ON && started.is_none() {
+                        started = Some(Instant::now());
+                    }
+                    tokio::select! {
+                        biased;
+                        // The lease is lost: stop the attempt now, the next owner handles the
+                        // record.
+                        () = delivery.abandoned() => return,
+                        outcome = &mut call => outcome,
+                    }
+                }
             };
+            if let Some(started) = started {
+                delivery.metrics().handled(started.elapsed());
+            }
             let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
             drop(running);
             let error = match result {
@@ -635,6 +648,7 @@ impl Ctx {
             if batch.is_empty() {
                 return;
             }
+            let started = crate::metrics::ON.then(Instant::now);
             let call = (handler.f)(batch.clone());
             let abandoned =
                 futures_util::future::select_all(batch.iter().map(|d| Box::pin(d.abandoned())));
@@ -645,6 +659,9 @@ impl Ctx {
                 _ = abandoned => continue,
                 outcome = AssertUnwindSafe(call).catch_unwind() => outcome,
             };
+            if let (Some(started), Some(first)) = (started, batch.first()) {
+                first.metrics().handled(started.elapsed());
+            }
             drop(running);
             let (failed, error) = match outcome {
                 Ok(Ok(())) => {
@@ -708,6 +725,7 @@ impl Ctx {
                 match AssertUnwindSafe(call).catch_unwind().await {
                     Ok(Ok(())) => {
                         tracing::warn!(%stream, %shard, %sequence, attempts, "attempts used up; record sent to the dead-letter callback");
+                        delivery.metrics().dead_lettered();
                         delivery.ack();
                     }
                     Ok(Err(e)) => {

@@ -21,6 +21,7 @@ mod dispatcher;
 mod error;
 mod handler;
 mod lane;
+mod metrics;
 mod retry;
 mod settlement;
 mod stream;

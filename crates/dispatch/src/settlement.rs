@@ -96,6 +96,8 @@ pub struct ShardSettlement {
     running: AtomicUsize,
     /// Tasks waiting in [`idle`](Self::idle): an attempt's end notifies only when some wait.
     idle_waiters: AtomicUsize,
+    /// The shard's metric handles (nothing without the `metrics` feature).
+    metrics: crate::metrics::ShardMetrics,
 }
 
 /// Counts one handler attempt as running on its shard while it lives.
@@ -139,9 +141,11 @@ impl Drop for RunningRef<'_> {
 impl ShardSettlement {
     /// A shard with nothing delivered yet.
     pub fn new(stream: impl Into<Arc<str>>, shard: impl Into<Arc<str>>) -> Arc<Self> {
+        let (stream, shard): (Arc<str>, Arc<str>) = (stream.into(), shard.into());
         Arc::new(Self {
-            stream: stream.into(),
-            shard: shard.into(),
+            metrics: crate::metrics::ShardMetrics::new(&stream, &shard),
+            stream,
+            shard,
             window: Mutex::default(),
             waiters: AtomicUsize::new(0),
             changed: Notify::new(),
@@ -204,17 +208,23 @@ impl ShardSettlement {
         self.changed();
     }
 
-    /// Marks `ordinal` settled (idempotent) and advances the prefix.
-    pub(crate) fn settle(&self, ordinal: u64) {
+    /// The shard's metric handles.
+    pub(crate) fn metrics(&self) -> &crate::metrics::ShardMetrics {
+        &self.metrics
+    }
+
+    /// Marks `ordinal` settled (idempotent) and advances the prefix. True when it was not
+    /// settled before.
+    pub(crate) fn settle(&self, ordinal: u64) -> bool {
         let mut window = self.window();
         let Some(index) = ordinal.checked_sub(window.base) else {
-            return; // settled and already behind the prefix
+            return false; // settled and already behind the prefix
         };
         let Some(entry) = window.entries.get_mut(index as usize) else {
-            return; // not an ordinal of this shard
+            return false; // not an ordinal of this shard
         };
         if entry.settled {
-            return;
+            return false;
         }
         entry.settled = true;
         window.progress.settled += 1;
@@ -229,6 +239,7 @@ impl ShardSettlement {
         window.progress.window = window.entries.len() as u64;
         drop(window);
         self.changed();
+        true
     }
 
     /// Counts a failed handler attempt of `ordinal`.

@@ -159,6 +159,7 @@ impl Coordinator {
         let span =
             tracing::info_span!("coordinator", stream = %config.stream, owner = %config.owner);
         let shared = Arc::new(Shared {
+            metrics: crate::metrics::StreamMetrics::new(&config.stream),
             config,
             kinesis,
             store,
@@ -846,17 +847,25 @@ impl State {
             millis_behind,
             hash_range: self.stream_shards.get(&shard).map(|s| s.hash_range),
             kpl,
+            metrics: shared.metrics.shard(&shard),
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
         if plan.marker.is_some() {
             tracing::warn!(parent: &span, position = ?plan.open, "repositioned over the stored checkpoint (once per subscription)");
         }
         tracing::info!(parent: &span, checkpoint = ?lease.checkpoint.as_ref().map(ToString::to_string), position = ?plan.open, "lease taken");
+        shared.metrics.taken();
+        shared.metrics.held(shared.held().len());
         let reports = shared.reports.clone();
         self.tasks.spawn(
             async move {
                 let (exit, ()) = tokio::join!(keeper.run(cmd_rx), reader.run(plan));
-                shared.held().remove(&shard);
+                let held = {
+                    let mut held = shared.held();
+                    held.remove(&shard);
+                    held.len()
+                };
+                shared.metrics.held(held);
                 let _ = reports.send(Report { shard, exit });
             }
             .instrument(span),

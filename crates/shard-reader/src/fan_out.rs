@@ -113,8 +113,9 @@ impl Reader {
                     }
                 };
                 backoff.reset();
-                self.millis_behind
-                    .store(event.millis_behind.unwrap_or(0), Ordering::Relaxed);
+                let behind = event.millis_behind.unwrap_or(0);
+                self.millis_behind.store(behind, Ordering::Relaxed);
+                self.metrics.behind(behind);
                 if self.deliver(event.records, &mut at).await.is_err() {
                     return;
                 }

@@ -67,6 +67,7 @@ impl Keeper {
 
     fn lose(&self, why: &str) -> Exit {
         tracing::warn!(why, "lease lost; reader stops without checkpoint");
+        self.shared.metrics.lost();
         // Cancels the handler attempts running on the shard: the next owner may take it a
         // renew interval from now, and they must not run beside its handlers.
         self.settlement.abandon();
@@ -107,7 +108,9 @@ impl Keeper {
                 shared
                     .store
                     .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
-            timeout_at(deadline, call).await.ok()
+            let renewed = timeout_at(deadline, call).await.ok();
+            shared.metrics.renewed(sent.elapsed());
+            renewed
         };
         let Some(renewed) = renewed else {
             return (
@@ -293,6 +296,7 @@ impl Keeper {
                         self.record_written(cp);
                     }
                     tracing::info!(%asker, checkpoint = ?checkpoint.as_ref().map(ToString::to_string), "shard handed over");
+                    shared_metrics_handed_over(&self.shared);
                     if let Err(error) = store.bump_epoch(&config.stream).await {
                         tracing::warn!(error = %error, "could not bump the stream's epoch after a hand-over");
                     }
@@ -301,6 +305,7 @@ impl Keeper {
                 // An earlier attempt landed and only its response was lost.
                 Some(Ok(Outcome::Lost(lost))) if lost.holder.as_deref() == Some(asker.as_str()) => {
                     tracing::info!(%asker, "shard handed over (an earlier attempt landed)");
+                    shared_metrics_handed_over(&self.shared);
                     return Exit::HandedOver;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {
@@ -390,4 +395,8 @@ impl Keeper {
             }
         }
     }
+}
+
+fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
+    shared.metrics.handed_over();
 }

@@ -25,6 +25,7 @@ mod keeper;
 mod kinesis;
 mod memory_fan_out;
 mod memory_stream;
+mod metrics;
 mod reader;
 mod shared;
 mod start;

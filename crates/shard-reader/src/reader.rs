@@ -43,6 +43,8 @@ pub(crate) struct Reader {
     /// counted.
     pub(crate) hash_range: Option<(u128, u128)>,
     pub(crate) kpl: Arc<crate::deaggregation::KplCounters>,
+    /// MillisBehindLatest of this shard.
+    pub(crate) metrics: crate::metrics::ShardMetrics,
 }
 
 pub(crate) enum Stop {
@@ -191,6 +193,7 @@ impl Reader {
             backoff.reset();
             let behind = page.millis_behind.unwrap_or(0);
             self.millis_behind.store(behind, Ordering::Relaxed);
+            self.metrics.behind(behind);
             let empty = page.records.is_empty();
             if self.deliver(page.records, &mut at).await.is_err() {
                 return;

@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     /// The fan-out consumer's ARN, once registered (`ReaderConfig::fan_out`): readers then
     /// subscribe instead of polling.
     pub(crate) consumer_arn: std::sync::OnceLock<String>,
+    /// The subscription's metric handles (nothing without the `metrics` feature).
+    pub(crate) metrics: crate::metrics::StreamMetrics,
 }
 
 impl Shared {

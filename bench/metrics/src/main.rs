@@ -1,0 +1,158 @@
+//! Figure 8: what metrics cost dispatch. 1,000,000 in-memory deliveries over 8 shards through
+//! the serial loop and `workers(4, by_key)` (as in `dispatch_overhead`), with the `metrics`
+//! feature compiled in, in 5 rounds per mode; each round runs the mode with no recorder (every
+//! metric a no-op) and then with a Prometheus recorder installed, and takes the ratio of the
+//! two rates. The verdict uses the median: metrics may cost at most 5 %.
+//!
+//! A recorder cannot be uninstalled, so one is installed that forwards to Prometheus' only
+//! while switched on; metric handles are made when a shard's settlement is, so a round's
+//! handles are no-ops or real for the whole round.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kinesis_bench::{figure, rate};
+use kinesis_dispatch::{
+    channel_for, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+};
+use kinesis_lease_core::SequenceNumber;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+
+const RECORDS: usize = 1_000_000;
+const SHARDS: usize = 8;
+const KEYS: usize = 50;
+const ROUNDS: usize = 5;
+
+/// Forwards to Prometheus while `on`; hands out no-op metrics otherwise.
+struct Switch {
+    on: AtomicBool,
+    inner: PrometheusRecorder,
+}
+
+impl Recorder for Switch {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_counter(key, unit, description);
+    }
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_gauge(key, unit, description);
+    }
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_histogram(key, unit, description);
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        if self.on.load(Ordering::SeqCst) {
+            self.inner.register_counter(key, metadata)
+        } else {
+            Counter::noop()
+        }
+    }
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        if self.on.load(Ordering::SeqCst) {
+            self.inner.register_gauge(key, metadata)
+        } else {
+            Gauge::noop()
+        }
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        if self.on.load(Ordering::SeqCst) {
+            self.inner.register_histogram(key, metadata)
+        } else {
+            Histogram::noop()
+        }
+    }
+}
+
+fn record(shard: usize, i: usize, payload: &Bytes) -> Record {
+    let sequence = SequenceNumber::new(format!("{}", 1_000_000_000 + i * SHARDS + shard), None)
+        .expect("digits");
+    Record::new(
+        payload.clone(),
+        format!("key-{}", (i * SHARDS + shard) % KEYS),
+        sequence,
+    )
+}
+
+async fn run(workers: Workers) -> Duration {
+    let config = DispatchConfig {
+        workers,
+        ..Default::default()
+    };
+    let (sender, receiver) = channel_for(64, &config);
+    let handler = Handler::one(|d: Delivery| async move {
+        black_box(d.payload().len());
+        Ok::<(), std::io::Error>(())
+    });
+    let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
+    let payload = Bytes::from(vec![7u8; 64]);
+    let settlements: Vec<_> = (0..SHARDS)
+        .map(|s| ShardSettlement::new("bench", format!("shard-{s}")))
+        .collect();
+    let started = Instant::now();
+    let mut producers = Vec::new();
+    for (shard, settlement) in settlements.iter().enumerate() {
+        let (feed, payload) = (sender.feed(settlement.clone()), payload.clone());
+        producers.push(tokio::spawn(async move {
+            for i in 0..RECORDS / SHARDS {
+                feed.send(record(shard, i, &payload)).await.expect("send");
+            }
+        }));
+    }
+    for p in producers {
+        p.await.expect("producer");
+    }
+    for s in &settlements {
+        s.all_settled().await;
+    }
+    let took = started.elapsed();
+    drop(sender);
+    handle.join().await;
+    took
+}
+
+fn main() {
+    let recorder: &'static Switch = Box::leak(Box::new(Switch {
+        on: AtomicBool::new(false),
+        inner: PrometheusBuilder::new().build_recorder(),
+    }));
+    metrics::set_global_recorder(recorder).expect("the only recorder");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for (name, workers) in [
+            ("serial", Workers::Serial),
+            ("workers(4, by_key)", Workers::ByKey(4)),
+        ] {
+            let mut ratios = Vec::new();
+            for _ in 0..ROUNDS {
+                recorder.on.store(false, Ordering::SeqCst);
+                let off = rate(RECORDS, run(workers).await);
+                recorder.on.store(true, Ordering::SeqCst);
+                let on = rate(RECORDS, run(workers).await);
+                ratios.push(on / off);
+            }
+            recorder.on.store(false, Ordering::SeqCst);
+            eprintln!(
+                "{name}: ratios {}",
+                ratios
+                    .iter()
+                    .map(|r| format!("{r:.3}x"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            ratios.sort_by(f64::total_cmp);
+            let (lo, mid, hi) = (ratios[0], ratios[ROUNDS / 2], ratios[ROUNDS - 1]);
+            figure(
+                &format!("metrics: {name}, recorder on vs none (min / median / max)"),
+                &format!("{lo:.3}x / {mid:.3}x / {hi:.3}x"),
+                ">= 0.95x (median)",
+                Some(mid >= 0.95),
+            );
+        }
+    });
+}

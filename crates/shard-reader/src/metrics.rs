@@ -1,0 +1,108 @@
+//! Reader and lease metrics, through the `metrics` facade (feature `metrics`; without it every
+//! call here compiles to nothing).
+//!
+//! Names follow the KCL where it has one. Per stream (label `stream`): `LeasesHeld` (gauge),
+//! `LeasesTaken`, `LeasesLost` and `HandOvers` (counters: shards taken, lost without a
+//! release, and handed to another instance), `RenewalLatency` (histogram, seconds, of each
+//! renewal write). Per shard (labels `stream`, `shard`): `MillisBehindLatest` (gauge, from
+//! each read or fan-out event).
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use std::time::Duration;
+
+    /// One stream's (one subscription's) handles.
+    #[derive(Debug)]
+    pub(crate) struct StreamMetrics {
+        held: metrics::Gauge,
+        taken: metrics::Counter,
+        lost: metrics::Counter,
+        hand_overs: metrics::Counter,
+        renewal: metrics::Histogram,
+        stream: String,
+    }
+
+    impl StreamMetrics {
+        pub(crate) fn new(stream: &str) -> Self {
+            let label = [("stream", stream.to_owned())];
+            Self {
+                held: metrics::gauge!("LeasesHeld", &label),
+                taken: metrics::counter!("LeasesTaken", &label),
+                lost: metrics::counter!("LeasesLost", &label),
+                hand_overs: metrics::counter!("HandOvers", &label),
+                renewal: metrics::histogram!("RenewalLatency", &label),
+                stream: stream.to_owned(),
+            }
+        }
+        pub(crate) fn held(&self, n: usize) {
+            self.held.set(n as f64);
+        }
+        pub(crate) fn taken(&self) {
+            self.taken.increment(1);
+        }
+        pub(crate) fn lost(&self) {
+            self.lost.increment(1);
+        }
+        pub(crate) fn handed_over(&self) {
+            self.hand_overs.increment(1);
+        }
+        pub(crate) fn renewed(&self, took: Duration) {
+            self.renewal.record(took.as_secs_f64());
+        }
+        /// The handles of one of the stream's shards.
+        pub(crate) fn shard(&self, shard: &str) -> ShardMetrics {
+            ShardMetrics {
+                behind: metrics::gauge!(
+                    "MillisBehindLatest",
+                    "stream" => self.stream.clone(),
+                    "shard" => shard.to_owned()
+                ),
+            }
+        }
+    }
+
+    /// One shard's handles.
+    #[derive(Debug)]
+    pub(crate) struct ShardMetrics {
+        behind: metrics::Gauge,
+    }
+
+    impl ShardMetrics {
+        pub(crate) fn behind(&self, millis: u64) {
+            self.behind.set(millis as f64);
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod enabled {
+    use std::time::Duration;
+
+    /// Nothing: the `metrics` feature is off.
+    #[derive(Debug)]
+    pub(crate) struct StreamMetrics;
+
+    impl StreamMetrics {
+        pub(crate) fn new(_stream: &str) -> Self {
+            Self
+        }
+        pub(crate) fn held(&self, _n: usize) {}
+        pub(crate) fn taken(&self) {}
+        pub(crate) fn lost(&self) {}
+        pub(crate) fn handed_over(&self) {}
+        pub(crate) fn renewed(&self, _took: Duration) {}
+        pub(crate) fn shard(&self, _shard: &str) -> ShardMetrics {
+            ShardMetrics
+        }
+    }
+
+    /// Nothing: the `metrics` feature is off.
+    #[derive(Debug)]
+    pub(crate) struct ShardMetrics;
+
+    impl ShardMetrics {
+        pub(crate) fn behind(&self, _millis: u64) {}
+    }
+}
+
+pub(crate) use enabled::{ShardMetrics, StreamMetrics};
