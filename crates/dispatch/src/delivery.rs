@@ -180,12 +180,9 @@ impl Delivery {
     /// Marks the delivery settled (idempotent). Handlers don't call this: their `Ok` does.
     /// From a stream of deliveries, call it once the record is processed.
     pub fn ack(&self) {
-        if self.data.settlement.settle(self.data.ordinal) {
-            self.data
-                .settlement
-                .metrics()
-                .settled(self.data.record.payload.len());
-        }
+        self.data
+            .settlement
+            .settle_with(self.data.ordinal, self.data.record.payload.len());
         if self
             .data
             .handed_out

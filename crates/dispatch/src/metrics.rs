@@ -2,14 +2,15 @@
 //! here compiles to nothing).
 //!
 //! Names follow the KCL where it has one. Per shard (labels `stream`, `shard`; a stream has
-//! at most a few thousand shards): `RecordsProcessed` and `DataBytesProcessed` (counters,
-//! counted when a delivery settles), `HandlerRetries` and `DeadLetters` (counters). Per stream
+//! at most a few thousand shards): `HandlerRetries` and `DeadLetters` (counters). Per stream
 //! (label `stream`): `HandlerDuration` (histogram, seconds) of one call in 64 that finish at
 //! their first poll and of every call that waits: timing every call would cost more than the
-//! 5 % of dispatch that metrics may take (docs/benchmarks.md).
+//! 5 % of dispatch that metrics may take (docs/benchmarks.md). `RecordsProcessed` and
+//! `DataBytesProcessed` come from the settlement's own counts (`ShardSettlement::progress`,
+//! `settled_bytes`), published by the shard's keeper at each renewal: nothing per record.
 //!
-//! Handles are made once per shard, when its settlement is: a record costs one atomic add per
-//! counter in the recorder, not a lookup by name and labels.
+//! Handles are made once per shard, when its settlement is, not looked up by name and labels
+//! at each event.
 
 #[cfg(feature = "metrics")]
 mod enabled {
@@ -18,8 +19,6 @@ mod enabled {
     /// One shard's metric handles.
     #[derive(Debug)]
     pub(crate) struct ShardMetrics {
-        processed: metrics::Counter,
-        bytes: metrics::Counter,
         retries: metrics::Counter,
         dead_letters: metrics::Counter,
         handler: metrics::Histogram,
@@ -29,19 +28,10 @@ mod enabled {
         pub(crate) fn new(stream: &str, shard: &str) -> Self {
             let labels = [("stream", stream.to_owned()), ("shard", shard.to_owned())];
             Self {
-                processed: metrics::counter!("RecordsProcessed", &labels),
-                bytes: metrics::counter!("DataBytesProcessed", &labels),
                 retries: metrics::counter!("HandlerRetries", &labels),
                 dead_letters: metrics::counter!("DeadLetters", &labels),
                 handler: metrics::histogram!("HandlerDuration", "stream" => stream.to_owned()),
             }
-        }
-
-        /// A delivery of `bytes` settled.
-        #[inline]
-        pub(crate) fn settled(&self, bytes: usize) {
-            self.processed.increment(1);
-            self.bytes.increment(bytes as u64);
         }
 
         /// A handler attempt failed and will be tried again (or given up).
@@ -73,8 +63,6 @@ mod enabled {
         pub(crate) fn new(_stream: &str, _shard: &str) -> Self {
             Self
         }
-        #[inline(always)]
-        pub(crate) fn settled(&self, _bytes: usize) {}
         #[inline(always)]
         pub(crate) fn retried(&self) {}
         #[inline(always)]

@@ -78,6 +78,8 @@ struct Window {
     entries: VecDeque<Entry>,
     /// Counts and offer, kept under the same lock so one settle is one lock.
     progress: Progress,
+    /// Payload bytes of the deliveries settled so far.
+    bytes: u64,
 }
 
 /// The settlement of one shard's deliveries; shared by its reader and its deliveries.
@@ -215,7 +217,13 @@ impl ShardSettlement {
 
     /// Marks `ordinal` settled (idempotent) and advances the prefix. True when it was not
     /// settled before.
+    #[cfg(test)]
     pub(crate) fn settle(&self, ordinal: u64) -> bool {
+        self.settle_with(ordinal, 0)
+    }
+
+    /// As [`settle`](Self::settle), counting `bytes` of payload as settled.
+    pub(crate) fn settle_with(&self, ordinal: u64, bytes: usize) -> bool {
         let mut window = self.window();
         let Some(index) = ordinal.checked_sub(window.base) else {
             return false; // settled and already behind the prefix
@@ -228,6 +236,7 @@ impl ShardSettlement {
         }
         entry.settled = true;
         window.progress.settled += 1;
+        window.bytes += bytes as u64;
         let mut advanced = None;
         while window.entries.front().is_some_and(|e| e.settled) {
             advanced = window.entries.pop_front().map(|e| e.sequence);
@@ -240,6 +249,11 @@ impl ShardSettlement {
         drop(window);
         self.changed();
         true
+    }
+
+    /// Payload bytes of the deliveries settled so far (the `DataBytesProcessed` metric).
+    pub fn settled_bytes(&self) -> u64 {
+        self.window().bytes
     }
 
     /// Counts a failed handler attempt of `ordinal`.

@@ -835,6 +835,7 @@ impl State {
             signal: signal_tx,
             written,
             taken_at: sent,
+            counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
         };
         let reader = Reader {
             shared: shared.clone(),

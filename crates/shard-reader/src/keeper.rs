@@ -47,6 +47,8 @@ pub(crate) struct Keeper {
     pub(crate) written: Arc<std::sync::Mutex<Option<Checkpoint>>>,
     /// When the write that took the row was sent.
     pub(crate) taken_at: Instant,
+    /// RecordsProcessed and DataBytesProcessed, published at each renewal and when dropped.
+    pub(crate) counted: crate::metrics::Counted,
 }
 
 /// What one renewal came to.
@@ -97,6 +99,7 @@ impl Keeper {
 
     /// One renewal with the due checkpoint, bounded by `deadline`.
     async fn renew(&mut self, deadline: Instant) -> (Renewed, Instant) {
+        self.counted.publish();
         let shared = self.shared.clone();
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
