@@ -117,9 +117,9 @@ async fn every_metric_has_the_value_of_a_scripted_run() {
     assert!(behind.iter().all(|(_, v)| **v == 0.0));
     // Renewals every 3 s: a few in 10 s, per shard.
     assert!(sum(&m, "RenewalLatency") >= 4.0, "{m:?}");
-    // Handler calls that finish at once are sampled (one in 64); every failed call of order
-    // 7 finished at once too: some samples, far fewer than the calls.
-    assert!(sum(&m, "HandlerDuration") <= 202.0);
+    // Handler calls that finish at once are sampled (one in 64): a few samples of 202 calls,
+    // not one each.
+    assert!(sum(&m, "HandlerDuration") < 40.0, "{m:?}");
 
     // A second instance asks for its share: one shard is handed over.
     let mut b = Broker::builder()
@@ -142,8 +142,19 @@ async fn every_metric_has_the_value_of_a_scripted_run() {
     assert_eq!(sum(&m, "RecordsProcessed"), 0.0, "nothing handled twice");
     assert_eq!(m[&("LeasesHeld".to_owned(), stream.clone())], 1.0);
 
+    // b leaves gracefully; a takes its shard back.
     b.shutdown().await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let m = read(&snapshotter);
+    assert_eq!(m[&("LeasesHeld".to_owned(), stream)], 2.0, "{m:?}");
+    assert_eq!(sum(&m, "LeasesTaken"), 1.0);
+    assert_eq!(
+        sum(&m, "LeasesLost"),
+        0.0,
+        "a graceful release is not a loss"
+    );
     a.shutdown().await;
     let m = read(&snapshotter);
-    assert_eq!(m[&("LeasesHeld".to_owned(), stream)], 0.0);
+    assert_eq!(sum(&m, "LeasesLost"), 0.0);
+    assert_eq!(sum(&m, "RecordsProcessed"), 0.0, "nothing handled twice");
 }

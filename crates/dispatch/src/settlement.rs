@@ -222,7 +222,8 @@ impl ShardSettlement {
         self.settle_with(ordinal, 0)
     }
 
-    /// As [`settle`](Self::settle), counting `bytes` of payload as settled.
+    /// Marks `ordinal` settled (idempotent), counting `bytes` of payload as settled, and
+    /// advances the prefix. True when it was not settled before.
     pub(crate) fn settle_with(&self, ordinal: u64, bytes: usize) -> bool {
         let mut window = self.window();
         let Some(index) = ordinal.checked_sub(window.base) else {

@@ -856,17 +856,20 @@ impl State {
         }
         tracing::info!(parent: &span, checkpoint = ?lease.checkpoint.as_ref().map(ToString::to_string), position = ?plan.open, "lease taken");
         shared.metrics.taken();
-        shared.metrics.held(shared.held().len());
+        {
+            // Set under the lock, so that a take and a task's end cannot reorder their sets.
+            let held = shared.held();
+            shared.metrics.held(held.len());
+        }
         let reports = shared.reports.clone();
         self.tasks.spawn(
             async move {
                 let (exit, ()) = tokio::join!(keeper.run(cmd_rx), reader.run(plan));
-                let held = {
+                {
                     let mut held = shared.held();
                     held.remove(&shard);
-                    held.len()
-                };
-                shared.metrics.held(held);
+                    shared.metrics.held(held.len());
+                }
                 let _ = reports.send(Report { shard, exit });
             }
             .instrument(span),

@@ -5,9 +5,9 @@
 //! `LeasesTaken`, `LeasesLost` and `HandOvers` (counters: shards taken, lost without a
 //! release, and handed to another instance), `RenewalLatency` (histogram, seconds, of each
 //! renewal write). Per shard (labels `stream`, `shard`): `MillisBehindLatest` (gauge, from
-//! each read or fan-out event), `RecordsProcessed` and `DataBytesProcessed` (counters of the
-//! deliveries settled, published from the shard's settlement at each renewal and when the
-//! shard is let go: they lag by at most a renew interval, and cost nothing per record).
+//! each read or fan-out event; 0 once the shard is let go), `RecordsProcessed` and
+//! `DataBytesProcessed` (counters of the deliveries settled, published from the shard's
+//! settlement at each renewal and when the shard is let go: nothing per record).
 
 #[cfg(feature = "metrics")]
 mod enabled {
@@ -72,6 +72,14 @@ mod enabled {
     impl ShardMetrics {
         pub(crate) fn behind(&self, millis: u64) {
             self.behind.set(millis as f64);
+        }
+    }
+
+    impl Drop for ShardMetrics {
+        /// The shard is let go (its reader ended): this instance no longer reads it, so it is
+        /// no longer behind on it.
+        fn drop(&mut self) {
+            self.behind.set(0.0);
         }
     }
 
