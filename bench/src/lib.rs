@@ -4,7 +4,14 @@
 //! kinesis-bench --bin NAME`); `cargo xtask bench` runs them all (starting the emulators the
 //! ones on kinesis-local and moto need) and gathers the `FIGURE` lines into one table.
 
-use std::time::Duration;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kinesis_dispatch::{
+    channel_for, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+};
+use kinesis_lease_core::SequenceNumber;
 
 /// Prints one figure as `FIGURE<TAB>name<TAB>value<TAB>target<TAB>met`, the line
 /// `cargo xtask bench` collects.
@@ -98,4 +105,75 @@ impl RenewalGaps {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.task.await.unwrap_or(Duration::MAX)
     }
+}
+
+/// Deliveries of the dispatch scenarios.
+pub const DISPATCH_RECORDS: usize = 1_000_000;
+/// Shards they come from.
+pub const DISPATCH_SHARDS: usize = 8;
+/// Partition keys they spread over.
+pub const DISPATCH_KEYS: usize = 50;
+
+/// Record `i` of `shard` in the dispatch scenarios, built as a reader would (a partition key
+/// and a sequence number each).
+pub fn dispatch_record(shard: usize, i: usize, payload: &Bytes) -> Record {
+    let sequence = SequenceNumber::new(
+        format!("{}", 1_000_000_000 + i * DISPATCH_SHARDS + shard),
+        None,
+    )
+    .expect("digits");
+    Record::new(
+        payload.clone(),
+        format!("key-{}", (i * DISPATCH_SHARDS + shard) % DISPATCH_KEYS),
+        sequence,
+    )
+}
+
+/// The dispatch scenarios' run: `DISPATCH_RECORDS` deliveries from `DISPATCH_SHARDS` producers
+/// through a dispatcher with `workers` (and batches of `batch`), a trivial handler, every
+/// shard's settlement awaited; returns the time taken.
+pub async fn dispatch_run(workers: Workers, batch: Option<usize>) -> Duration {
+    let config = DispatchConfig {
+        workers,
+        ..Default::default()
+    };
+    let (sender, receiver) = channel_for(64, &config);
+    let handler = match batch {
+        None => Handler::one(|d: Delivery| async move {
+            black_box(d.payload().len());
+            Ok::<(), std::io::Error>(())
+        }),
+        Some(size) => Handler::batch(size, |b: Vec<Delivery>| async move {
+            black_box(b.len());
+            Ok(())
+        }),
+    };
+    let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
+    let payload = Bytes::from(vec![7u8; 64]);
+    let settlements: Vec<_> = (0..DISPATCH_SHARDS)
+        .map(|s| ShardSettlement::new("bench", format!("shard-{s}")))
+        .collect();
+    let started = Instant::now();
+    let mut producers = Vec::new();
+    for (shard, settlement) in settlements.iter().enumerate() {
+        let (feed, payload) = (sender.feed(settlement.clone()), payload.clone());
+        producers.push(tokio::spawn(async move {
+            for i in 0..DISPATCH_RECORDS / DISPATCH_SHARDS {
+                feed.send(dispatch_record(shard, i, &payload))
+                    .await
+                    .expect("send");
+            }
+        }));
+    }
+    for p in producers {
+        p.await.expect("producer");
+    }
+    for s in &settlements {
+        s.all_settled().await;
+        black_box(s.progress().checkpoint);
+    }
+    let took = started.elapsed();
+    drop(sender);
+    handle.join().await;
+    took
 }

@@ -8,22 +8,13 @@
 //! while switched on; metric handles are made when a shard's settlement is, so a round's
 //! handles are no-ops or real for the whole round.
 
-use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kinesis_bench::{figure, rate};
-use kinesis_dispatch::{
-    channel_for, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
-};
-use kinesis_lease_core::SequenceNumber;
+use kinesis_bench::{dispatch_run, figure, rate, DISPATCH_RECORDS as RECORDS};
+use kinesis_dispatch::Workers;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 
-const RECORDS: usize = 1_000_000;
-const SHARDS: usize = 8;
-const KEYS: usize = 50;
 const ROUNDS: usize = 5;
 
 /// Forwards to Prometheus while `on`; hands out no-op metrics otherwise.
@@ -65,53 +56,6 @@ impl Recorder for Switch {
     }
 }
 
-fn record(shard: usize, i: usize, payload: &Bytes) -> Record {
-    let sequence = SequenceNumber::new(format!("{}", 1_000_000_000 + i * SHARDS + shard), None)
-        .expect("digits");
-    Record::new(
-        payload.clone(),
-        format!("key-{}", (i * SHARDS + shard) % KEYS),
-        sequence,
-    )
-}
-
-async fn run(workers: Workers) -> Duration {
-    let config = DispatchConfig {
-        workers,
-        ..Default::default()
-    };
-    let (sender, receiver) = channel_for(64, &config);
-    let handler = Handler::one(|d: Delivery| async move {
-        black_box(d.payload().len());
-        Ok::<(), std::io::Error>(())
-    });
-    let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
-    let payload = Bytes::from(vec![7u8; 64]);
-    let settlements: Vec<_> = (0..SHARDS)
-        .map(|s| ShardSettlement::new("bench", format!("shard-{s}")))
-        .collect();
-    let started = Instant::now();
-    let mut producers = Vec::new();
-    for (shard, settlement) in settlements.iter().enumerate() {
-        let (feed, payload) = (sender.feed(settlement.clone()), payload.clone());
-        producers.push(tokio::spawn(async move {
-            for i in 0..RECORDS / SHARDS {
-                feed.send(record(shard, i, &payload)).await.expect("send");
-            }
-        }));
-    }
-    for p in producers {
-        p.await.expect("producer");
-    }
-    for s in &settlements {
-        s.all_settled().await;
-    }
-    let took = started.elapsed();
-    drop(sender);
-    handle.join().await;
-    took
-}
-
 fn main() {
     let recorder: &'static Switch = Box::leak(Box::new(Switch {
         on: AtomicBool::new(false),
@@ -131,9 +75,9 @@ fn main() {
             let mut ratios = Vec::new();
             for _ in 0..ROUNDS {
                 recorder.on.store(false, Ordering::SeqCst);
-                let off = rate(RECORDS, run(workers).await);
+                let off = rate(RECORDS, dispatch_run(workers, None).await);
                 recorder.on.store(true, Ordering::SeqCst);
-                let on = rate(RECORDS, run(workers).await);
+                let on = rate(RECORDS, dispatch_run(workers, None).await);
                 ratios.push(on / off);
             }
             recorder.on.store(false, Ordering::SeqCst);

@@ -9,25 +9,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kinesis_bench::{figure, rate};
-use kinesis_dispatch::{
-    channel_for, Delivery, DispatchConfig, Dispatcher, Handler, Record, ShardSettlement, Workers,
+use kinesis_bench::{
+    dispatch_record, dispatch_run, figure, rate, DISPATCH_RECORDS as RECORDS,
+    DISPATCH_SHARDS as SHARDS,
 };
-use kinesis_lease_core::SequenceNumber;
-
-const RECORDS: usize = 1_000_000;
-const SHARDS: usize = 8;
-const KEYS: usize = 50;
-
-fn record(shard: usize, i: usize, payload: &Bytes) -> Record {
-    let sequence = SequenceNumber::new(format!("{}", 1_000_000_000 + i * SHARDS + shard), None)
-        .expect("digits");
-    Record::new(
-        payload.clone(),
-        format!("key-{}", (i * SHARDS + shard) % KEYS),
-        sequence,
-    )
-}
+use kinesis_dispatch::{Record, Workers};
 
 async fn trivial(d: &Record) {
     black_box(d.payload.len());
@@ -41,7 +27,9 @@ async fn bare() -> Duration {
         let (tx, payload) = (tx.clone(), payload.clone());
         tokio::spawn(async move {
             for i in 0..RECORDS / SHARDS {
-                tx.send(record(shard, i, &payload)).await.expect("send");
+                tx.send(dispatch_record(shard, i, &payload))
+                    .await
+                    .expect("send");
             }
         });
     }
@@ -50,50 +38,6 @@ async fn bare() -> Duration {
         trivial(&r).await;
     }
     started.elapsed()
-}
-
-async fn ours(workers: Workers, batch: Option<usize>) -> Duration {
-    let config = DispatchConfig {
-        workers,
-        ..Default::default()
-    };
-    let (sender, receiver) = channel_for(64, &config);
-    let handler = match batch {
-        None => Handler::one(|d: Delivery| async move {
-            black_box(d.payload().len());
-            Ok::<(), std::io::Error>(())
-        }),
-        Some(size) => Handler::batch(size, |b: Vec<Delivery>| async move {
-            black_box(b.len());
-            Ok(())
-        }),
-    };
-    let handle = Dispatcher::spawn(receiver, handler, config).expect("dispatch");
-    let payload = Bytes::from(vec![7u8; 64]);
-    let settlements: Vec<_> = (0..SHARDS)
-        .map(|s| ShardSettlement::new("bench", format!("shard-{s}")))
-        .collect();
-    let started = Instant::now();
-    let mut producers = Vec::new();
-    for (shard, settlement) in settlements.iter().enumerate() {
-        let (feed, payload) = (sender.feed(settlement.clone()), payload.clone());
-        producers.push(tokio::spawn(async move {
-            for i in 0..RECORDS / SHARDS {
-                feed.send(record(shard, i, &payload)).await.expect("send");
-            }
-        }));
-    }
-    for p in producers {
-        p.await.expect("producer");
-    }
-    for s in &settlements {
-        s.all_settled().await;
-        black_box(s.progress().checkpoint);
-    }
-    let took = started.elapsed();
-    drop(sender);
-    handle.join().await;
-    took
 }
 
 fn main() {
@@ -123,7 +67,7 @@ fn main() {
             let mut bares = Vec::new();
             for _ in 0..ROUNDS {
                 let base = rate(RECORDS, bare().await);
-                let r = rate(RECORDS, ours(workers, batch).await);
+                let r = rate(RECORDS, dispatch_run(workers, batch).await);
                 ratios.push(r / base);
                 rates.push(r);
                 bares.push(base);

@@ -19,6 +19,24 @@ fn fan_out(mut config: ReaderConfig) -> ReaderConfig {
     config
 }
 
+/// An instance reading stream `s` by fan-out from the horizon, over a store of its own on
+/// `table`, recording into `log`.
+fn by_fan_out(
+    kinesis: &MemoryStream,
+    table: &MemoryLeaseTable,
+    owner: &str,
+    workers: Workers,
+    log: &Log,
+) -> Consumer {
+    start_with_log(
+        kinesis,
+        Arc::new(MemoryLeaseStore::over(table)),
+        fan_out(config("s", owner, Position::TrimHorizon)),
+        workers,
+        log.clone(),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn fan_out_from_the_default_start_delivers_everything_once_without_polling() {
     let kinesis = MemoryStream::new();
@@ -103,22 +121,10 @@ async fn a_graceful_hand_over_by_fan_out_delivers_nothing_twice() {
     kinesis.create_stream("s", 3).unwrap();
     let table = MemoryLeaseTable::default();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "a", Position::TrimHorizon)),
-        Workers::ByKey(3),
-        log.clone(),
-    );
+    let a = by_fan_out(&kinesis, &table, "a", Workers::ByKey(3), &log);
     put_many(&kinesis, "s", 11, 0, 300);
     wait_for_count(&log, 300, Duration::from_secs(30)).await;
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "b", Position::TrimHorizon)),
-        Workers::ByKey(3),
-        log.clone(),
-    );
+    let b = by_fan_out(&kinesis, &table, "b", Workers::ByKey(3), &log);
     put_many(&kinesis, "s", 11, 300, 300);
     tokio::time::sleep(Duration::from_secs(2)).await;
     a.stop().await;
@@ -142,24 +148,12 @@ async fn after_a_crash_the_next_owner_subscribes_from_the_checkpoint() {
     kinesis.create_stream("s", 2).unwrap();
     let table = MemoryLeaseTable::default();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "a", Position::TrimHorizon)),
-        Workers::Serial,
-        log.clone(),
-    );
+    let a = by_fan_out(&kinesis, &table, "a", Workers::Serial, &log);
     put_many(&kinesis, "s", 7, 0, 400);
     wait_for_count(&log, 400, Duration::from_secs(30)).await;
     // Checkpoints written at the next renewal.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "b", Position::TrimHorizon)),
-        Workers::Serial,
-        log.clone(),
-    );
+    let b = by_fan_out(&kinesis, &table, "b", Workers::Serial, &log);
     a.crash();
     put_many(&kinesis, "s", 7, 400, 200);
     wait_for_distinct(&log, 600, Duration::from_secs(60)).await;
@@ -217,20 +211,8 @@ async fn the_consumer_is_registered_once_and_shared_by_instances() {
     kinesis.create_stream("s", 2).unwrap();
     let table = MemoryLeaseTable::default();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "a", Position::TrimHorizon)),
-        Workers::Serial,
-        log.clone(),
-    );
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "b", Position::TrimHorizon)),
-        Workers::Serial,
-        log.clone(),
-    );
+    let a = by_fan_out(&kinesis, &table, "a", Workers::Serial, &log);
+    let b = by_fan_out(&kinesis, &table, "b", Workers::Serial, &log);
     put_many(&kinesis, "s", 7, 0, 100);
     wait_for_count(&log, 100, Duration::from_secs(30)).await;
     let consumer = kinesis.describe_consumer("s", "app").await.unwrap();
@@ -249,22 +231,10 @@ async fn kpl_aggregates_by_fan_out_are_delivered_once_across_a_hand_over() {
     kinesis.create_stream("s", 1).unwrap();
     let table = MemoryLeaseTable::default();
     let log = Log::default();
-    let a = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "a", Position::TrimHorizon)),
-        Workers::ByKey(3),
-        log.clone(),
-    );
+    let a = by_fan_out(&kinesis, &table, "a", Workers::ByKey(3), &log);
     put_aggregated(&kinesis, 5, 0, 250, 40, None).await;
     wait_for_count(&log, 250, Duration::from_secs(30)).await;
-    let b = start_with_log(
-        &kinesis,
-        Arc::new(MemoryLeaseStore::over(&table)),
-        fan_out(config("s", "b", Position::TrimHorizon)),
-        Workers::ByKey(3),
-        log.clone(),
-    );
+    let b = by_fan_out(&kinesis, &table, "b", Workers::ByKey(3), &log);
     put_aggregated(&kinesis, 5, 250, 250, 40, None).await;
     a.stop().await;
     put_aggregated(&kinesis, 5, 500, 250, 40, None).await;
@@ -282,44 +252,53 @@ async fn kpl_aggregates_by_fan_out_are_delivered_once_across_a_hand_over() {
     b.stop().await;
 }
 
+/// The four polling calls of `KinesisApi`, forwarded to the `MemoryStream` in `self.$field`.
+macro_rules! forward_polling {
+    ($field:tt) => {
+        fn list_shards<'a>(
+            &'a self,
+            stream: &'a str,
+        ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
+        {
+            self.$field.list_shards(stream)
+        }
+        fn shard_iterator<'a>(
+            &'a self,
+            stream: &'a str,
+            shard: &'a str,
+            position: &'a Position,
+        ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
+            self.$field.shard_iterator(stream, shard, position)
+        }
+        fn get_records<'a>(
+            &'a self,
+            stream: &'a str,
+            shard: &'a str,
+            iterator: &'a str,
+            limit: usize,
+        ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+        {
+            self.$field.get_records(stream, shard, iterator, limit)
+        }
+        fn put_records<'a>(
+            &'a self,
+            stream: &'a str,
+            entries: &'a [kinesis_shard_reader::PutEntry],
+        ) -> kinesis_lease_core::BoxFuture<
+            'a,
+            Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>,
+        > {
+            self.$field.put_records(stream, entries)
+        }
+    };
+}
+
 /// A `KinesisApi` that only polls (a user's own implementation written before fan-out).
 #[derive(Debug)]
 struct PollingOnly(MemoryStream);
 
 impl KinesisApi for PollingOnly {
-    fn list_shards<'a>(
-        &'a self,
-        stream: &'a str,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
-    {
-        self.0.list_shards(stream)
-    }
-    fn shard_iterator<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        position: &'a Position,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
-        self.0.shard_iterator(stream, shard, position)
-    }
-    fn get_records<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        iterator: &'a str,
-        limit: usize,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
-    {
-        self.0.get_records(stream, shard, iterator, limit)
-    }
-    fn put_records<'a>(
-        &'a self,
-        stream: &'a str,
-        entries: &'a [kinesis_shard_reader::PutEntry],
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
-    {
-        self.0.put_records(stream, entries)
-    }
+    forward_polling!(0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -435,39 +414,7 @@ impl kinesis_shard_reader::ShardSubscription for Hangs {
 }
 
 impl KinesisApi for Silent {
-    fn list_shards<'a>(
-        &'a self,
-        stream: &'a str,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
-    {
-        self.inner.list_shards(stream)
-    }
-    fn shard_iterator<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        position: &'a Position,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
-        self.inner.shard_iterator(stream, shard, position)
-    }
-    fn get_records<'a>(
-        &'a self,
-        stream: &'a str,
-        shard: &'a str,
-        iterator: &'a str,
-        limit: usize,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
-    {
-        self.inner.get_records(stream, shard, iterator, limit)
-    }
-    fn put_records<'a>(
-        &'a self,
-        stream: &'a str,
-        entries: &'a [kinesis_shard_reader::PutEntry],
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
-    {
-        self.inner.put_records(stream, entries)
-    }
+    forward_polling!(inner);
     fn register_consumer<'a>(
         &'a self,
         stream: &'a str,
