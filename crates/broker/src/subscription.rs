@@ -85,15 +85,19 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
-    /// Up to `n` handlers at once, in no particular order; add [`by_key`](Self::by_key) for
-    /// `n` lanes that keep each partition key in order.
+    /// Up to `n` handlers at once, in no particular order; add [`by_key`](Self::by_key) (before
+    /// or after: the order of the calls does not matter) for `n` lanes that keep each
+    /// partition key in order.
     pub fn workers(mut self, n: usize) -> Self {
-        self.dispatch.workers = Workers::Unordered(n);
+        self.dispatch.workers = match self.dispatch.workers {
+            Workers::ByKey(_) => Workers::ByKey(n),
+            Workers::Serial | Workers::Unordered(_) => Workers::Unordered(n),
+        };
         self
     }
 
-    /// Turns `workers(n)` into n lanes by partition key (`workers(n, by_key)`): records of one
-    /// key are handled one at a time, in order, keys spread over lanes.
+    /// Makes [`workers`](Self::workers)`(n)` n lanes by partition key: records of one key are
+    /// handled one at a time, in order, keys spread over lanes. Alone, one lane.
     pub fn by_key(mut self) -> Self {
         self.dispatch.workers = match self.dispatch.workers {
             Workers::Unordered(n) | Workers::ByKey(n) => Workers::ByKey(n),

@@ -281,3 +281,50 @@ async fn graceful_shutdown_hands_every_shard_over() {
     );
     assert!(log.iter().any(|(o, _)| o == "b"));
 }
+
+/// `by_key()` then `workers(n)` is n lanes by key, as `workers(n)` then `by_key()` is: the
+/// order of the calls does not matter (it used to make the subscription unordered, and one
+/// key's records ran side by side and finished out of order).
+#[tokio::test(start_paused = true)]
+async fn by_key_before_workers_keeps_each_key_in_order() {
+    for by_key_first in [true, false] {
+        let kinesis = MemoryStream::new();
+        kinesis.create_stream("orders", 1).unwrap();
+        let entries = (0..40)
+            .map(|i| PutEntry::new(format!("{i}"), "one-customer"))
+            .collect();
+        Publisher::new(kinesis.clone(), "orders")
+            .put_all(entries)
+            .await
+            .unwrap();
+        let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let s = seen.clone();
+        let mut broker = Broker::builder().kinesis(kinesis.clone()).build().unwrap();
+        let sub = broker.subscribe("orders").start_at(StartAt::TrimHorizon);
+        let sub = if by_key_first {
+            sub.by_key().workers(4)
+        } else {
+            sub.workers(4).by_key()
+        };
+        sub.handle(move |d: Delivery| {
+            let s = s.clone();
+            async move {
+                let n: u64 = String::from_utf8_lossy(d.payload()).parse().unwrap();
+                // Later records take less time: run side by side, they would finish first.
+                tokio::time::sleep(Duration::from_millis(50 - n)).await;
+                s.lock().unwrap().push(n);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .unwrap();
+        let running = broker.start().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            (0..40).collect::<Vec<_>>(),
+            "by_key first: {by_key_first}"
+        );
+        running.shutdown().await;
+    }
+}
