@@ -59,7 +59,7 @@ impl AwsKinesis {
                 format!("{stream}/consumer/{name}"),
             ) {
                 // Registered already (by another instance, or an earlier run): reuse it.
-                ReaderError::InUse { .. } => self.describe_consumer_now(stream, name).await,
+                ReaderError::InUse { .. } => self.describe_on(&arn, stream, name).await,
                 other => Err(other),
             },
         }
@@ -71,6 +71,16 @@ impl AwsKinesis {
         name: &str,
     ) -> Result<StreamConsumer, ReaderError> {
         let arn = self.stream_arn(stream).await?;
+        self.describe_on(&arn, stream, name).await
+    }
+
+    /// DescribeStreamConsumer on the stream of ARN `arn` (`stream` names it in errors).
+    async fn describe_on(
+        &self,
+        arn: &str,
+        stream: &str,
+        name: &str,
+    ) -> Result<StreamConsumer, ReaderError> {
         let out = self
             .client
             .describe_stream_consumer()
