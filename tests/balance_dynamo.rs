@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kinesis_broker::{Broker, Clock, DynamoLeaseStore, RunningBroker, StartAt};
+use kinesis_broker::{lease::Clock, Broker, DynamoLeaseStore, RunningBroker, StartAt};
 use kinesis_integ::*;
 
 /// The system clock shifted by an offset.
@@ -33,7 +33,8 @@ fn broker(
         .sdk_config(config)
         .lease_store(store)
         .owner_id(owner)
-        .lease_timing(Duration::from_secs(4), Duration::from_secs(1))
+        .lease_duration(Duration::from_secs(4))
+        .renew_interval(Duration::from_secs(1))
         .take_interval(Duration::from_millis(500))
         .list_interval(Duration::from_secs(1))
         .poll_interval(Duration::from_millis(200))

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kinesis_broker::{DynamoLeaseStore, LeaseStore, StartAt};
+use kinesis_broker::{lease::LeaseStore, DynamoLeaseStore, StartAt};
 use kinesis_integ::*;
 
 const CONSUMER: &str = "integ-fan-out";

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_broker::{Broker, BrokerError, Delivery, DynamoLeaseStore, StartAt};
+use kinesis_broker::{Broker, BrokerError, Delivery, DynamoLeaseStore, StartAt, TableSetup};
 use kinesis_integ::*;
 
 fn chain(err: &dyn std::error::Error) -> String {
@@ -67,7 +67,10 @@ async fn a_missing_table_without_ensure_is_named() {
     let dynamo = sdk_config(Service::Dynamodb).await;
     let mut broker = Broker::builder()
         .sdk_config(&config)
-        .dynamo_lease_table(DynamoLeaseStore::new(&dynamo, &table), false)
+        .dynamo_lease_table(
+            DynamoLeaseStore::new(&dynamo, &table),
+            TableSetup::MustExist,
+        )
         .build()
         .unwrap();
     broker.subscribe(&stream).handle(ok()).unwrap();
@@ -116,10 +119,10 @@ async fn a_table_with_the_wrong_key_is_named() {
         .send()
         .await
         .unwrap();
-    for create in [true, false] {
+    for setup in [TableSetup::CreateIfMissing, TableSetup::MustExist] {
         let mut broker = Broker::builder()
             .sdk_config(&config)
-            .dynamo_lease_table(DynamoLeaseStore::new(&dynamo, &table), create)
+            .dynamo_lease_table(DynamoLeaseStore::new(&dynamo, &table), setup)
             .build()
             .unwrap();
         broker.subscribe(&stream).handle(ok()).unwrap();

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kinesis_broker::{DynamoLeaseStore, LeaseStore};
+use kinesis_broker::{lease::LeaseStore, DynamoLeaseStore};
 use kinesis_integ::*;
 
 const SHARDS: i32 = 16;
@@ -81,7 +81,7 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
         })
     };
     // Wait until the three processes balance (each holds at least 5 of 16).
-    let owned = |rows: &[kinesis_broker::Lease]| {
+    let owned = |rows: &[kinesis_broker::lease::Lease]| {
         let mut by: BTreeMap<String, usize> = BTreeMap::new();
         for row in rows {
             if let Some(o) = &row.owner {

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kinesis_broker::{DynamoLeaseStore, LeaseKey, LeaseStore, MemoryLeaseStore, StartAt};
+use kinesis_broker::{
+    lease::{LeaseKey, LeaseStore},
+    DynamoLeaseStore, MemoryLeaseStore, StartAt,
+};
 use kinesis_integ::*;
 
 async fn run_from(start_at: StartAt, before: usize, after: usize) -> Log {
@@ -29,7 +32,7 @@ async fn run_from(start_at: StartAt, before: usize, after: usize) -> Log {
         .stats()
         .shards(&stream)
         .iter()
-        .filter(|s| s.millis_behind == 0)
+        .filter(|s| s.millis_behind == Some(0))
         .count()
         < 4
     {
@@ -87,7 +90,7 @@ async fn reads_a_four_shard_stream_from_a_timestamp() {
         Arc::new(MemoryLeaseStore::new()),
         "a",
         &stream,
-        StartAt::AtTimestamp(at),
+        StartAt::at_millis(at),
         &log,
     );
     let running = broker.start().await.expect("start");

@@ -70,7 +70,10 @@ pub struct RenewalGaps {
 
 impl RenewalGaps {
     /// Starts watching `stream` through `store` (a store of its own over the same table).
-    pub fn watch(store: std::sync::Arc<dyn kinesis_broker::LeaseStore>, stream: &str) -> Self {
+    pub fn watch(
+        store: std::sync::Arc<dyn kinesis_broker::lease::LeaseStore>,
+        stream: &str,
+    ) -> Self {
         use std::collections::HashMap;
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));

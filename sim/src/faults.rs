@@ -7,8 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Checkpoint, KinesisApi, Lease, LeaseError, LeaseKey, LeaseStore, MemoryLeaseStore,
-    MemoryStream, Outcome, ReaderError, StartAt,
+    kinesis::KinesisApi,
+    lease::{Lease, LeaseError, LeaseKey, LeaseStore, Outcome},
+    testing::MemoryStream,
+    Checkpoint, MemoryLeaseStore, ReaderError, StartAt,
 };
 use kinesis_lease_core::{BoxFuture, Holder, LeaseResult, Take};
 use tokio::time::Instant;
@@ -299,7 +301,7 @@ impl KinesisApi for SimKinesis {
     fn list_shards<'a>(
         &'a self,
         stream: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::Shard>, ReaderError>> {
+    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::kinesis::Shard>, ReaderError>> {
         Box::pin(async move {
             self.latency().await;
             self.inner.list_shards(stream).await
@@ -331,7 +333,7 @@ impl KinesisApi for SimKinesis {
         shard: &'a str,
         iterator: &'a str,
         limit: usize,
-    ) -> BoxFuture<'a, Result<kinesis_broker::RecordsPage, ReaderError>> {
+    ) -> BoxFuture<'a, Result<kinesis_broker::kinesis::RecordsPage, ReaderError>> {
         Box::pin(async move {
             self.latency().await;
             self.inner.get_records(stream, shard, iterator, limit).await
@@ -342,7 +344,7 @@ impl KinesisApi for SimKinesis {
         &'a self,
         stream: &'a str,
         entries: &'a [kinesis_broker::PutEntry],
-    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::PutOutcome>, ReaderError>> {
+    ) -> BoxFuture<'a, Result<Vec<kinesis_broker::kinesis::PutOutcome>, ReaderError>> {
         Box::pin(async move { self.inner.put_records(stream, entries).await })
     }
 
@@ -350,7 +352,7 @@ impl KinesisApi for SimKinesis {
         &'a self,
         stream: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<kinesis_broker::StreamConsumer, ReaderError>> {
+    ) -> BoxFuture<'a, Result<kinesis_broker::kinesis::StreamConsumer, ReaderError>> {
         Box::pin(async move {
             self.latency().await;
             self.inner.register_consumer(stream, name).await
@@ -361,7 +363,7 @@ impl KinesisApi for SimKinesis {
         &'a self,
         stream: &'a str,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<kinesis_broker::StreamConsumer, ReaderError>> {
+    ) -> BoxFuture<'a, Result<kinesis_broker::kinesis::StreamConsumer, ReaderError>> {
         Box::pin(async move {
             self.latency().await;
             self.inner.describe_consumer(stream, name).await
@@ -374,7 +376,8 @@ impl KinesisApi for SimKinesis {
         consumer_arn: &'a str,
         shard: &'a str,
         position: &'a StartAt,
-    ) -> BoxFuture<'a, Result<Box<dyn kinesis_broker::ShardSubscription>, ReaderError>> {
+    ) -> BoxFuture<'a, Result<Box<dyn kinesis_broker::kinesis::ShardSubscription>, ReaderError>>
+    {
         Box::pin(async move {
             self.latency().await;
             let subscription = self

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kinesis_broker::{Checkpoint, Lease, SequenceNumber};
+use kinesis_broker::{lease::Lease, Checkpoint, SequenceNumber};
 
 /// One record put into the stream.
 #[derive(Debug, Clone)]

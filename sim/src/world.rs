@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_broker::{
-    BatchFailure, Broker, BrokerError, Delivery, LeaseStore, MemoryLeaseStore, MemoryLeaseTable,
-    MemoryStream, Op, RunningBroker, StartAt,
+    lease::LeaseStore,
+    testing::{MemoryStream, Op},
+    BatchFailure, Broker, BrokerError, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
+    StartAt,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
@@ -245,9 +247,10 @@ impl World {
             }
             agg.finish().expect("sub-records").data
         };
-        let Ok((shard, sequence)) = self.kinesis.put(STREAM, &key, payload) else {
+        let Ok(stored) = self.kinesis.put(STREAM, &key, payload) else {
             return;
         };
+        let (shard, sequence) = (stored.shard, stored.sequence);
         let event = self.events.fetch_add(1, Ordering::SeqCst);
         let sequence = kinesis_broker::SequenceNumber::new(sequence, None).expect("digits");
         let at_ms = self.clock.elapsed_ms();
@@ -337,7 +340,7 @@ impl World {
         let start_at = match self.plan.start {
             Start::Latest => StartAt::Latest,
             Start::TrimHorizon => StartAt::TrimHorizon,
-            Start::AtTimestamp => StartAt::AtTimestamp(BASE_MS + AT_TIMESTAMP_MS),
+            Start::AtTimestamp => StartAt::at_millis(BASE_MS + AT_TIMESTAMP_MS),
         };
         let sub = broker.subscribe(STREAM);
         // The default start is LATEST: leave it unset then, as most users do.

@@ -255,7 +255,7 @@ pub fn assert_exactly_once_in_key_order(log: &Log, n: usize) {
 /// A broker reading `stream` with `workers` lanes by key into `log`, polling every 200 ms.
 pub fn logging_broker(
     config: &SdkConfig,
-    store: std::sync::Arc<dyn kinesis_broker::LeaseStore>,
+    store: std::sync::Arc<dyn kinesis_broker::lease::LeaseStore>,
     owner: &str,
     stream: &str,
     start_at: kinesis_broker::StartAt,
@@ -267,7 +267,7 @@ pub fn logging_broker(
 /// As [`logging_broker`], reading by enhanced fan-out through `fan_out` when given.
 pub fn logging_broker_with(
     config: &SdkConfig,
-    store: std::sync::Arc<dyn kinesis_broker::LeaseStore>,
+    store: std::sync::Arc<dyn kinesis_broker::lease::LeaseStore>,
     owner: &str,
     stream: &str,
     start_at: kinesis_broker::StartAt,

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_kinesis::types::ShardIteratorType;
 use kinesis_bench::{figure, rate, RenewalGaps};
 use kinesis_broker::{
-    Broker, Delivery, DynamoLeaseStore, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, StartAt,
+    lease::LeaseStore, Broker, Delivery, DynamoLeaseStore, MemoryLeaseStore, MemoryLeaseTable,
+    StartAt,
 };
 use kinesis_integ::{
     create_stream, kinesis_client, put_records_sized, unique_account, unique_name,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kinesis_bench::figure;
-use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, MemoryStream, StartAt};
+use kinesis_broker::{testing::MemoryStream, Broker, Delivery, DynamoLeaseStore, StartAt};
 use kinesis_integ::{sdk_config, unique_name, Service};
 
 const SHARDS: u32 = 4;

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use kinesis_bench::figure;
 use kinesis_broker::{
-    Broker, Delivery, KinesisApi, MemoryLeaseStore, MemoryStream, PutEntry, StartAt,
+    kinesis::KinesisApi, testing::MemoryStream, Broker, Delivery, MemoryLeaseStore, PutEntry,
+    StartAt,
 };
 use kinesis_integ::{create_stream, kinesis_client, unique_account, unique_name};
 

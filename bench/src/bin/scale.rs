@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kinesis_bench::{cpu_time, figure, rss_kib};
-use kinesis_broker::{Broker, Delivery, MemoryStream, StartAt};
+use kinesis_broker::{testing::MemoryStream, Broker, Delivery, StartAt};
 
 const SHARDS: u32 = 1_000;
 

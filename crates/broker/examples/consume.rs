@@ -6,7 +6,7 @@
 //! (`AWS_REGION`, `AWS_ENDPOINT_URL`, ...). The table is created if missing. Each handled
 //! record is printed as `owner shard sequence partition-key`.
 
-use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
+use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt, TableSetup};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +22,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let broker = Broker::builder()
         .sdk_config(&config)
-        .dynamo_lease_table(DynamoLeaseStore::new(&config, table), true)
+        .dynamo_lease_table(
+            DynamoLeaseStore::new(&config, table),
+            TableSetup::CreateIfMissing,
+        )
         .build()?;
     let owner = broker.owner_id().to_owned();
     let mut broker = broker;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use kinesis_broker::{Broker, Delivery, MemoryStream, Publisher, PutEntry, StartAt};
+use kinesis_broker::{testing::MemoryStream, Broker, Delivery, Publisher, PutEntry, StartAt};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 #[tokio::main]

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Broker, Delivery, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, MemoryStream, Publisher,
-    PutEntry, StartAt,
+    lease::LeaseStore, testing::MemoryStream, Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable,
+    Publisher, PutEntry, StartAt,
 };
 
 const CUSTOMERS: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];

@@ -6,12 +6,14 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use kinesis_lease_core::{Clock, LeaseStore, SystemClock};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{validate_stream_name, AwsKinesis, KinesisApi, ReaderError};
+use kinesis_shard_reader::{validate_stream_name, AwsKinesis, KinesisApi};
 
+use crate::error::stream_error;
 use crate::mount::Mount;
 use crate::owner::default_owner_id;
-use crate::running::{start, RunningBroker};
+use crate::shutdown::ShutdownHandle;
 use crate::subscription::{Subscription, SubscriptionBuilder};
+use crate::timings::Timings;
 use crate::BrokerError;
 
 /// Where the broker's Kinesis comes from.
@@ -38,67 +40,24 @@ impl KinesisSource {
     }
 }
 
-/// Timings shared by the broker's subscriptions.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timings {
-    pub(crate) lease: Duration,
-    pub(crate) renew: Duration,
-    pub(crate) take: Duration,
-    pub(crate) list: Duration,
-    pub(crate) shard_sync: Duration,
-    pub(crate) poll: Duration,
-    pub(crate) shutdown_deadline: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(10),
-            renew: Duration::from_secs(3),
-            take: Duration::from_secs(1),
-            list: Duration::from_secs(2),
-            shard_sync: Duration::from_secs(10),
-            poll: Duration::from_secs(1),
-            shutdown_deadline: Duration::from_secs(10),
-        }
-    }
-}
-
-impl Timings {
-    /// Refuses timings that cannot work.
-    pub(crate) fn validate(&self) -> Result<(), BrokerError> {
-        let invalid = |setting, reason: String| Err(BrokerError::InvalidConfig { setting, reason });
-        for (setting, value) in [
-            ("lease_timing (lease)", self.lease),
-            ("lease_timing (renew)", self.renew),
-            ("take_interval", self.take),
-            ("list_interval", self.list),
-            ("shard_sync_interval", self.shard_sync),
-            ("poll_interval", self.poll),
-        ] {
-            if value.is_zero() {
-                return invalid(setting, "must be more than zero".into());
-            }
-        }
-        if self.renew >= self.lease {
-            return invalid(
-                "lease_timing (renew)",
-                format!(
-                    "the renew interval ({:?}) must be shorter than the lease ({:?}); the reader stops at lease - renew after its last renewal",
-                    self.renew, self.lease
-                ),
-            );
-        }
-        Ok(())
-    }
-}
-
 /// How the broker checks its DynamoDB lease table at `start()`.
 #[cfg(feature = "dynamodb-lease")]
 #[derive(Debug, Clone)]
 pub(crate) struct DynamoTable {
     pub(crate) store: kinesis_lease_dynamo::DynamoLeaseStore,
-    pub(crate) create_if_missing: bool,
+    pub(crate) setup: TableSetup,
+}
+
+/// What `start()` does about a DynamoDB lease table that does not exist.
+#[cfg(feature = "dynamodb-lease")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TableSetup {
+    /// Refuse to start ([`BrokerError::LeaseTable`]); the table is made by your
+    /// infrastructure code.
+    MustExist,
+    /// Create it (on-demand billing, key `lease_key`) and wait until it is active.
+    CreateIfMissing,
 }
 
 /// A configured broker: one per service instance, reading each of its streams through one
@@ -108,7 +67,7 @@ pub(crate) struct DynamoTable {
 /// # Examples
 ///
 /// ```
-/// use kinesis_broker::{Broker, Delivery, MemoryStream, StartAt};
+/// use kinesis_broker::{Broker, Delivery, StartAt, testing::MemoryStream};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let kinesis = MemoryStream::new();
@@ -137,6 +96,7 @@ pub struct Broker {
     pub(crate) timings: Timings,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) subscriptions: Vec<Subscription>,
+    pub(crate) shutdown: ShutdownHandle,
     #[cfg(feature = "dynamodb-lease")]
     pub(crate) dynamo: Option<DynamoTable>,
 }
@@ -165,24 +125,16 @@ impl Broker {
         &self.owner
     }
 
+    /// A handle that shuts the broker down once it runs (see
+    /// [`RunningBroker::run_until`]); clone it into handlers or other tasks. A request made
+    /// before `start()` is kept.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
     /// Starts a subscription to `stream`; finish it with `handle(..)` or `stream()`.
     pub fn subscribe(&mut self, stream: impl Into<String>) -> SubscriptionBuilder<'_> {
         SubscriptionBuilder::new(self, stream.into())
-    }
-
-    /// Checks everything (stream names, that each stream exists, the lease table) and starts
-    /// reading.
-    ///
-    /// # Errors
-    ///
-    /// [`BrokerError::NoSubscriptions`]; [`BrokerError::Stream`] naming a stream that is
-    /// invalid or missing; [`BrokerError::LeaseTable`] when the lease table is missing (and
-    /// not to be created), has the wrong key, or cannot be reached; [`BrokerError::Dispatch`]
-    /// for invalid worker settings; [`BrokerError::OwnerInUse`] when rows of a stream name
-    /// this owner id and another live process renews them (checked by reading them twice, a
-    /// renew interval and a take interval apart, only when such rows exist).
-    pub async fn start(self) -> Result<RunningBroker, BrokerError> {
-        start(self).await
     }
 
     pub(crate) fn add(&mut self, subscription: Subscription) -> Result<(), BrokerError> {
@@ -227,19 +179,16 @@ impl BrokerBuilder {
         self
     }
 
-    /// A DynamoDB lease table, checked at `start()` and created (PAY_PER_REQUEST) when
-    /// missing if `create_if_missing`.
+    /// A DynamoDB lease table, checked at `start()` (its key must be the string `lease_key`)
+    /// and, with [`TableSetup::CreateIfMissing`], created when missing.
     #[cfg(feature = "dynamodb-lease")]
     pub fn dynamo_lease_table(
         mut self,
         store: kinesis_lease_dynamo::DynamoLeaseStore,
-        create_if_missing: bool,
+        setup: TableSetup,
     ) -> Self {
         self.store = Some(Arc::new(store.clone()));
-        self.dynamo = Some(DynamoTable {
-            store,
-            create_if_missing,
-        });
+        self.dynamo = Some(DynamoTable { store, setup });
         self
     }
 
@@ -256,10 +205,17 @@ impl BrokerBuilder {
         self
     }
 
-    /// Lease duration (10 s) and renew interval (3 s; shorter than the lease).
-    pub fn lease_timing(mut self, lease: Duration, renew: Duration) -> Self {
+    /// How long a lease lasts without renewal (10 s): another instance takes a crashed
+    /// instance's shards about this long after its last renewal.
+    pub fn lease_duration(mut self, lease: Duration) -> Self {
         self.timings.lease = lease;
-        self.timings.renew = renew;
+        self
+    }
+
+    /// How often each held lease is renewed, with its due checkpoint (3 s; shorter than the
+    /// lease duration, checked by [`build`](Self::build)).
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.timings.renew = every;
         self
     }
 
@@ -321,16 +277,9 @@ impl BrokerBuilder {
             timings: self.timings,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             subscriptions: Vec::new(),
+            shutdown: ShutdownHandle::new(),
             #[cfg(feature = "dynamodb-lease")]
             dynamo: self.dynamo,
         })
-    }
-}
-
-/// Maps a Kinesis failure at start to the broker error naming the stream.
-pub(crate) fn stream_error(stream: &str, source: ReaderError) -> BrokerError {
-    BrokerError::Stream {
-        stream: stream.to_owned(),
-        source: Box::new(source),
     }
 }

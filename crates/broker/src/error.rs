@@ -109,3 +109,11 @@ pub enum BrokerError {
     #[error("cannot listen for shutdown signals")]
     Signal(#[source] std::io::Error),
 }
+
+/// Maps a Kinesis failure at start to the broker error naming the stream.
+pub(crate) fn stream_error(stream: &str, source: ReaderError) -> BrokerError {
+    BrokerError::Stream {
+        stream: stream.to_owned(),
+        source: Box::new(source),
+    }
+}

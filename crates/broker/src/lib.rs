@@ -12,7 +12,8 @@
 //! # Examples
 //!
 //! ```
-//! use kinesis_broker::{Broker, Delivery, MemoryStream, Publisher, StartAt};
+//! use kinesis_broker::testing::MemoryStream;
+//! use kinesis_broker::{Broker, Delivery, Publisher, StartAt};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let kinesis = MemoryStream::new();
@@ -32,11 +33,25 @@
 //! # }).unwrap();
 //! ```
 //!
+//! # Where things are
+//!
+//! - The crate root: what a service uses (the broker, subscriptions, deliveries, hooks,
+//!   shutdown, stats, the publisher, the lease stores).
+//! - [`lease`]: the lease contract, for writing a lease store of your own.
+//! - [`kinesis`]: the Kinesis contract, for reading from a source of your own.
+//! - `testing` (feature `testing`): `MemoryStream`, an in-process Kinesis with fault
+//!   injection, and a manual clock.
+//!
 //! # Features
 //!
 //! - `dynamodb-lease`: [`DynamoLeaseStore`], a lease table on DynamoDB shared by every
 //!   instance, and [`BrokerBuilder::dynamo_lease_table`].
+//! - `metrics`: metrics through the `metrics` facade (MillisBehindLatest, RecordsProcessed,
+//!   LeasesHeld, ...; see docs/operations.md).
+//! - `serde`: [`Delivery::json`] and [`SubscriptionBuilder::handle_json`].
+//! - `testing`: the `testing` module.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod broker;
 mod error;
@@ -45,36 +60,75 @@ mod owner;
 mod publish_plan;
 mod publisher;
 mod running;
+mod shutdown;
+mod startup;
 mod stats;
 mod subscription;
+mod timings;
 
+#[cfg(feature = "dynamodb-lease")]
+pub use broker::TableSetup;
 pub use broker::{Broker, BrokerBuilder};
 pub use error::BrokerError;
 pub use publisher::{Published, Publisher};
-pub use running::{RunningBroker, ShutdownReport};
-pub use stats::{BrokerStats, ShardStats, StreamStats};
+pub use running::RunningBroker;
+pub use shutdown::{ShutdownHandle, ShutdownReport};
+pub use stats::{BrokerStats, ShardStats, StreamStats, Totals};
 pub use subscription::{BatchSubscriptionBuilder, SubscriptionBuilder};
 
 #[doc(inline)]
-pub use kinesis_dispatch::{
-    BatchFailure, Delivery, DeliveryStream, HandlerError, RetryPolicy, PARTITION_KEY_HEADER,
-    SEQUENCE_HEADER, SHARD_HEADER, STREAM_HEADER,
-};
+pub use kinesis_dispatch::{BatchFailure, Delivery, DeliveryStream, HandlerError, RetryPolicy};
 #[doc(inline)]
-pub use kinesis_lease_core::{
-    Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseStore, Lost, ManualClock, Outcome,
-    SequenceNumber, SystemClock, Take,
-};
+pub use kinesis_lease_core::{Checkpoint, SequenceNumber};
 #[cfg(feature = "dynamodb-lease")]
 #[doc(inline)]
-pub use kinesis_lease_dynamo::{DynamoCalls, DynamoLeaseError, DynamoLeaseStore};
+pub use kinesis_lease_dynamo::{DynamoLeaseError, DynamoLeaseStore};
 #[doc(inline)]
 pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[doc(inline)]
 pub use kinesis_shard_reader::{
-    AwsKinesis, KinesisApi, KplStats, MemoryStream, Op, Position as StartAt, PutEntry, PutOutcome,
-    ReaderError, RecordsPage, Shard, ShardEvent, ShardSubscription, StreamConsumer,
+    AwsKinesis, Hooks, KplStats, PutEntry, ReaderError, Release, ShardInfo, StartAt,
 };
+
+/// The lease contract, for writing a lease store of your own: the [`LeaseStore`](lease::LeaseStore)
+/// trait, its rows and outcomes, and the clocks. A store depends on `kinesis-lease-core` alone;
+/// this module re-exports it for code that already depends on the facade.
+pub mod lease {
+    #[doc(inline)]
+    pub use kinesis_lease_core::{
+        rules, BoxError, BoxFuture, Checkpoint, Clock, ErrorChain, Holder, Lease, LeaseError,
+        LeaseKey, LeaseResult, LeaseStore, Lost, ManualClock, Outcome, SequenceNumber, SystemClock,
+        Take,
+    };
+    #[cfg(feature = "dynamodb-lease")]
+    #[doc(inline)]
+    pub use kinesis_lease_dynamo::DynamoCalls;
+}
+
+/// The Kinesis contract, for reading from a source of your own: the
+/// [`KinesisApi`](kinesis::KinesisApi) trait and every type its methods take and return.
+pub mod kinesis {
+    #[doc(inline)]
+    pub use kinesis_dispatch::Record;
+    #[doc(inline)]
+    pub use kinesis_lease_core::{BoxFuture, SequenceNumber};
+    #[doc(inline)]
+    pub use kinesis_shard_reader::{
+        AwsKinesis, KinesisApi, PutEntry, PutOutcome, ReaderError, RecordsPage, Shard, ShardEvent,
+        ShardSubscription, StartAt, StreamConsumer,
+    };
+}
+
+/// Test doubles (feature `testing`): [`MemoryStream`](testing::MemoryStream), an in-process
+/// Kinesis with fault injection ([`Op`](testing::Op)), and a manual clock.
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing {
+    #[doc(inline)]
+    pub use kinesis_lease_core::ManualClock;
+    #[doc(inline)]
+    pub use kinesis_shard_reader::{hash_key, MemoryStream, Op, StoredRecord};
+}
 
 /// The README's usage example, compiled as a doctest.
 #[cfg(all(doctest, feature = "dynamodb-lease"))]

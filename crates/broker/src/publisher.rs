@@ -61,7 +61,7 @@ pub struct Published {
 /// # Examples
 ///
 /// ```
-/// use kinesis_broker::{MemoryStream, Publisher};
+/// use kinesis_broker::{Publisher, testing::MemoryStream};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let kinesis = MemoryStream::new();
@@ -104,7 +104,7 @@ impl Publisher {
     /// # Examples
     ///
     /// ```
-    /// use kinesis_broker::{MemoryStream, Publisher, PutEntry};
+    /// use kinesis_broker::{Publisher, PutEntry, testing::MemoryStream};
     ///
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// let kinesis = MemoryStream::new();

@@ -16,148 +16,37 @@
 //! handlers, readers, lease keepers and coordinators. Nothing keeps renewing leases nobody
 //! reads, and the other instances take the shards once the leases lapse.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use kinesis_dispatch::{DispatchHandle, Dispatcher};
-use kinesis_lease_core::{LeaseError, LeaseStore};
-use kinesis_shard_reader::{Coordinator, CoordinatorHandle, ReaderConfig, ReaderError};
+use kinesis_dispatch::DispatchHandle;
+use kinesis_lease_core::LeaseStore;
+use kinesis_shard_reader::CoordinatorHandle;
 
-use crate::broker::{stream_error, Timings};
 use crate::mount::Mount;
+use crate::shutdown::{ShutdownHandle, ShutdownReport};
 use crate::stats::{BrokerStats, StreamStats};
-use crate::{Broker, BrokerError};
+use crate::timings::Timings;
+use crate::BrokerError;
 
 /// A started broker. Dropping it without [`shutdown`](Self::shutdown) stops every task at
 /// once and writes nothing (the leases then lapse instead of being handed over).
 #[derive(Debug)]
-#[must_use = "dropping a RunningBroker stops it at once; call `shutdown()` or `run_until_signal()`"]
+#[must_use = "dropping a RunningBroker stops it at once; call `shutdown()`, `run_until(..)` or `run_until_signal()`"]
 pub struct RunningBroker {
-    owner: String,
-    timings: Timings,
-    subscriptions: Vec<Running>,
-    _store: Arc<dyn LeaseStore>,
-    _mount: Mount,
+    pub(crate) owner: String,
+    pub(crate) timings: Timings,
+    pub(crate) subscriptions: Vec<Running>,
+    pub(crate) handle: ShutdownHandle,
+    pub(crate) _store: Arc<dyn LeaseStore>,
+    pub(crate) _mount: Mount,
 }
 
+/// One started subscription.
 #[derive(Debug)]
-struct Running {
-    coordinator: CoordinatorHandle,
-    dispatch: Option<DispatchHandle>,
-}
-
-/// What `shutdown()` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// True when every handler in flight finished before the deadline.
-    pub handlers_finished: bool,
-}
-
-pub(crate) async fn start(broker: Broker) -> Result<RunningBroker, BrokerError> {
-    if broker.subscriptions.is_empty() {
-        return Err(BrokerError::NoSubscriptions);
-    }
-    let kinesis = broker.kinesis.resolve().await;
-    #[cfg(feature = "dynamodb-lease")]
-    if let Some(dynamo) = &broker.dynamo {
-        let stream = broker.subscriptions[0].stream.clone();
-        if dynamo.create_if_missing {
-            dynamo
-                .store
-                .ensure_table()
-                .await
-                .map_err(|e| BrokerError::LeaseTable {
-                    stream,
-                    source: Box::new(LeaseError::Refused {
-                        operation: "CreateTable",
-                        resource: dynamo.store.table().to_owned(),
-                        source: Box::new(e),
-                    }),
-                })?;
-        } else {
-            dynamo
-                .store
-                .check_table()
-                .await
-                .map_err(|source| BrokerError::LeaseTable {
-                    stream,
-                    source: Box::new(source),
-                })?;
-        }
-    }
-    let t = broker.timings;
-    let mut configs = Vec::with_capacity(broker.subscriptions.len());
-    for sub in &broker.subscriptions {
-        let mut config = ReaderConfig::new(sub.stream.clone(), broker.owner.clone());
-        config.lease_duration = t.lease;
-        config.renew_interval = t.renew;
-        config.take_interval = t.take;
-        config.list_interval = t.list;
-        config.shard_sync_interval = t.shard_sync;
-        config.poll_interval = t.poll;
-        config.records_per_call = sub.records_per_call;
-        config.start_at = sub.start_at.clone();
-        config.reposition = sub.reposition.clone();
-        config.reposition_marker = sub.reposition_marker.clone();
-        config.fan_out = sub.fan_out.clone();
-        config.clock = broker.clock.clone();
-        config
-            .validate()
-            .map_err(|source| stream_error(&sub.stream, source))?;
-        configs.push(config);
-    }
-    for sub in &broker.subscriptions {
-        match kinesis.list_shards(&sub.stream).await {
-            Ok(_) => {}
-            Err(error) => return Err(stream_error(&sub.stream, error)),
-        }
-        broker
-            .store
-            .list(&sub.stream)
-            .await
-            .map_err(|source: LeaseError| BrokerError::LeaseTable {
-                stream: sub.stream.clone(),
-                source: Box::new(source),
-            })?;
-        // Refuse to start with an owner id another live process renews rows with.
-        Coordinator::probe_owner(&*broker.store, &sub.stream, &broker.owner, t.renew + t.take)
-            .await
-            .map_err(|source| match source {
-                source @ ReaderError::OwnerInUse { .. } => BrokerError::OwnerInUse {
-                    owner: broker.owner.clone(),
-                    stream: sub.stream.clone(),
-                    source: Box::new(source),
-                },
-                source => stream_error(&sub.stream, source),
-            })?;
-    }
-    let mut running = Vec::new();
-    for (sub, config) in broker.subscriptions.into_iter().zip(configs) {
-        let dispatch = match sub.dispatch {
-            Some((receiver, handler, config)) => Some(
-                Dispatcher::spawn(receiver, handler, config).map_err(|source| {
-                    BrokerError::Dispatch {
-                        stream: sub.stream.clone(),
-                        source: Box::new(source),
-                    }
-                })?,
-            ),
-            None => None,
-        };
-        let coordinator =
-            Coordinator::spawn(config, kinesis.clone(), broker.store.clone(), sub.sender);
-        tracing::info!(stream = %sub.stream, owner = %broker.owner, "subscription started");
-        running.push(Running {
-            coordinator,
-            dispatch,
-        });
-    }
-    Ok(RunningBroker {
-        owner: broker.owner,
-        timings: broker.timings,
-        subscriptions: running,
-        _store: broker.store,
-        _mount: broker.mount,
-    })
+pub(crate) struct Running {
+    pub(crate) coordinator: CoordinatorHandle,
+    pub(crate) dispatch: Option<DispatchHandle>,
 }
 
 impl RunningBroker {
@@ -231,15 +120,49 @@ impl RunningBroker {
         }
     }
 
-    /// Runs until Ctrl-C, SIGTERM or a failed subscription, then shuts down cleanly.
+    /// A handle that asks this broker to shut down (the one
+    /// [`Broker::shutdown_handle`](crate::Broker::shutdown_handle) gave, if any).
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Runs until `signal` resolves, the broker's [`ShutdownHandle`] asks, or a subscription
+    /// fails; then shuts down cleanly (see the module docs), within the shutdown deadline.
+    ///
+    /// # Errors
+    ///
+    /// [`BrokerError::Subscription`] when a subscription failed (after the clean shutdown).
+    pub async fn run_until<F>(self, signal: F) -> Result<ShutdownReport, BrokerError>
+    where
+        F: Future<Output = ()>,
+    {
+        self.run_until_result(async {
+            signal.await;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs until Ctrl-C, SIGTERM, the broker's [`ShutdownHandle`] or a failed subscription,
+    /// then shuts down cleanly.
     ///
     /// # Errors
     ///
     /// [`BrokerError::Subscription`] when a subscription failed (after the clean shutdown);
-    /// [`BrokerError::Signal`] when signals cannot be listened for.
+    /// [`BrokerError::Signal`] when signals cannot be listened for (after the clean
+    /// shutdown, too: a broker is never left running unwatched).
     pub async fn run_until_signal(self) -> Result<ShutdownReport, BrokerError> {
+        self.run_until_result(crate::shutdown::signal()).await
+    }
+
+    async fn run_until_result(
+        self,
+        signal: impl Future<Output = Result<(), BrokerError>>,
+    ) -> Result<ShutdownReport, BrokerError> {
+        let handle = self.handle.clone();
         let failure = tokio::select! {
-            signal = shutdown_signal() => { signal?; None }
+            signal = signal => signal.err(),
+            () = handle.requested() => None,
             error = self.failed() => Some(error),
         };
         let report = self.shutdown().await;
@@ -247,21 +170,5 @@ impl RunningBroker {
             Some(error) => Err(error),
             None => Ok(report),
         }
-    }
-}
-
-async fn shutdown_signal() -> Result<(), BrokerError> {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(BrokerError::Signal)?;
-        tokio::select! {
-            ctrl_c = tokio::signal::ctrl_c() => ctrl_c.map_err(BrokerError::Signal),
-            _ = term.recv() => Ok(()),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await.map_err(BrokerError::Signal)
     }
 }

@@ -4,6 +4,7 @@ pub use kinesis_shard_reader::ShardStats;
 
 /// Every subscription's held shards.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct BrokerStats {
     /// One entry per subscription.
     pub streams: Vec<StreamStats>,
@@ -11,6 +12,7 @@ pub struct BrokerStats {
 
 /// One subscription's held shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamStats {
     /// The stream.
     pub stream: String,
@@ -28,12 +30,26 @@ impl BrokerStats {
     }
 
     /// Records delivered, settled and in flight over every held shard.
-    pub fn totals(&self) -> (u64, u64, u64) {
+    pub fn totals(&self) -> Totals {
         self.streams
             .iter()
             .flat_map(|s| &s.shards)
-            .fold((0, 0, 0), |(d, s, f), shard| {
-                (d + shard.delivered, s + shard.settled, f + shard.in_flight)
+            .fold(Totals::default(), |t, shard| Totals {
+                delivered: t.delivered + shard.delivered,
+                settled: t.settled + shard.settled,
+                in_flight: t.in_flight + shard.in_flight,
             })
     }
+}
+
+/// Record counts summed over every held shard ([`BrokerStats::totals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Totals {
+    /// Records handed to dispatch.
+    pub delivered: u64,
+    /// Records settled.
+    pub settled: u64,
+    /// Records handed to dispatch and not settled yet.
+    pub in_flight: u64,
 }

@@ -7,7 +7,7 @@ use kinesis_dispatch::{
     channel, channel_for, BatchFailure, Delivery, DeliveryReceiver, DeliverySender, DeliveryStream,
     DispatchConfig, Handler, HandlerError, RetryPolicy, Workers, DEFAULT_CAPACITY,
 };
-use kinesis_shard_reader::Position;
+use kinesis_shard_reader::{Hooks, StartAt};
 
 use crate::{Broker, BrokerError};
 
@@ -15,11 +15,12 @@ use crate::{Broker, BrokerError};
 #[derive(Debug)]
 pub(crate) struct Subscription {
     pub(crate) stream: String,
-    pub(crate) start_at: Position,
-    pub(crate) reposition: Option<Position>,
+    pub(crate) start_at: StartAt,
+    pub(crate) reposition: Option<StartAt>,
     pub(crate) reposition_marker: Option<String>,
     pub(crate) records_per_call: usize,
     pub(crate) fan_out: Option<String>,
+    pub(crate) hooks: Hooks,
     pub(crate) sender: DeliverySender,
     /// `None` for a stream subscription: the user holds the receiver.
     pub(crate) dispatch: Option<(DeliveryReceiver, Handler, DispatchConfig)>,
@@ -32,12 +33,13 @@ pub(crate) struct Subscription {
 pub struct SubscriptionBuilder<'b> {
     broker: &'b mut Broker,
     stream: String,
-    start_at: Position,
-    reposition: Option<Position>,
+    start_at: StartAt,
+    reposition: Option<StartAt>,
     reposition_marker: Option<String>,
     capacity: usize,
     records_per_call: Option<usize>,
     fan_out: Option<String>,
+    hooks: Hooks,
     dispatch: DispatchConfig,
 }
 
@@ -46,12 +48,13 @@ impl<'b> SubscriptionBuilder<'b> {
         Self {
             broker,
             stream,
-            start_at: Position::Latest,
+            start_at: StartAt::Latest,
             reposition: None,
             reposition_marker: None,
             capacity: DEFAULT_CAPACITY,
             records_per_call: None,
             fan_out: None,
+            hooks: Hooks::new(),
             dispatch: DispatchConfig::default(),
         }
     }
@@ -62,7 +65,7 @@ impl<'b> SubscriptionBuilder<'b> {
     /// slack for clock differences), so every later owner resumes from there. At `LATEST`,
     /// shards already closed when the subscription begins are skipped and their open children
     /// start at the tip. Never applies over a checkpoint; see [`reposition`](Self::reposition).
-    pub fn start_at(mut self, position: Position) -> Self {
+    pub fn start_at(mut self, position: StartAt) -> Self {
         self.start_at = position;
         self
     }
@@ -71,7 +74,7 @@ impl<'b> SubscriptionBuilder<'b> {
     /// take that applies it writes a marker (the position's name) into the row, and a row with
     /// the marker is never repositioned again, whichever instance takes it later. Leaving it
     /// in the configuration across deploys is harmless. Logged at `warn`.
-    pub fn reposition(mut self, position: Position) -> Self {
+    pub fn reposition(mut self, position: StartAt) -> Self {
         self.reposition = Some(position);
         self
     }
@@ -79,7 +82,7 @@ impl<'b> SubscriptionBuilder<'b> {
     /// As [`reposition`](Self::reposition), under a marker of your own: use a new marker to
     /// reposition again to a position used before (say, a second replay from
     /// `TRIM_HORIZON`).
-    pub fn reposition_as(mut self, marker: impl Into<String>, position: Position) -> Self {
+    pub fn reposition_as(mut self, marker: impl Into<String>, position: StartAt) -> Self {
         self.reposition = Some(position);
         self.reposition_marker = Some(marker.into());
         self
@@ -144,6 +147,39 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
+    /// Code to run when a shard is taken, before its final checkpoint (hand-over, shutdown,
+    /// shard end), when its lease is lost and when it has ended; each call bounded (5 s by
+    /// default). See [`Hooks`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_broker::testing::MemoryStream;
+    /// use kinesis_broker::{Broker, Delivery, Hooks, Release};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let kinesis = MemoryStream::new();
+    /// kinesis.create_stream("orders", 2)?;
+    /// let mut broker = Broker::builder().kinesis(kinesis).build()?;
+    /// broker
+    ///     .subscribe("orders")
+    ///     .hooks(
+    ///         Hooks::new()
+    ///             .on_taken(|shard| async move { println!("took {}", shard.shard) })
+    ///             .before_final_checkpoint(|shard, why: Release| async move {
+    ///                 println!("flush {} ({why:?})", shard.shard)
+    ///             }),
+    ///     )
+    ///     .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })?;
+    /// broker.start().await?.shutdown().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
     /// Batches of up to `size` records (or what arrived within 50 ms of the first); finish
     /// with [`BatchSubscriptionBuilder::handle`].
     pub fn batch(self, size: usize) -> BatchSubscriptionBuilder<'b> {
@@ -167,6 +203,37 @@ impl<'b> SubscriptionBuilder<'b> {
         E: Into<HandlerError> + 'static,
     {
         self.register(Handler::one(handler))
+    }
+
+    /// Handles each payload parsed as JSON into `T`, with its delivery (feature `serde`). A
+    /// payload that does not parse is a handler error naming the stream, shard, sequence
+    /// number and type ([`DispatchError::InvalidPayload`](kinesis_dispatch::DispatchError)),
+    /// and goes through the [`retry`](Self::retry) policy like any other: give the
+    /// subscription a capped policy with a dead letter, or a payload that never parses holds
+    /// its shard back.
+    ///
+    /// # Errors
+    ///
+    /// As [`handle`](Self::handle).
+    #[cfg(feature = "serde")]
+    pub fn handle_json<T, F, Fut, E>(self, handler: F) -> Result<(), BrokerError>
+    where
+        T: serde::de::DeserializeOwned + 'static,
+        F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<HandlerError> + 'static,
+    {
+        self.handle(
+            move |delivery: Delivery| -> kinesis_lease_core::BoxFuture<'static, Result<(), HandlerError>> {
+                match delivery.json::<T>() {
+                    Ok(value) => {
+                        let call = handler(value, delivery);
+                        Box::pin(async move { call.await.map_err(Into::into) })
+                    }
+                    Err(error) => Box::pin(std::future::ready(Err(error.into()))),
+                }
+            },
+        )
     }
 
     /// The deliveries as a stream, one at a time whichever shard they come from; call
@@ -204,10 +271,7 @@ impl<'b> SubscriptionBuilder<'b> {
             ("reposition", self.reposition.as_ref()),
         ] {
             if let Some(position) = position {
-                if matches!(
-                    position,
-                    Position::AtSequence(_) | Position::AfterSequence(_)
-                ) {
+                if matches!(position, StartAt::AtSequence(_) | StartAt::AfterSequence(_)) {
                     return Err(BrokerError::InvalidConfig {
                         setting,
                         reason: format!(
@@ -225,6 +289,7 @@ impl<'b> SubscriptionBuilder<'b> {
             reposition_marker: self.reposition_marker,
             records_per_call,
             fan_out: self.fan_out,
+            hooks: self.hooks,
             sender,
             dispatch: handler.map(|(receiver, handler)| (receiver, handler, dispatch)),
         })

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    BatchFailure, Broker, BrokerError, Delivery, MemoryLeaseStore, MemoryLeaseTable, MemoryStream,
-    Publisher, PutEntry, StartAt,
+    testing::MemoryStream, BatchFailure, Broker, BrokerError, Delivery, MemoryLeaseStore,
+    MemoryLeaseTable, Publisher, PutEntry, StartAt,
 };
 use tokio_stream::StreamExt;
 
@@ -48,7 +48,7 @@ async fn a_second_subscription_to_one_stream_is_refused_naming_it() {
 
 #[tokio::test]
 async fn one_store_instance_cannot_serve_two_brokers() {
-    let store: Arc<dyn kinesis_broker::LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let store: Arc<dyn kinesis_broker::lease::LeaseStore> = Arc::new(MemoryLeaseStore::new());
     let first = Broker::builder()
         .owner_id("first")
         .lease_store_arc(store.clone())
@@ -142,16 +142,19 @@ async fn stream_subscription_yields_deliveries_to_ack() {
     let mut seen = HashSet::new();
     while seen.len() < 30 {
         let d = deliveries.next().await.unwrap();
-        assert_eq!(
-            d.header(kinesis_broker::PARTITION_KEY_HEADER),
-            Some(d.partition_key())
-        );
+        assert_eq!(d.stream(), "s");
+        assert!(d.shard().starts_with("shardId-"), "{d:?}");
+        assert!(d.partition_key().starts_with("key-"), "{d:?}");
+        assert_eq!(d.sequence_text(), d.sequence().to_string());
+        assert_eq!(d.subsequence(), None);
+        assert!(d.arrival().is_some(), "MemoryStream stamps arrival: {d:?}");
         seen.insert(String::from_utf8(d.payload().to_vec()).unwrap());
         d.ack();
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
     let stats = running.stats();
-    assert_eq!(stats.totals(), (30, 30, 0));
+    let t = stats.totals();
+    assert_eq!((t.delivered, t.settled, t.in_flight), (30, 30, 0));
     assert_eq!(stats.shards("s").len(), 3);
     assert!(stats
         .shards("s")
@@ -198,7 +201,8 @@ async fn batch_subscription_settles_what_did_not_fail() {
         .unwrap();
     let running = broker.start().await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(running.stats().totals(), (40, 40, 0));
+    let t = running.stats().totals();
+    assert_eq!((t.delivered, t.settled, t.in_flight), (40, 40, 0));
     assert!(attempts.lock().unwrap().iter().all(|&n| n <= 16));
     running.shutdown().await;
 }

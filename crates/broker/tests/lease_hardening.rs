@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Broker, BrokerBuilder, Checkpoint, Delivery, LeaseKey, LeaseStore, MemoryLeaseStore,
-    MemoryLeaseTable, MemoryStream, RetryPolicy, RunningBroker, SequenceNumber, StartAt,
-    SubscriptionBuilder,
+    lease::{LeaseKey, LeaseStore},
+    testing::MemoryStream,
+    Broker, BrokerBuilder, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RetryPolicy,
+    RunningBroker, SequenceNumber, StartAt, SubscriptionBuilder,
 };
 use tokio::time::{sleep, timeout, Instant};
 use tokio_stream::StreamExt;
@@ -110,9 +111,10 @@ fn put(kinesis: &MemoryStream, tag: &str, n: usize) -> BTreeMap<String, String> 
     (0..n)
         .map(|i| {
             let payload = format!("{tag}-{i}");
-            let (shard, _) = kinesis
+            let shard = kinesis
                 .put(STREAM, &format!("{tag}-key-{i}"), payload.clone())
-                .unwrap();
+                .unwrap()
+                .shard;
             (payload, shard)
         })
         .collect()
@@ -587,12 +589,18 @@ async fn build_refuses_zero_intervals_and_renew_not_shorter_than_the_lease() {
     const ZERO: Duration = Duration::ZERO;
     const TEN: Duration = Duration::from_secs(10);
     type Configure = fn(BrokerBuilder) -> BrokerBuilder;
-    let cases: [(&str, Configure); 7] = [
-        ("lease_timing (renew)", |b| b.lease_timing(TEN, TEN)),
-        ("lease_timing (renew)", |b| {
-            b.lease_timing(TEN, Duration::from_secs(12))
+    let cases: [(&str, Configure); 8] = [
+        ("renew_interval", |b| {
+            b.lease_duration(TEN).renew_interval(TEN)
         }),
-        ("lease_timing (lease)", |b| b.lease_timing(ZERO, ZERO)),
+        ("renew_interval", |b| {
+            b.renew_interval(Duration::from_secs(12))
+                .lease_duration(TEN)
+        }),
+        ("renew_interval", |b| b.renew_interval(TEN)),
+        ("lease_duration", |b| {
+            b.lease_duration(ZERO).renew_interval(ZERO)
+        }),
         ("take_interval", |b| b.take_interval(ZERO)),
         ("list_interval", |b| b.list_interval(ZERO)),
         ("shard_sync_interval", |b| b.shard_sync_interval(ZERO)),
@@ -606,7 +614,8 @@ async fn build_refuses_zero_intervals_and_renew_not_shorter_than_the_lease() {
     }
     Broker::builder()
         .kinesis(MemoryStream::new())
-        .lease_timing(Duration::from_secs(4), Duration::from_secs(1))
+        .lease_duration(Duration::from_secs(4))
+        .renew_interval(Duration::from_secs(1))
         .build()
         .expect("renew shorter than the lease is fine");
 }
@@ -645,7 +654,7 @@ async fn a_sequence_number_start_position_is_refused() {
     assert!(is_invalid_config(&err, "reposition"), "{err}");
     broker
         .subscribe(STREAM)
-        .start_at(StartAt::AtTimestamp(1_700_000_000_000))
+        .start_at(StartAt::at_millis(1_700_000_000_000))
         .handle(ok)
         .expect("a timestamp is a subscription position");
 }

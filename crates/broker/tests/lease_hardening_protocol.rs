@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Broker, BrokerBuilder, BrokerError, Checkpoint, Clock, Delivery, LeaseKey, LeaseStore,
-    MemoryLeaseStore, MemoryLeaseTable, MemoryStream, ReaderError, RunningBroker,
-    SubscriptionBuilder,
+    lease::{Clock, LeaseKey, LeaseStore},
+    testing::MemoryStream,
+    Broker, BrokerBuilder, BrokerError, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable,
+    ReaderError, RunningBroker, SubscriptionBuilder,
 };
 use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseError, LeaseResult, Outcome, Take};
 use tokio::time::{sleep, timeout, Instant};
@@ -775,9 +776,10 @@ async fn a_trimmed_parent_counts_as_ended_and_its_children_are_read() {
     let children: BTreeMap<String, String> = (0..10)
         .map(|i| {
             let payload = format!("child-{i}");
-            let (shard, _) = kinesis
+            let shard = kinesis
                 .put(STREAM, &format!("key-{i}"), payload.clone())
-                .unwrap();
+                .unwrap()
+                .shard;
             (payload, shard)
         })
         .collect();

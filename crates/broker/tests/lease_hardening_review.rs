@@ -13,8 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Broker, BrokerBuilder, Checkpoint, Delivery, LeaseKey, LeaseStore, MemoryLeaseStore,
-    MemoryLeaseTable, MemoryStream, RetryPolicy, RunningBroker, StartAt, SubscriptionBuilder,
+    lease::{LeaseKey, LeaseStore},
+    testing::MemoryStream,
+    Broker, BrokerBuilder, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RetryPolicy,
+    RunningBroker, StartAt, SubscriptionBuilder,
 };
 use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseError, LeaseResult, Outcome, Take};
 use tokio::time::{sleep, Instant};
@@ -333,7 +335,7 @@ fn keys_per_shard(kinesis: &MemoryStream, shards: usize) -> BTreeMap<String, Vec
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..200 {
         let key = format!("k{i}");
-        let (shard, _) = probe.put("probe", &key, "x").unwrap();
+        let shard = probe.put("probe", &key, "x").unwrap().shard;
         out.entry(shard).or_default().push(key);
     }
     let _ = kinesis;

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, MemoryStream, Publisher, PutEntry,
-    RetryPolicy, StartAt,
+    testing::MemoryStream, Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, Publisher,
+    PutEntry, RetryPolicy, StartAt,
 };
+use kinesis_lease_core::testkit::Outage;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// A snapshot: (name, sorted labels) -> value.
@@ -157,4 +158,35 @@ async fn every_metric_has_the_value_of_a_scripted_run() {
     let m = read(&snapshotter);
     assert_eq!(sum(&m, "LeasesLost"), 0.0);
     assert_eq!(sum(&m, "RecordsProcessed"), 0.0, "nothing handled twice");
+
+    // A lease-table outage longer than lease - renew: c loses its lease, counted once on its
+    // stream, and takes it back once the table answers.
+    kinesis.create_stream("lost", 1).unwrap();
+    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(&table)));
+    let mut c = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(store)
+        .owner_id("c")
+        .build()
+        .unwrap();
+    c.subscribe("lost")
+        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+        .unwrap();
+    let c = c.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lost = vec![("stream".to_owned(), "lost".to_owned())];
+    let m = read(&snapshotter);
+    assert_eq!(m[&("LeasesHeld".to_owned(), lost.clone())], 1.0, "{m:?}");
+    switch.cut();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let m = read(&snapshotter);
+    assert_eq!(m[&("LeasesLost".to_owned(), lost.clone())], 1.0, "{m:?}");
+    assert_eq!(m[&("LeasesHeld".to_owned(), lost.clone())], 0.0, "{m:?}");
+    switch.restore();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let m = read(&snapshotter);
+    assert_eq!(sum(&m, "LeasesLost"), 0.0, "{m:?}");
+    assert_eq!(m[&("LeasesTaken".to_owned(), lost.clone())], 1.0, "{m:?}");
+    assert_eq!(m[&("LeasesHeld".to_owned(), lost)], 1.0, "{m:?}");
+    c.shutdown().await;
 }

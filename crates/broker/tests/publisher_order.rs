@@ -5,7 +5,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use kinesis_broker::{KinesisApi, MemoryStream, Publisher, PutEntry, PutOutcome, StartAt};
+use kinesis_broker::{
+    kinesis::{KinesisApi, PutOutcome},
+    testing::MemoryStream,
+    Publisher, PutEntry, StartAt,
+};
 use kinesis_lease_core::BoxFuture;
 use kinesis_shard_reader::{ReaderError, RecordsPage, Shard};
 

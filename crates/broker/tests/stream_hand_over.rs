@@ -5,7 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, MemoryStream, StartAt};
+use kinesis_broker::{
+    testing::MemoryStream, Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, StartAt,
+};
 use tokio::time::{sleep, Instant};
 use tokio_stream::StreamExt;
 

@@ -9,15 +9,6 @@ use kinesis_lease_core::SequenceNumber;
 
 use crate::settlement::ShardSettlement;
 
-/// The header every delivery fills with its record's partition key.
-pub const PARTITION_KEY_HEADER: &str = "kinesis-partition-key";
-/// The header every delivery fills with its record's sequence number (`number[/subsequence]`).
-pub const SEQUENCE_HEADER: &str = "kinesis-sequence-number";
-/// The header every delivery fills with the id of the shard it was read from.
-pub const SHARD_HEADER: &str = "kinesis-shard-id";
-/// The header every delivery fills with its stream's name.
-pub const STREAM_HEADER: &str = "kinesis-stream";
-
 /// One Kinesis record as a shard reader hands it to dispatch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -33,12 +24,10 @@ pub struct Record {
     pub sequence: SequenceNumber,
     /// When Kinesis received it, approximately.
     pub arrival: Option<SystemTime>,
-    /// Headers beyond the ones every delivery fills from the record itself.
-    pub headers: Vec<(String, String)>,
 }
 
 impl Record {
-    /// A record with no arrival time and no extra headers.
+    /// A record with no arrival time and no explicit hash key.
     pub fn new(
         payload: impl Into<Bytes>,
         partition_key: impl Into<String>,
@@ -50,14 +39,13 @@ impl Record {
             explicit_hash_key: None,
             sequence,
             arrival: None,
-            headers: Vec::new(),
         }
     }
 }
 
 struct Data {
     record: Record,
-    /// `number[/subsequence]`, made the first time the header is asked for.
+    /// `number[/subsequence]`, made the first time it is asked for.
     sequence_text: std::sync::OnceLock<String>,
     settlement: Arc<ShardSettlement>,
     ordinal: u64,
@@ -130,51 +118,53 @@ impl Delivery {
         self.data.settlement.stream()
     }
 
-    /// When Kinesis received the record, approximately.
+    /// When Kinesis received the record (ApproximateArrivalTimestamp); `None` when the source
+    /// gave none.
     pub fn arrival(&self) -> Option<SystemTime> {
         self.data.record.arrival
     }
 
-    /// A header by name: the `*_HEADER` constants answer from the record itself; other names
-    /// from the record's extra headers.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        match name {
-            PARTITION_KEY_HEADER => Some(self.partition_key()),
-            SEQUENCE_HEADER => Some(self.sequence_text()),
-            SHARD_HEADER => Some(self.shard()),
-            STREAM_HEADER => Some(self.stream()),
-            _ => self
-                .data
-                .record
-                .headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_str()),
-        }
-    }
-
-    fn sequence_text(&self) -> &str {
+    /// The sequence number as text, `number[/subsequence]`, made once per delivery.
+    pub fn sequence_text(&self) -> &str {
         self.data
             .sequence_text
             .get_or_init(|| self.data.record.sequence.to_string())
     }
 
-    /// Every header: the four filled from the record, then the extra ones.
-    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
-        [
-            (PARTITION_KEY_HEADER, self.partition_key()),
-            (SEQUENCE_HEADER, self.sequence_text()),
-            (SHARD_HEADER, self.shard()),
-            (STREAM_HEADER, self.stream()),
-        ]
-        .into_iter()
-        .chain(
-            self.data
-                .record
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        )
+    /// The payload parsed as JSON into `T` (feature `serde`).
+    ///
+    /// # Errors
+    ///
+    /// [`DispatchError::InvalidPayload`](crate::DispatchError::InvalidPayload) naming the
+    /// stream, shard, sequence number and expected type, with serde's message (line and
+    /// column) as its source. Returned from a handler (`?` converts it), it goes through the
+    /// subscription's retry policy like any handler error: cap the attempts and send it to a
+    /// dead letter, or a payload that will never parse holds its shard back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use kinesis_dispatch::{Delivery, HandlerError};
+    /// #[derive(serde::Deserialize)]
+    /// struct Order { id: u64 }
+    ///
+    /// async fn handle(delivery: Delivery) -> Result<(), HandlerError> {
+    ///     let order: Order = delivery.json()?;
+    ///     println!("order {}", order.id);
+    ///     Ok(())
+    /// }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::DispatchError> {
+        serde_json::from_slice(self.payload()).map_err(|source| {
+            crate::DispatchError::InvalidPayload {
+                stream: self.stream().to_owned(),
+                shard: self.shard().to_owned(),
+                sequence: self.sequence_text().to_owned(),
+                expected: std::any::type_name::<T>(),
+                source: Box::new(source),
+            }
+        })
     }
 
     /// Marks the delivery settled (idempotent). Handlers don't call this: their `Ok` does.

@@ -28,6 +28,7 @@
 //! before records other lanes completed after it, which the next owner would then handle
 //! again.
 
+use kinesis_lease_core::ErrorChain;
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::handler::{BatchHandler, OneHandler};
 use crate::retry::Exhausted;
@@ -582,7 +584,21 @@ impl Ctx {
             let mut started = (crate::metrics::ON
                 && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
                 .then(Instant::now);
-            let mut call = AssertUnwindSafe((handler.0)(delivery.clone())).catch_unwind();
+            // One span per call: what the handler logs names its record.
+            let span = tracing::info_span!(
+                "handle",
+                stream = delivery.stream(),
+                shard = delivery.shard(),
+                sequence = delivery.sequence_text(),
+                partition_key = delivery.partition_key(),
+                attempt,
+            );
+            let mut call = {
+                let _entered = span.enter();
+                AssertUnwindSafe((handler.0)(delivery.clone()))
+                    .catch_unwind()
+                    .instrument(span.clone())
+            };
             // The hot path: a handler done at its first poll needs no watch on the lease (the
             // shard was checked just above).
             let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
@@ -629,7 +645,7 @@ impl Ctx {
                 sequence = %delivery.sequence(),
                 attempt,
                 ?delay,
-                error = %error,
+                error = %ErrorChain(&*error),
                 "handler failed; retrying the record in place"
             );
             if !self.pause(delay).await {
@@ -649,7 +665,23 @@ impl Ctx {
                 return;
             }
             let started = crate::metrics::ON.then(Instant::now);
-            let call = (handler.f)(batch.clone());
+            let span = tracing::info_span!(
+                "handle_batch",
+                stream = batch[0].stream(),
+                shards = batch
+                    .iter()
+                    .map(Delivery::shard)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                first_sequence = batch[0].sequence_text(),
+                records = batch.len(),
+                attempt,
+            );
+            let call = {
+                let _entered = span.enter();
+                (handler.f)(batch.clone())
+            }
+            .instrument(span.clone());
             let abandoned =
                 futures_util::future::select_all(batch.iter().map(|d| Box::pin(d.abandoned())));
             let outcome = tokio::select! {
@@ -698,7 +730,7 @@ impl Ctx {
                 records = batch.len(),
                 attempt,
                 ?delay,
-                error = %error,
+                error = %ErrorChain(&*error),
                 "batch handler failed; retrying the failed records in place"
             );
             if !self.pause(delay).await {
@@ -717,7 +749,7 @@ impl Ctx {
         let _running = delivery.running();
         match &self.retry.exhausted {
             Exhausted::Skip => {
-                tracing::error!(%stream, %shard, %sequence, attempts, error = %error, "attempts used up; skipping the record");
+                tracing::error!(%stream, %shard, %sequence, attempts, error = %ErrorChain(&*error), "attempts used up; skipping the record");
                 delivery.ack();
             }
             Exhausted::DeadLetter(callback) => {
@@ -729,7 +761,7 @@ impl Ctx {
                         delivery.ack();
                     }
                     Ok(Err(e)) => {
-                        tracing::error!(%stream, %shard, %sequence, error = %e, "dead-letter callback failed; the record stays unsettled");
+                        tracing::error!(%stream, %shard, %sequence, error = %ErrorChain(&*e), "dead-letter callback failed; the record stays unsettled");
                     }
                     Err(panic) => {
                         tracing::error!(%stream, %shard, %sequence, error = %panic_error(panic), "dead-letter callback panicked; the record stays unsettled");

@@ -20,6 +20,22 @@ pub enum DispatchError {
         /// The shard.
         shard: String,
     },
+    /// A payload that is not what its handler expects (feature `serde`:
+    /// [`Delivery::json`](crate::Delivery::json)).
+    #[error("payload of record `{sequence}` on shard `{shard}` of stream `{stream}` is not the expected {expected}")]
+    InvalidPayload {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// The record's sequence number (`number[/subsequence]`).
+        sequence: String,
+        /// The type expected.
+        expected: &'static str,
+        /// Why it does not parse.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A configuration value out of range.
     #[error("invalid dispatch setting `{setting}`: {reason}")]
     InvalidConfig {

@@ -29,9 +29,7 @@ mod stream;
 pub use channel::{
     channel, channel_for, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY,
 };
-pub use delivery::{
-    Delivery, Record, PARTITION_KEY_HEADER, SEQUENCE_HEADER, SHARD_HEADER, STREAM_HEADER,
-};
+pub use delivery::{Delivery, Record};
 pub use dispatcher::{DispatchConfig, DispatchHandle, Dispatcher, Workers};
 pub use error::DispatchError;
 pub use handler::{BatchFailure, BatchHandler, Handler, HandlerError, OneHandler};

@@ -71,3 +71,43 @@ pub enum LeaseError {
         source: BoxError,
     },
 }
+
+/// Displays an error with its whole source chain, `outer: cause: root cause`, for logs: a
+/// bare `%error` shows only the outermost message, which for an AWS SDK error is often just
+/// "service error".
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_lease_core::{ErrorChain, LeaseError};
+///
+/// let error = LeaseError::Unavailable {
+///     operation: "GetItem",
+///     resource: "leases".into(),
+///     source: "connection reset".into(),
+/// };
+/// assert_eq!(
+///     ErrorChain(&error).to_string(),
+///     "lease store unavailable for GetItem on `leases`: connection reset"
+/// );
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn StdError + 'a));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}

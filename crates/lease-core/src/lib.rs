@@ -19,6 +19,8 @@ mod clock;
 mod error;
 mod key;
 mod lease;
+#[cfg(feature = "testkit")]
+mod outage;
 pub mod rules;
 mod store;
 #[cfg(feature = "testkit")]
@@ -26,7 +28,7 @@ pub mod testkit;
 
 pub use checkpoint::{Checkpoint, SequenceNumber};
 pub use clock::{duration_ms, Clock, ManualClock, SystemClock};
-pub use error::{BoxError, LeaseError};
+pub use error::{BoxError, ErrorChain, LeaseError};
 pub use key::LeaseKey;
 pub use lease::Lease;
 pub use store::{BoxFuture, Holder, LeaseResult, LeaseStore, Lost, Outcome, Take};

@@ -21,6 +21,8 @@
 //! and then, in a test file: `kinesis_lease_core::conformance_tests!(harness(|clock| ..));`
 //! (see `crates/lease-memory/tests/lease_conformance.rs`).
 
+pub use crate::outage::{Outage, OutageSwitch};
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

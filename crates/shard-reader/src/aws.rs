@@ -17,7 +17,7 @@ use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, SequenceNumber};
 
 use crate::kinesis::{
-    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription,
+    KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription, StartAt,
     StreamConsumer,
 };
 use crate::ReaderError;
@@ -145,10 +145,6 @@ where
     }
 }
 
-pub(crate) fn timestamp(ms: u64) -> DateTime {
-    DateTime::from_millis(i64::try_from(ms).unwrap_or(i64::MAX))
-}
-
 pub(crate) fn to_system_time(t: &DateTime) -> Option<SystemTime> {
     SystemTime::try_from(*t).ok()
 }
@@ -205,7 +201,7 @@ impl KinesisApi for AwsKinesis {
         &'a self,
         stream: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<String, ReaderError>> {
         Box::pin(async move {
             let mut req = self
@@ -214,15 +210,15 @@ impl KinesisApi for AwsKinesis {
                 .stream_name(stream)
                 .shard_id(shard);
             req = match position {
-                Position::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
-                Position::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
-                Position::AtTimestamp(ms) => req
+                StartAt::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+                StartAt::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+                StartAt::AtTimestamp(time) => req
                     .shard_iterator_type(ShardIteratorType::AtTimestamp)
-                    .timestamp(timestamp(*ms)),
-                Position::AtSequence(seq) => req
+                    .timestamp(aws_sdk_kinesis::primitives::DateTime::from(*time)),
+                StartAt::AtSequence(seq) => req
                     .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                     .starting_sequence_number(seq.number()),
-                Position::AfterSequence(seq) => req
+                StartAt::AfterSequence(seq) => req
                     .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                     .starting_sequence_number(seq.number()),
             };
@@ -270,7 +266,6 @@ impl KinesisApi for AwsKinesis {
                     partition_key: r.partition_key().unwrap_or_default().to_owned(),
                     sequence,
                     arrival: r.approximate_arrival_timestamp().and_then(to_system_time),
-                    headers: Vec::new(),
                     explicit_hash_key: None,
                 });
             }
@@ -357,7 +352,7 @@ impl KinesisApi for AwsKinesis {
         stream: &'a str,
         consumer_arn: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
         Box::pin(self.subscribe_now(stream, consumer_arn, shard, position))
     }

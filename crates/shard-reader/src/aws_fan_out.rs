@@ -11,8 +11,8 @@ use aws_sdk_kinesis::types::{
 use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, SequenceNumber};
 
-use crate::aws::{classify, timestamp, to_system_time, AwsKinesis};
-use crate::kinesis::{Position, ShardEvent, ShardSubscription, StreamConsumer};
+use crate::aws::{classify, to_system_time, AwsKinesis};
+use crate::kinesis::{ShardEvent, ShardSubscription, StartAt, StreamConsumer};
 use crate::ReaderError;
 
 impl AwsKinesis {
@@ -138,20 +138,20 @@ impl AwsKinesis {
         stream: &str,
         consumer_arn: &str,
         shard: &str,
-        position: &Position,
+        position: &StartAt,
     ) -> Result<Box<dyn ShardSubscription>, ReaderError> {
         let resource = format!("{stream}/{shard}");
         let start = StartingPosition::builder();
         let start = match position {
-            Position::TrimHorizon => start.r#type(ShardIteratorType::TrimHorizon),
-            Position::Latest => start.r#type(ShardIteratorType::Latest),
-            Position::AtTimestamp(ms) => start
+            StartAt::TrimHorizon => start.r#type(ShardIteratorType::TrimHorizon),
+            StartAt::Latest => start.r#type(ShardIteratorType::Latest),
+            StartAt::AtTimestamp(time) => start
                 .r#type(ShardIteratorType::AtTimestamp)
-                .timestamp(timestamp(*ms)),
-            Position::AtSequence(seq) => start
+                .timestamp(aws_sdk_kinesis::primitives::DateTime::from(*time)),
+            StartAt::AtSequence(seq) => start
                 .r#type(ShardIteratorType::AtSequenceNumber)
                 .sequence_number(seq.number()),
-            Position::AfterSequence(seq) => start
+            StartAt::AfterSequence(seq) => start
                 .r#type(ShardIteratorType::AfterSequenceNumber)
                 .sequence_number(seq.number()),
         };
@@ -222,7 +222,6 @@ impl ShardSubscription for AwsSubscription {
                         partition_key: r.partition_key().unwrap_or_default().to_owned(),
                         sequence,
                         arrival: r.approximate_arrival_timestamp().and_then(to_system_time),
-                        headers: Vec::new(),
                         explicit_hash_key: None,
                     });
                 }

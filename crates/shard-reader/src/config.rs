@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kinesis_lease_core::{Clock, SystemClock};
 
-use crate::{Position, ReaderError};
+use crate::{Hooks, ReaderError, StartAt};
 
 /// Settings of one subscription's coordinator and shard readers.
 #[derive(Debug, Clone)]
@@ -35,11 +35,11 @@ pub struct ReaderConfig {
     /// Where the subscription begins (the tip by default): pinned into each row by its first
     /// take (see the `start` rules). Children of a later split or merge start at their first
     /// record.
-    pub start_at: Position,
+    pub start_at: StartAt,
     /// When set, where every shard starts over its stored checkpoint, once per subscription:
     /// the take that applies it writes the marker into the row, and rows carrying the marker
     /// are never repositioned again, whoever takes them.
-    pub reposition: Option<Position>,
+    pub reposition: Option<StartAt>,
     /// The marker of [`reposition`](Self::reposition) (default: the position's name).
     pub reposition_marker: Option<String>,
     /// This host's wall clock, read to pin a `LATEST` start as a time.
@@ -54,6 +54,9 @@ pub struct ReaderConfig {
     /// (registered, or reused if it exists, before any shard is taken) instead of polling.
     /// Never deregistered by the library: other instances share it.
     pub fan_out: Option<String>,
+    /// Code run when a shard is taken, before its final checkpoint, when its lease is lost and
+    /// when it has ended (none by default).
+    pub hooks: Hooks,
 }
 
 impl ReaderConfig {
@@ -70,13 +73,14 @@ impl ReaderConfig {
             poll_interval: Duration::from_secs(1),
             max_reads_per_second: 5,
             records_per_call: 1_000,
-            start_at: Position::Latest,
+            start_at: StartAt::Latest,
             reposition: None,
             reposition_marker: None,
             clock: Arc::new(SystemClock),
             start_slack: Duration::from_secs(30),
             max_unsettled: 10_000,
             fan_out: None,
+            hooks: Hooks::new(),
         }
     }
 
@@ -98,6 +102,7 @@ impl ReaderConfig {
             ("renew interval", self.renew_interval),
             ("take interval", self.take_interval),
             ("list interval", self.list_interval),
+            ("hook bound", self.hooks.bound_of_one()),
             ("shard sync interval", self.shard_sync_interval),
             ("poll interval", self.poll_interval),
         ] {
@@ -153,7 +158,7 @@ impl ReaderConfig {
     }
 
     /// The reposition and its marker, if one is set.
-    pub(crate) fn reposition(&self) -> Option<(&Position, String)> {
+    pub(crate) fn reposition(&self) -> Option<(&StartAt, String)> {
         self.reposition.as_ref().map(|position| {
             let marker = self
                 .reposition_marker

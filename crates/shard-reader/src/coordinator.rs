@@ -28,6 +28,7 @@
 //! An instance aims for ceil(readable shards / live owners), where live owners are the owners
 //! of rows whose counter moved within a lease duration, plus itself; it takes no more than that.
 
+use kinesis_lease_core::ErrorChain;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,14 +45,18 @@ use crate::keeper::Keeper;
 use crate::reader::Reader;
 use crate::shared::{Exit, Held, Phase, Report, Shared};
 use crate::start::{self, StartPlan};
-use crate::{KinesisApi, ReaderConfig, ReaderError};
+use crate::{KinesisApi, ReaderConfig, ReaderError, ShardInfo};
 
 /// Starts the coordinator of one subscription.
 #[derive(Debug)]
 pub struct Coordinator;
 
+/// The stored lag before any read reported one.
+const UNKNOWN_BEHIND: u64 = u64::MAX;
+
 /// One held shard as [`CoordinatorHandle::stats`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShardStats {
     /// The shard id.
     pub shard: String,
@@ -59,8 +64,9 @@ pub struct ShardStats {
     pub owner: String,
     /// The last checkpoint written.
     pub checkpoint: Option<Checkpoint>,
-    /// How far the last read was behind the tip.
-    pub millis_behind: u64,
+    /// How far the last read was behind the tip of the shard: `Some(0)` is caught up, `None`
+    /// unknown (no read has reported it yet since the shard was taken).
+    pub millis_behind: Option<u64>,
     /// Records handed to dispatch.
     pub delivered: u64,
     /// Records settled.
@@ -214,13 +220,13 @@ impl CoordinatorHandle {
         self.shared.phase.send_replace(Phase::Releasing);
         if let Some(task) = self.coordinator.take() {
             if let Err(error) = task.await {
-                tracing::error!(%error, "coordinator task failed");
+                tracing::error!(error = %ErrorChain(&error), "coordinator task failed");
             }
         }
         // Let the other instances see the released rows at their next epoch read.
         let stream = &self.shared.config.stream;
         if let Err(error) = self.shared.store.bump_epoch(stream).await {
-            tracing::warn!(%stream, error = %error, "could not bump the stream's epoch after releasing");
+            tracing::warn!(%stream, error = %ErrorChain(&error), "could not bump the stream's epoch after releasing");
         }
     }
 
@@ -258,7 +264,10 @@ impl CoordinatorHandle {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .clone(),
-                    millis_behind: held.millis_behind.load(Ordering::Relaxed),
+                    millis_behind: match held.millis_behind.load(Ordering::Relaxed) {
+                        UNKNOWN_BEHIND => None,
+                        behind => Some(behind),
+                    },
                     delivered: progress.delivered,
                     settled: progress.settled,
                     in_flight: progress.in_flight(),
@@ -420,7 +429,7 @@ impl State {
             // As `release_all` does: the other instances see the freed rows at their next
             // epoch read instead of their next listing.
             if let Err(error) = shared.store.bump_epoch(&config.stream).await {
-                tracing::warn!(error = %error, "could not bump the stream's epoch after releasing");
+                tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after releasing");
             }
         }
     }
@@ -445,7 +454,7 @@ impl State {
                 return;
             }
             Err(error) => {
-                tracing::warn!(error = %error, "listing shards failed; retrying at the next take tick");
+                tracing::warn!(error = %ErrorChain(&error), "listing shards failed; retrying at the next take tick");
                 self.sync_failed = true;
                 return;
             }
@@ -469,7 +478,7 @@ impl State {
         let rows = match bounded(&shared, "list", shared.store.list(&stream)).await {
             Ok(rows) => rows,
             Err(error) => {
-                tracing::warn!(error = %error, "listing leases failed; creating rows at the next sync");
+                tracing::warn!(error = %ErrorChain(&error), "listing leases failed; creating rows at the next sync");
                 return;
             }
         };
@@ -485,7 +494,7 @@ impl State {
             let key = match shared.key(&shard.id) {
                 Ok(key) => key,
                 Err(error) => {
-                    tracing::error!(error = %error, "shard id unusable as a lease key");
+                    tracing::error!(error = %ErrorChain(&error), "shard id unusable as a lease key");
                     continue;
                 }
             };
@@ -505,7 +514,7 @@ impl State {
             match bounded(&shared, "create", shared.store.create(&row)).await {
                 Ok(_) => created.push(shard.id.clone()),
                 Err(error) => {
-                    tracing::warn!(shard = %shard.id, error = %error, "creating the lease row failed")
+                    tracing::warn!(shard = %shard.id, error = %ErrorChain(&error), "creating the lease row failed")
                 }
             }
         }
@@ -538,7 +547,7 @@ impl State {
         {
             Ok(epoch) => Some(epoch),
             Err(error) => {
-                tracing::warn!(error = %error, "reading the stream's epoch failed");
+                tracing::warn!(error = %ErrorChain(&error), "reading the stream's epoch failed");
                 None
             }
         };
@@ -623,7 +632,7 @@ impl State {
         let rows = match bounded(&shared, "list", shared.store.list(&config.stream)).await {
             Ok(rows) => rows,
             Err(error) => {
-                tracing::warn!(error = %error, "listing leases failed; retrying at the next round");
+                tracing::warn!(error = %ErrorChain(&error), "listing leases failed; retrying at the next round");
                 return;
             }
         };
@@ -737,7 +746,7 @@ impl State {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
                 }
                 Err(error) => {
-                    tracing::warn!(%shard, error = %error, "take failed; adopted later if it landed");
+                    tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted later if it landed");
                     self.pending.insert(shard, Pending { holder, plan, sent });
                 }
             }
@@ -801,7 +810,7 @@ impl State {
             }
             Ok(Outcome::Lost(_)) => {}
             Err(error) => {
-                tracing::warn!(shard = %row.key.shard(), error = %error, "asking for a shard failed")
+                tracing::warn!(shard = %row.key.shard(), error = %ErrorChain(&error), "asking for a shard failed")
             }
         }
     }
@@ -812,7 +821,7 @@ impl State {
         let config = &shared.config;
         let shard = lease.key.shard().to_owned();
         let settlement = ShardSettlement::new(config.stream.as_str(), shard.as_str());
-        let millis_behind = Arc::new(AtomicU64::new(0));
+        let millis_behind = Arc::new(AtomicU64::new(UNKNOWN_BEHIND));
         let written = Arc::new(Mutex::new(lease.checkpoint.clone()));
         let kpl = Arc::new(crate::deaggregation::KplCounters::default());
         shared.held().insert(
@@ -862,15 +871,45 @@ impl State {
             shared.metrics.held(held.len());
         }
         let reports = shared.reports.clone();
+        let info = ShardInfo {
+            stream: config.stream.clone(),
+            shard: shard.clone(),
+            checkpoint: lease.checkpoint.clone(),
+        };
         self.tasks.spawn(
             async move {
-                let (exit, ()) = tokio::join!(keeper.run(cmd_rx), reader.run(plan));
-                {
+                let hooks = &shared.config.hooks;
+                let read = async {
+                    // The keeper renews meanwhile; a lease lost during the hook stops the
+                    // reader before its first read.
+                    hooks.taken(info.clone()).await;
+                    reader.run(plan).await;
+                };
+                let (exit, ()) = tokio::join!(keeper.run(cmd_rx), read);
+                let last = {
                     let mut held = shared.held();
-                    held.remove(&shard);
+                    let gone = held.remove(&shard);
                     shared.metrics.held(held.len());
+                    gone.and_then(|held| {
+                        held.written
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .clone()
+                    })
+                };
+                let _ = reports.send(Report {
+                    shard: shard.clone(),
+                    exit,
+                });
+                let info = ShardInfo {
+                    checkpoint: last,
+                    ..info
+                };
+                match exit {
+                    Exit::Lost => hooks.lost(info).await,
+                    Exit::Ended => hooks.ended(info).await,
+                    Exit::Released | Exit::HandedOver => {}
                 }
-                let _ = reports.send(Report { shard, exit });
             }
             .instrument(span),
         );

@@ -110,7 +110,6 @@ pub(crate) fn expand_into(
             explicit_hash_key: sub.explicit_hash_key,
             sequence: record.sequence.with_subsequence(Some(position as u64)),
             arrival: record.arrival,
-            headers: record.headers.clone(),
         });
     }
     if outside > 0 {

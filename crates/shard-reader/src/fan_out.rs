@@ -22,6 +22,7 @@
 //! The consumer itself is registered by the coordinator before it takes any shard
 //! (`register_consumer`).
 
+use kinesis_lease_core::ErrorChain;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use crate::keeper::KeeperCmd;
 use crate::reader::{Delivered, Reader, Stop};
 use crate::shared::{Backoff, Shared};
 use crate::start::StartPlan;
-use crate::{Position, ReaderError};
+use crate::{ReaderError, StartAt};
 
 /// Kinesis allows one SubscribeToShard a second per consumer and shard.
 const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);
@@ -65,7 +66,7 @@ impl Reader {
         let mut last_subscribe: Option<Instant> = None;
         loop {
             let position = match &continuation {
-                Some(after) => Position::AfterSequence(after.clone()),
+                Some(after) => StartAt::AfterSequence(after.clone()),
                 None => at.resume(),
             };
             if let Some(last) = last_subscribe {
@@ -113,9 +114,10 @@ impl Reader {
                     }
                 };
                 backoff.reset();
-                let behind = event.millis_behind.unwrap_or(0);
-                self.millis_behind.store(behind, Ordering::Relaxed);
-                self.metrics.behind(behind);
+                if let Some(behind) = event.millis_behind {
+                    self.millis_behind.store(behind, Ordering::Relaxed);
+                    self.metrics.behind(behind);
+                }
                 if self.deliver(event.records, &mut at).await.is_err() {
                     return;
                 }
@@ -177,7 +179,7 @@ impl Reader {
                 // Cannot tell now: never conclude that the shard ended; try again later.
                 Ok(Err(other)) => {
                     let delay = backoff.next_delay();
-                    tracing::warn!(error = %other, ?delay, "subscription not found and the consumer could not be described; retrying");
+                    tracing::warn!(error = %ErrorChain(&other), ?delay, "subscription not found and the consumer could not be described; retrying");
                     return match self.pause(delay).await {
                         Ok(()) => Next::Resubscribe,
                         Err(Stop::Stopped) => Next::Stop,
@@ -216,13 +218,13 @@ pub(crate) async fn register_consumer(shared: &Shared, name: &str) -> Result<Str
         let mut consumer = match kinesis.register_consumer(stream, name).await {
             Ok(consumer) => consumer,
             Err(error @ ReaderError::ConsumerNotFound { .. }) => {
-                tracing::warn!(error = %error, consumer = name, "the fan-out consumer is being deleted; registering it again");
+                tracing::warn!(error = %ErrorChain(&error), consumer = name, "the fan-out consumer is being deleted; registering it again");
                 tokio::time::sleep(backoff.next_delay()).await;
                 continue 'register;
             }
             Err(error) if error.is_retryable() => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %error, ?delay, consumer = name, "registering the fan-out consumer failed; retrying");
+                tracing::warn!(error = %ErrorChain(&error), ?delay, consumer = name, "registering the fan-out consumer failed; retrying");
                 tokio::time::sleep(delay).await;
                 continue 'register;
             }
@@ -237,7 +239,7 @@ pub(crate) async fn register_consumer(shared: &Shared, name: &str) -> Result<Str
                 Ok(described) => consumer = described,
                 Err(ReaderError::ConsumerNotFound { .. }) => continue 'register,
                 Err(error) if error.is_retryable() => {
-                    tracing::warn!(error = %error, consumer = name, "describing the fan-out consumer failed; retrying");
+                    tracing::warn!(error = %ErrorChain(&error), consumer = name, "describing the fan-out consumer failed; retrying");
                 }
                 Err(error) => return Err(error),
             }

@@ -18,6 +18,7 @@
 //! renewal stops the reader at once. Stopping revokes the shard's settlement: undelivered
 //! records are dropped, and nothing more is written.
 
+use kinesis_lease_core::ErrorChain;
 use std::sync::Arc;
 
 use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
@@ -26,7 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
 use crate::shared::{Backoff, Exit, Shared, Signal};
-use crate::ReaderError;
+use crate::{ReaderError, Release, ShardInfo};
 
 /// What the reader asks the keeper to do.
 #[derive(Debug)]
@@ -137,7 +138,7 @@ impl Keeper {
                 )
             }
             Err(error) => {
-                tracing::warn!(error = %error, "renewal failed");
+                tracing::warn!(error = %ErrorChain(&error), "renewal failed");
                 (Renewed::Failed, deadline)
             }
         }
@@ -157,18 +158,18 @@ impl Keeper {
                 cmd = commands.recv(), if commands_open => match cmd {
                     Some(KeeperCmd::ShardEnd) => {
                         let wait = self.shared.config.lease_duration;
-                        return self.finish(Some(Checkpoint::ShardEnd), deadline, wait).await;
+                        return self.finish(Some(Checkpoint::ShardEnd), Release::ShardEnd, deadline, wait).await;
                     }
                     Some(KeeperCmd::Release) => {
                         let due = self.cursor.due(&self.settlement);
                         let wait = self.shared.config.lease_duration;
-                        return self.finish(due, deadline, wait).await;
+                        return self.finish(due, Release::Stopping, deadline, wait).await;
                     }
                     None => commands_open = false,
                 },
                 _ = crate::shared::releasing(&mut phase) => {
                     let due = self.cursor.due(&self.settlement);
-                    return self.finish(due, deadline, std::time::Duration::ZERO).await;
+                    return self.finish(due, Release::Stopping, deadline, std::time::Duration::ZERO).await;
                 }
                 _ = tick.tick() => {
                     let (renewed, next) = self.renew(deadline).await;
@@ -282,6 +283,14 @@ impl Keeper {
             return exit;
         }
         let checkpoint = self.cursor.due(&self.settlement);
+        let why = Release::HandOver { to: asker.clone() };
+        if let Err(exit) = self
+            .before_final(checkpoint, why, &mut deadline, &mut tick)
+            .await
+        {
+            return exit;
+        }
+        let checkpoint = self.cursor.due(&self.settlement);
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         loop {
             let store = shared.store.clone();
@@ -301,7 +310,7 @@ impl Keeper {
                     tracing::info!(%asker, checkpoint = ?checkpoint.as_ref().map(ToString::to_string), "shard handed over");
                     shared_metrics_handed_over(&self.shared);
                     if let Err(error) = store.bump_epoch(&config.stream).await {
-                        tracing::warn!(error = %error, "could not bump the stream's epoch after a hand-over");
+                        tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after a hand-over");
                     }
                     return Exit::HandedOver;
                 }
@@ -315,11 +324,43 @@ impl Keeper {
                     return self.lost_to(lost.holder.as_deref(), "lost before the hand-over")
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(error = %error, "hand-over failed; retrying");
+                    tracing::warn!(error = %ErrorChain(&error), "hand-over failed; retrying");
                     self.pause(backoff.next_delay(), deadline).await;
                 }
             }
         }
+    }
+
+    /// Runs the final-checkpoint hook (no handler runs on the shard now), renewing meanwhile;
+    /// the hook's own bound ends it. `Err`: the lease was lost meanwhile.
+    async fn before_final(
+        &mut self,
+        checkpoint: Option<Checkpoint>,
+        why: Release,
+        deadline: &mut Instant,
+        tick: &mut tokio::time::Interval,
+    ) -> Result<(), Exit> {
+        let hooks = self.shared.config.hooks.clone();
+        if !hooks.has_releasing() {
+            return Ok(());
+        }
+        // What the row will hold: the due checkpoint, or the one written last.
+        let checkpoint = checkpoint.or_else(|| {
+            self.written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        });
+        let info = ShardInfo {
+            stream: self.key.stream().to_owned(),
+            shard: self.key.shard().to_owned(),
+            checkpoint,
+        };
+        // The hook bounds itself; the margin only keeps this wait from ending first.
+        let bound = Instant::now() + hooks.bound_of_one() + self.shared.config.renew_interval;
+        self.wait_renewing(hooks.releasing(info, why), bound, deadline, tick, false)
+            .await
+            .map(|_| ())
     }
 
     /// Runs a store call unless `deadline` passes first (`None`). A deadline already past
@@ -349,6 +390,7 @@ impl Keeper {
     async fn finish(
         mut self,
         checkpoint: Option<Checkpoint>,
+        why: Release,
         mut deadline: Instant,
         wait: std::time::Duration,
     ) -> Exit {
@@ -359,6 +401,13 @@ impl Keeper {
         let mut tick = interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         if let Err(exit) = self.quiesce(wait, &mut deadline, &mut tick).await {
+            return exit;
+        }
+        let due = match checkpoint {
+            Some(Checkpoint::ShardEnd) => Some(Checkpoint::ShardEnd),
+            _ => self.cursor.due(&self.settlement),
+        };
+        if let Err(exit) = self.before_final(due, why, &mut deadline, &mut tick).await {
             return exit;
         }
         let checkpoint = match checkpoint {
@@ -383,7 +432,7 @@ impl Keeper {
                     if ended {
                         // Other instances may read the children now.
                         if let Err(error) = store.bump_epoch(&config.stream).await {
-                            tracing::warn!(error = %error, "could not bump the stream's epoch at shard end");
+                            tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch at shard end");
                         }
                     }
                     return if ended { Exit::Ended } else { Exit::Released };
@@ -392,7 +441,7 @@ impl Keeper {
                     return self.lost_to(lost.holder.as_deref(), "lost before the final checkpoint")
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(error = %error, "release failed; retrying");
+                    tracing::warn!(error = %ErrorChain(&error), "release failed; retrying");
                     self.pause(backoff.next_delay(), deadline).await;
                 }
             }

@@ -1,7 +1,7 @@
 //! `KinesisApi`: the few Kinesis calls readers and publishers need, over any backend.
 //!
 //! Two implementations: [`AwsKinesis`](crate::AwsKinesis) over `aws-sdk-kinesis`, and
-//! [`MemoryStream`](crate::MemoryStream), in process, for tests and the quickstart.
+//! `MemoryStream` (feature `testing`), in process, for tests and the quickstart.
 //!
 //! Two ways to read: polling (`shard_iterator`, then `get_records`), and enhanced fan-out
 //! (`register_consumer`, then `subscribe_to_shard`, whose events are pulled one at a time).
@@ -9,6 +9,7 @@
 //! polling alone keeps compiling.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kinesis_dispatch::Record;
@@ -45,17 +46,35 @@ impl Shard {
 
 /// Where a shard iterator starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Position {
+pub enum StartAt {
     /// The oldest record still in the shard.
     TrimHorizon,
     /// After the newest record: only records put from now on.
     Latest,
-    /// The first record that arrived at or after this time (ms since the epoch).
-    AtTimestamp(u64),
+    /// The first record that arrived at or after this time (Kinesis keeps milliseconds).
+    AtTimestamp(SystemTime),
     /// At this record.
     AtSequence(SequenceNumber),
     /// Just after this record.
     AfterSequence(SequenceNumber),
+}
+
+impl StartAt {
+    /// At a time given in milliseconds since the Unix epoch, as checkpoints store it.
+    pub fn at_millis(millis: u64) -> Self {
+        StartAt::AtTimestamp(time_of_millis(millis))
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 for a time before it).
+pub(crate) fn millis_of(time: &SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The time `millis` milliseconds after the Unix epoch.
+pub(crate) fn time_of_millis(millis: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(millis)
 }
 
 /// What one GetRecords call returned.
@@ -204,7 +223,7 @@ pub trait KinesisApi: Send + Sync + fmt::Debug {
         &'a self,
         stream: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<String, ReaderError>>;
 
     /// Up to `limit` records (1 to 10,000) from `iterator`. `stream` and `shard` name the
@@ -263,7 +282,7 @@ pub trait KinesisApi: Send + Sync + fmt::Debug {
         stream: &'a str,
         consumer_arn: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
         let _ = (consumer_arn, position);
         Box::pin(async move { unsupported("SubscribeToShard", &format!("{stream}/{shard}")) })

@@ -2,7 +2,7 @@
 //! shard into the subscription's channel, renews, checkpoints and lets go.
 //!
 //! - [`KinesisApi`]: the Kinesis calls needed, over the AWS SDK ([`AwsKinesis`]) or in process
-//!   ([`MemoryStream`], with fault injection, for tests and the quickstart).
+//!   (`MemoryStream`, with fault injection, for tests and the quickstart; feature `testing`).
 //! - [`Coordinator`]: one per subscription; lists shards, creates lease rows, takes leases
 //!   (parents before children, fair share, skew-safe expiry) and runs one reader and one lease
 //!   keeper per held shard.
@@ -21,9 +21,12 @@ mod coordinator;
 mod deaggregation;
 mod error;
 mod fan_out;
+mod hooks;
 mod keeper;
 mod kinesis;
+#[cfg(feature = "testing")]
 mod memory_fan_out;
+#[cfg(feature = "testing")]
 mod memory_stream;
 mod metrics;
 mod reader;
@@ -35,8 +38,10 @@ pub use config::ReaderConfig;
 pub use coordinator::{Coordinator, CoordinatorHandle, ShardStats};
 pub use deaggregation::KplStats;
 pub use error::{validate_stream_name, ReaderError};
+pub use hooks::{Hooks, Release, ShardInfo, DEFAULT_HOOK_BOUND};
 pub use kinesis::{
-    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent, ShardSubscription,
+    KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent, ShardSubscription, StartAt,
     StreamConsumer,
 };
-pub use memory_stream::{hash_key, MemoryStream, Op};
+#[cfg(feature = "testing")]
+pub use memory_stream::{hash_key, MemoryStream, Op, StoredRecord};

@@ -24,7 +24,7 @@ use std::time::Duration;
 use kinesis_lease_core::BoxFuture;
 use tokio::time::Instant;
 
-use crate::kinesis::{Position, ShardEvent, ShardSubscription, StreamConsumer};
+use crate::kinesis::{ShardEvent, ShardSubscription, StartAt, StreamConsumer};
 use crate::memory_stream::{
     invalid, not_found, sequence_text, shard_not_found, MemoryStream, Op, State,
 };
@@ -173,7 +173,7 @@ impl MemoryStream {
         stream: &str,
         arn: &str,
         shard: &str,
-        position: &Position,
+        position: &StartAt,
     ) -> Result<Box<dyn ShardSubscription>, ReaderError> {
         let resource = format!("{stream}/{shard}");
         let mut state = self.state();

@@ -22,7 +22,7 @@ use kinesis_lease_core::{BoxFuture, Clock, SequenceNumber, SystemClock};
 
 use crate::error::validate_stream_name;
 use crate::kinesis::{
-    KinesisApi, Position, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription,
+    KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardSubscription, StartAt,
     StreamConsumer,
 };
 use crate::memory_fan_out::FanOutState;
@@ -74,16 +74,19 @@ pub(crate) struct ShardState {
 
 impl ShardState {
     /// The index of the first record at `position`.
-    pub(crate) fn index_at(&self, position: &Position) -> Result<usize, ReaderError> {
+    pub(crate) fn index_at(&self, position: &StartAt) -> Result<usize, ReaderError> {
         Ok(match position {
-            Position::TrimHorizon => 0,
-            Position::Latest => self.records.len(),
-            Position::AtTimestamp(ms) => self.records.partition_point(|r| r.arrival_ms < *ms),
-            Position::AtSequence(seq) => {
+            StartAt::TrimHorizon => 0,
+            StartAt::Latest => self.records.len(),
+            StartAt::AtTimestamp(time) => {
+                let ms = crate::kinesis::millis_of(time);
+                self.records.partition_point(|r| r.arrival_ms < ms)
+            }
+            StartAt::AtSequence(seq) => {
                 let v = sequence_value(seq)?;
                 self.records.partition_point(|r| r.sequence < v)
             }
-            Position::AfterSequence(seq) => {
+            StartAt::AfterSequence(seq) => {
                 let v = sequence_value(seq)?;
                 self.records.partition_point(|r| r.sequence <= v)
             }
@@ -98,7 +101,6 @@ impl ShardState {
             partition_key: r.key.clone(),
             sequence: SequenceNumber::new(sequence_text(r.sequence), None).expect("digits"),
             arrival: Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.arrival_ms)),
-            headers: Vec::new(),
             explicit_hash_key: None,
         }
     }
@@ -167,19 +169,29 @@ pub(crate) struct State {
     pub(crate) fan_out: FanOutState,
 }
 
+/// Where [`MemoryStream::put`] stored a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredRecord {
+    /// The shard.
+    pub shard: String,
+    /// Its sequence number.
+    pub sequence: String,
+}
+
 /// An in-process Kinesis; clones share the same streams. See the module docs.
 ///
 /// # Examples
 ///
 /// ```
-/// use kinesis_shard_reader::{KinesisApi, MemoryStream, Position};
+/// use kinesis_shard_reader::{KinesisApi, MemoryStream, StartAt};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let kinesis = MemoryStream::new();
 /// kinesis.create_stream("orders", 4)?;
-/// let (shard, _sequence) = kinesis.put("orders", "customer-1", "order #1")?;
-/// let it = kinesis.shard_iterator("orders", &shard, &Position::TrimHorizon).await?;
-/// let page = kinesis.get_records("orders", &shard, &it, 100).await?;
+/// let stored = kinesis.put("orders", "customer-1", "order #1")?;
+/// let it = kinesis.shard_iterator("orders", &stored.shard, &StartAt::TrimHorizon).await?;
+/// let page = kinesis.get_records("orders", &stored.shard, &it, 100).await?;
 /// assert_eq!(page.records[0].payload, "order #1");
 /// # Ok::<(), kinesis_shard_reader::ReaderError>(())
 /// # }).unwrap();
@@ -325,7 +337,7 @@ impl MemoryStream {
         stream: &str,
         partition_key: &str,
         payload: impl Into<Bytes>,
-    ) -> Result<(String, String), ReaderError> {
+    ) -> Result<StoredRecord, ReaderError> {
         let entry = PutEntry::new(payload, partition_key);
         let mut state = self.state();
         let stored = Self::put_one(&mut state, self.clock.now_ms(), stream, &entry);
@@ -339,7 +351,7 @@ impl MemoryStream {
         now: u64,
         stream: &str,
         entry: &PutEntry,
-    ) -> Result<(String, String), ReaderError> {
+    ) -> Result<StoredRecord, ReaderError> {
         let len = entry.partition_key.chars().count();
         if !(1..=256).contains(&len) {
             return Err(invalid(
@@ -375,7 +387,10 @@ impl MemoryStream {
         });
         let id = shard.id.clone();
         s.next_sequence += 1;
-        Ok((id, sequence_text(sequence)))
+        Ok(StoredRecord {
+            shard: id,
+            sequence: sequence_text(sequence),
+        })
     }
 
     /// Splits an open shard at `new_starting_hash_key` (the first hash key of the second
@@ -632,7 +647,7 @@ impl KinesisApi for MemoryStream {
         &'a self,
         stream: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<String, ReaderError>> {
         Box::pin(async move {
             let mut state = self.state();
@@ -769,8 +784,10 @@ impl KinesisApi for MemoryStream {
             let outcomes = entries
                 .iter()
                 .map(|e| {
-                    Self::put_one(&mut state, now, stream, e)
-                        .map(|(shard, sequence)| PutOutcome::Stored { shard, sequence })
+                    Self::put_one(&mut state, now, stream, e).map(|stored| PutOutcome::Stored {
+                        shard: stored.shard,
+                        sequence: stored.sequence,
+                    })
                 })
                 .collect();
             drop(state);
@@ -808,7 +825,7 @@ impl KinesisApi for MemoryStream {
         stream: &'a str,
         consumer_arn: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
         Box::pin(async move { self.subscribe_now(stream, consumer_arn, shard, position) })
     }

@@ -15,6 +15,7 @@
 //! keeper write `SHARD_END`. A shard whose settlement window is full (a record that never
 //! settles) is not read further until it drains, and its stuck record is logged.
 
+use kinesis_lease_core::ErrorChain;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use tokio::time::Instant;
 use crate::keeper::KeeperCmd;
 use crate::shared::{Backoff, Phase, Shared, Signal};
 use crate::start::StartPlan;
-use crate::{Position, ReaderError};
+use crate::{ReaderError, StartAt};
 
 pub(crate) struct Reader {
     pub(crate) shared: Arc<Shared>,
@@ -55,9 +56,9 @@ pub(crate) enum Stop {
 /// Where a shard's reading stands: what was delivered, and where to (re)open.
 pub(crate) struct Delivered {
     /// The start position of the first open.
-    start: Position,
+    start: StartAt,
     /// Where to open again while nothing was delivered (the pinned start).
-    reopen: Position,
+    reopen: StartAt,
     /// Not opened yet.
     first_open: bool,
     /// Sub-records at or below this were delivered already (by a previous owner, or before a
@@ -70,7 +71,7 @@ pub(crate) struct Delivered {
 }
 
 impl Delivered {
-    pub(crate) fn new(start: Position, reopen: Position, skip: Option<SequenceNumber>) -> Self {
+    pub(crate) fn new(start: StartAt, reopen: StartAt, skip: Option<SequenceNumber>) -> Self {
         Self {
             start,
             reopen,
@@ -85,14 +86,14 @@ impl Delivered {
     /// skipping what was delivered of it, inside one), else the start position the first
     /// time, else the pinned start: never a fresh LATEST after the first open, which would
     /// skip records.
-    pub(crate) fn resume(&mut self) -> Position {
+    pub(crate) fn resume(&mut self) -> StartAt {
         let first = std::mem::replace(&mut self.first_open, false);
         match &self.last_delivered {
             Some(seq) if seq.subsequence().is_some() => {
                 self.skip_upto = Some(seq.clone());
-                Position::AtSequence(seq.clone())
+                StartAt::AtSequence(seq.clone())
             }
-            Some(seq) => Position::AfterSequence(seq.clone()),
+            Some(seq) => StartAt::AfterSequence(seq.clone()),
             None if first => self.start.clone(),
             None => self.reopen.clone(),
         }
@@ -191,9 +192,12 @@ impl Reader {
                 }
             };
             backoff.reset();
-            let behind = page.millis_behind.unwrap_or(0);
-            self.millis_behind.store(behind, Ordering::Relaxed);
-            self.metrics.behind(behind);
+            // A page that does not say how far behind it is counts as at the tip.
+            let at_tip = page.millis_behind.unwrap_or(0) == 0;
+            if let Some(behind) = page.millis_behind {
+                self.millis_behind.store(behind, Ordering::Relaxed);
+                self.metrics.behind(behind);
+            }
             let empty = page.records.is_empty();
             if self.deliver(page.records, &mut at).await.is_err() {
                 return;
@@ -202,7 +206,7 @@ impl Reader {
                 None => return self.shard_ended(page.child_shards).await,
                 Some(next) => iterator = Some(next),
             }
-            if empty && behind == 0 && self.pause(config.poll_interval).await.is_err() {
+            if empty && at_tip && self.pause(config.poll_interval).await.is_err() {
                 return;
             }
         }
@@ -302,7 +306,7 @@ impl Reader {
                             .find(|s| s.id == self.shard)
                             .is_none_or(|s| s.ending_sequence.is_some()) =>
                     {
-                        tracing::error!(error = %error, "shard gone (past retention): it has ended; records not read before it aged out are lost to every consumer");
+                        tracing::error!(error = %ErrorChain(&error), "shard gone (past retention): it has ended; records not read before it aged out are lost to every consumer");
                         let settlement = self.settlement.clone();
                         if self.or_stop(settlement.all_settled()).await.is_ok() {
                             let _ = self.keeper.send(KeeperCmd::ShardEnd).await;
@@ -312,7 +316,7 @@ impl Reader {
                     // Listed and open, or the listing failed: retry after a pause.
                     _ => {
                         let delay = backoff.next_delay();
-                        tracing::warn!(error = %error, ?delay, "shard not found but listed as open; retrying");
+                        tracing::warn!(error = %ErrorChain(&error), ?delay, "shard not found but listed as open; retrying");
                         self.pause(delay).await
                     }
                 }
@@ -325,9 +329,9 @@ impl Reader {
             error => {
                 let delay = backoff.next_delay();
                 if error.is_retryable() {
-                    tracing::warn!(error = %error, ?delay, "read failed; backing off");
+                    tracing::warn!(error = %ErrorChain(&error), ?delay, "read failed; backing off");
                 } else {
-                    tracing::error!(error = %error, ?delay, "Kinesis refused a read; retrying after a pause");
+                    tracing::error!(error = %ErrorChain(&error), ?delay, "Kinesis refused a read; retrying after a pause");
                 }
                 self.pause(delay).await
             }

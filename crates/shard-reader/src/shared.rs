@@ -1,5 +1,6 @@
 //! What a subscription's coordinator and its shard tasks share.
 
+use kinesis_lease_core::ErrorChain;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -103,7 +104,7 @@ impl Shared {
 
     /// Records a fatal error (the first one wins) for the subscription to surface.
     pub(crate) fn fail(&self, error: ReaderError) {
-        tracing::error!(stream = %self.config.stream, error = %error, "subscription failed");
+        tracing::error!(stream = %self.config.stream, error = %ErrorChain(&error), "subscription failed");
         self.fatal.send_if_modified(|slot| {
             if slot.is_none() {
                 *slot = Some(Arc::new(error));

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use kinesis_lease_core::{duration_ms, Checkpoint, Lease, SequenceNumber};
 
-use crate::{Position, Shard};
+use crate::kinesis::millis_of;
+use crate::{Shard, StartAt};
 
 /// How a taken shard starts reading, and what its take writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,15 +31,15 @@ pub(crate) struct StartPlan {
     /// The reposition marker written with the take.
     pub(crate) marker: Option<String>,
     /// Where the first iterator opens.
-    pub(crate) open: Position,
+    pub(crate) open: StartAt,
     /// Where the reader reopens while it has delivered nothing yet.
-    pub(crate) reopen: Position,
+    pub(crate) reopen: StartAt,
     /// Records at or below this are skipped (a checkpoint inside an aggregated record).
     pub(crate) skip: Option<SequenceNumber>,
 }
 
 impl StartPlan {
-    fn at(position: Position) -> Self {
+    fn at(position: StartAt) -> Self {
         Self {
             checkpoint: None,
             marker: None,
@@ -49,25 +50,25 @@ impl StartPlan {
     }
 
     /// A subscription-level position (not a sequence number) made a stored position.
-    fn pinned(position: &Position, now_ms: u64, slack: Duration) -> Self {
+    fn pinned(position: &StartAt, now_ms: u64, slack: Duration) -> Self {
         match position {
-            Position::Latest => {
+            StartAt::Latest => {
                 let pin = now_ms.saturating_sub(duration_ms(slack));
                 Self {
                     checkpoint: Some(Checkpoint::AtTimestamp(pin)),
                     marker: None,
-                    open: Position::Latest,
-                    reopen: Position::AtTimestamp(pin),
+                    open: StartAt::Latest,
+                    reopen: StartAt::at_millis(pin),
                     skip: None,
                 }
             }
-            Position::TrimHorizon => Self {
+            StartAt::TrimHorizon => Self {
                 checkpoint: Some(Checkpoint::TrimHorizon),
-                ..Self::at(Position::TrimHorizon)
+                ..Self::at(StartAt::TrimHorizon)
             },
-            Position::AtTimestamp(ms) => Self {
-                checkpoint: Some(Checkpoint::AtTimestamp(*ms)),
-                ..Self::at(Position::AtTimestamp(*ms))
+            StartAt::AtTimestamp(time) => Self {
+                checkpoint: Some(Checkpoint::AtTimestamp(millis_of(time))),
+                ..Self::at(StartAt::at_millis(millis_of(time)))
             },
             // Refused by `subscription_position`; should one get here, it opens as given.
             other => Self::at(other.clone()),
@@ -76,22 +77,24 @@ impl StartPlan {
 }
 
 /// The marker a reposition to `position` writes.
-pub(crate) fn reposition_marker(position: &Position) -> String {
+pub(crate) fn reposition_marker(position: &StartAt) -> String {
     match position {
-        Position::TrimHorizon => Checkpoint::TRIM_HORIZON.to_owned(),
-        Position::Latest => Checkpoint::LATEST.to_owned(),
-        Position::AtTimestamp(ms) => format!("{}:{ms}", Checkpoint::AT_TIMESTAMP),
-        Position::AtSequence(seq) => format!("AT_SEQUENCE_NUMBER:{seq}"),
-        Position::AfterSequence(seq) => format!("AFTER_SEQUENCE_NUMBER:{seq}"),
+        StartAt::TrimHorizon => Checkpoint::TRIM_HORIZON.to_owned(),
+        StartAt::Latest => Checkpoint::LATEST.to_owned(),
+        StartAt::AtTimestamp(time) => {
+            format!("{}:{}", Checkpoint::AT_TIMESTAMP, millis_of(time))
+        }
+        StartAt::AtSequence(seq) => format!("AT_SEQUENCE_NUMBER:{seq}"),
+        StartAt::AfterSequence(seq) => format!("AFTER_SEQUENCE_NUMBER:{seq}"),
     }
 }
 
 /// True for the positions a whole subscription may start or reposition at: sequence numbers
 /// belong to one shard.
-pub(crate) fn is_subscription_position(position: &Position) -> bool {
+pub(crate) fn is_subscription_position(position: &StartAt) -> bool {
     matches!(
         position,
-        Position::TrimHorizon | Position::Latest | Position::AtTimestamp(_)
+        StartAt::TrimHorizon | StartAt::Latest | StartAt::AtTimestamp(_)
     )
 }
 
@@ -99,8 +102,8 @@ pub(crate) fn is_subscription_position(position: &Position) -> bool {
 /// marker), at `now_ms` on this host's wall clock.
 pub(crate) fn plan(
     row: &Lease,
-    start_at: &Position,
-    reposition: Option<(&Position, &str)>,
+    start_at: &StartAt,
+    reposition: Option<(&StartAt, &str)>,
     now_ms: u64,
     slack: Duration,
 ) -> StartPlan {
@@ -116,18 +119,18 @@ pub(crate) fn plan(
             // Part of an aggregated record settled: read it again, skip what settled.
             StartPlan {
                 skip: Some(seq.clone()),
-                ..StartPlan::at(Position::AtSequence(seq.clone()))
+                ..StartPlan::at(StartAt::AtSequence(seq.clone()))
             }
         }
-        Some(Checkpoint::Sequence(seq)) => StartPlan::at(Position::AfterSequence(seq.clone())),
-        Some(Checkpoint::TrimHorizon) => StartPlan::at(Position::TrimHorizon),
-        Some(Checkpoint::AtTimestamp(ms)) => StartPlan::at(Position::AtTimestamp(*ms)),
+        Some(Checkpoint::Sequence(seq)) => StartPlan::at(StartAt::AfterSequence(seq.clone())),
+        Some(Checkpoint::TrimHorizon) => StartPlan::at(StartAt::TrimHorizon),
+        Some(Checkpoint::AtTimestamp(ms)) => StartPlan::at(StartAt::at_millis(*ms)),
         // "Start at the tip when first taken": pin it now.
-        Some(Checkpoint::Latest) => StartPlan::pinned(&Position::Latest, now_ms, slack),
+        Some(Checkpoint::Latest) => StartPlan::pinned(&StartAt::Latest, now_ms, slack),
         // A finished shard is never taken; should one be, it reads nothing new from the tip.
-        Some(Checkpoint::ShardEnd) => StartPlan::at(Position::Latest),
+        Some(Checkpoint::ShardEnd) => StartPlan::at(StartAt::Latest),
         // A child of a split or merge reads from its first record.
-        None if !row.parents.is_empty() => StartPlan::pinned(&Position::TrimHorizon, now_ms, slack),
+        None if !row.parents.is_empty() => StartPlan::pinned(&StartAt::TrimHorizon, now_ms, slack),
         None => StartPlan::pinned(start_at, now_ms, slack),
     }
 }
@@ -140,15 +143,15 @@ pub(crate) fn plan(
 pub(crate) fn initial_checkpoint(
     shard: &Shard,
     fresh: bool,
-    start_at: &Position,
+    start_at: &StartAt,
 ) -> Option<Checkpoint> {
     if fresh {
         return match start_at {
-            Position::Latest if shard.ending_sequence.is_some() => Some(Checkpoint::ShardEnd),
-            Position::Latest => Some(Checkpoint::Latest),
-            Position::TrimHorizon => Some(Checkpoint::TrimHorizon),
-            Position::AtTimestamp(ms) => Some(Checkpoint::AtTimestamp(*ms)),
-            Position::AtSequence(_) | Position::AfterSequence(_) => None,
+            StartAt::Latest if shard.ending_sequence.is_some() => Some(Checkpoint::ShardEnd),
+            StartAt::Latest => Some(Checkpoint::Latest),
+            StartAt::TrimHorizon => Some(Checkpoint::TrimHorizon),
+            StartAt::AtTimestamp(time) => Some(Checkpoint::AtTimestamp(millis_of(time))),
+            StartAt::AtSequence(_) | StartAt::AfterSequence(_) => None,
         };
     }
     if shard.parents().is_empty() {
@@ -180,48 +183,44 @@ mod tests {
 
     #[test]
     fn latest_opens_at_the_tip_and_pins_a_time_before_it() {
-        let plan = plan(&row(None, &[]), &Position::Latest, None, NOW, SLACK);
+        let plan = plan(&row(None, &[]), &StartAt::Latest, None, NOW, SLACK);
         let pin = NOW - 30_000;
-        assert_eq!(plan.open, Position::Latest);
+        assert_eq!(plan.open, StartAt::Latest);
         assert_eq!(plan.checkpoint, Some(Checkpoint::AtTimestamp(pin)));
-        assert_eq!(
-            plan.reopen,
-            Position::AtTimestamp(pin),
-            "never a fresh LATEST"
-        );
+        assert_eq!(plan.reopen, StartAt::at_millis(pin), "never a fresh LATEST");
     }
 
     #[test]
     fn a_latest_sentinel_is_pinned_like_a_missing_checkpoint() {
         let plan = plan(
             &row(Some(Checkpoint::Latest), &["p"]),
-            &Position::TrimHorizon,
+            &StartAt::TrimHorizon,
             None,
             NOW,
             SLACK,
         );
-        assert_eq!(plan.open, Position::Latest);
+        assert_eq!(plan.open, StartAt::Latest);
         assert_eq!(plan.checkpoint, Some(Checkpoint::AtTimestamp(NOW - 30_000)));
     }
 
     #[test]
     fn stored_positions_are_resumed_without_writing() {
         let cases = [
-            (Checkpoint::TrimHorizon, Position::TrimHorizon),
-            (Checkpoint::AtTimestamp(5), Position::AtTimestamp(5)),
+            (Checkpoint::TrimHorizon, StartAt::TrimHorizon),
+            (Checkpoint::AtTimestamp(5), StartAt::at_millis(5)),
             (
                 Checkpoint::Sequence(seq("42", None)),
-                Position::AfterSequence(seq("42", None)),
+                StartAt::AfterSequence(seq("42", None)),
             ),
             (
                 Checkpoint::Sequence(seq("42", Some(3))),
-                Position::AtSequence(seq("42", Some(3))),
+                StartAt::AtSequence(seq("42", Some(3))),
             ),
         ];
         for (checkpoint, position) in cases {
             let plan = plan(
                 &row(Some(checkpoint), &[]),
-                &Position::Latest,
+                &StartAt::Latest,
                 None,
                 NOW,
                 SLACK,
@@ -233,8 +232,8 @@ mod tests {
 
     #[test]
     fn children_without_checkpoint_start_at_their_first_record() {
-        let plan = plan(&row(None, &["p"]), &Position::Latest, None, NOW, SLACK);
-        assert_eq!(plan.open, Position::TrimHorizon);
+        let plan = plan(&row(None, &["p"]), &StartAt::Latest, None, NOW, SLACK);
+        assert_eq!(plan.open, StartAt::TrimHorizon);
         assert_eq!(plan.checkpoint, Some(Checkpoint::TrimHorizon));
     }
 
@@ -243,8 +242,8 @@ mod tests {
         let cp = Some(Checkpoint::Sequence(seq("42", None)));
         let fresh = plan(
             &row(cp.clone(), &[]),
-            &Position::Latest,
-            Some((&Position::TrimHorizon, "TRIM_HORIZON")),
+            &StartAt::Latest,
+            Some((&StartAt::TrimHorizon, "TRIM_HORIZON")),
             NOW,
             SLACK,
         );
@@ -254,12 +253,12 @@ mod tests {
         done.repositioned = Some("TRIM_HORIZON".into());
         let again = plan(
             &done,
-            &Position::Latest,
-            Some((&Position::TrimHorizon, "TRIM_HORIZON")),
+            &StartAt::Latest,
+            Some((&StartAt::TrimHorizon, "TRIM_HORIZON")),
             NOW,
             SLACK,
         );
-        assert_eq!(again.open, Position::AfterSequence(seq("42", None)));
+        assert_eq!(again.open, StartAt::AfterSequence(seq("42", None)));
         assert_eq!((again.checkpoint, again.marker), (None, None));
     }
 
@@ -276,19 +275,19 @@ mod tests {
     #[test]
     fn a_fresh_latest_subscription_skips_closed_shards_and_starts_children_at_the_tip() {
         assert_eq!(
-            initial_checkpoint(&shard(true, None), true, &Position::Latest),
+            initial_checkpoint(&shard(true, None), true, &StartAt::Latest),
             Some(Checkpoint::ShardEnd)
         );
         assert_eq!(
-            initial_checkpoint(&shard(false, Some("p")), true, &Position::Latest),
+            initial_checkpoint(&shard(false, Some("p")), true, &StartAt::Latest),
             Some(Checkpoint::Latest)
         );
         assert_eq!(
-            initial_checkpoint(&shard(true, None), true, &Position::TrimHorizon),
+            initial_checkpoint(&shard(true, None), true, &StartAt::TrimHorizon),
             Some(Checkpoint::TrimHorizon)
         );
         assert_eq!(
-            initial_checkpoint(&shard(false, Some("p")), true, &Position::AtTimestamp(7)),
+            initial_checkpoint(&shard(false, Some("p")), true, &StartAt::at_millis(7)),
             Some(Checkpoint::AtTimestamp(7))
         );
     }
@@ -296,11 +295,11 @@ mod tests {
     #[test]
     fn later_children_start_at_their_first_record() {
         assert_eq!(
-            initial_checkpoint(&shard(false, Some("p")), false, &Position::Latest),
+            initial_checkpoint(&shard(false, Some("p")), false, &StartAt::Latest),
             Some(Checkpoint::TrimHorizon)
         );
         assert_eq!(
-            initial_checkpoint(&shard(false, None), false, &Position::Latest),
+            initial_checkpoint(&shard(false, None), false, &StartAt::Latest),
             None
         );
     }

@@ -14,7 +14,7 @@ use kinesis_lease_core::{
     Outcome, Take,
 };
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
-use kinesis_shard_reader::{MemoryStream, Position};
+use kinesis_shard_reader::{MemoryStream, StartAt};
 
 fn consumer(
     kinesis: &MemoryStream,
@@ -25,7 +25,7 @@ fn consumer(
     start_with_log(
         kinesis,
         Arc::new(store),
-        config("s", owner, Position::TrimHorizon),
+        config("s", owner, StartAt::TrimHorizon),
         Workers::ByKey(4),
         log.clone(),
     )

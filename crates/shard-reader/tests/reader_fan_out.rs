@@ -12,7 +12,7 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::LeaseStore;
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
-use kinesis_shard_reader::{KinesisApi, MemoryStream, Op, Position, ReaderConfig, ReaderError};
+use kinesis_shard_reader::{KinesisApi, MemoryStream, Op, ReaderConfig, ReaderError, StartAt};
 
 fn fan_out(mut config: ReaderConfig) -> ReaderConfig {
     config.fan_out = Some("app".to_owned());
@@ -31,7 +31,7 @@ fn by_fan_out(
     start_with_log(
         kinesis,
         Arc::new(MemoryLeaseStore::over(table)),
-        fan_out(config("s", owner, Position::TrimHorizon)),
+        fan_out(config("s", owner, StartAt::TrimHorizon)),
         workers,
         log.clone(),
     )
@@ -83,7 +83,7 @@ async fn subscriptions_are_renewed_and_recover_from_cuts_and_throttling() {
     let consumer = start(
         &kinesis,
         store,
-        fan_out(config("s", "a", Position::TrimHorizon)),
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
         Workers::Unordered(3),
     );
     wait_for_count(&consumer.log, 200, Duration::from_secs(30)).await;
@@ -266,7 +266,7 @@ macro_rules! forward_polling {
             &'a self,
             stream: &'a str,
             shard: &'a str,
-            position: &'a Position,
+            position: &'a StartAt,
         ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
             self.$field.shard_iterator(stream, shard, position)
         }
@@ -361,7 +361,7 @@ async fn a_deregistered_consumer_is_registered_again_and_nothing_is_lost() {
     let dispatch =
         kinesis_dispatch::Dispatcher::spawn(receiver, handler, Default::default()).unwrap();
     let coordinator = kinesis_shard_reader::Coordinator::spawn(
-        fan_out(config("s", "a", Position::TrimHorizon)),
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
         Arc::new(kinesis.clone()),
         Arc::new(MemoryLeaseStore::new()),
         sender,
@@ -436,7 +436,7 @@ impl KinesisApi for Silent {
         stream: &'a str,
         consumer_arn: &'a str,
         shard: &'a str,
-        position: &'a Position,
+        position: &'a StartAt,
     ) -> kinesis_lease_core::BoxFuture<
         'a,
         Result<Box<dyn kinesis_shard_reader::ShardSubscription>, ReaderError>,
@@ -482,7 +482,7 @@ async fn a_silent_subscription_is_renewed() {
     let dispatch =
         kinesis_dispatch::Dispatcher::spawn(receiver, handler, Default::default()).unwrap();
     let coordinator = kinesis_shard_reader::Coordinator::spawn(
-        fan_out(config("s", "a", Position::TrimHorizon)),
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
         Arc::new(silent),
         Arc::new(MemoryLeaseStore::new()),
         sender,
@@ -510,26 +510,26 @@ async fn a_later_subscription_takes_the_shard_over() {
     assert!(!active.active, "CREATING when first described");
     let shard = "shardId-000000000000";
     let mut first = kinesis
-        .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+        .subscribe_to_shard("s", &consumer.arn, shard, &StartAt::TrimHorizon)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(matches!(
         kinesis
-            .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+            .subscribe_to_shard("s", &consumer.arn, shard, &StartAt::TrimHorizon)
             .await,
         Err(ReaderError::Throttled { .. })
     ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(matches!(
         kinesis
-            .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+            .subscribe_to_shard("s", &consumer.arn, shard, &StartAt::TrimHorizon)
             .await,
         Err(ReaderError::InUse { .. })
     ));
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut second = kinesis
-        .subscribe_to_shard("s", &consumer.arn, shard, &Position::TrimHorizon)
+        .subscribe_to_shard("s", &consumer.arn, shard, &StartAt::TrimHorizon)
         .await
         .unwrap();
     assert!(matches!(

@@ -10,7 +10,7 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::{LeaseKey, LeaseStore};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{MemoryStream, Op, Position, ReaderError};
+use kinesis_shard_reader::{MemoryStream, Op, ReaderError, StartAt};
 
 #[tokio::test(start_paused = true)]
 async fn expired_iterators_reopen_after_the_last_delivered_record() {
@@ -19,7 +19,7 @@ async fn expired_iterators_reopen_after_the_last_delivered_record() {
     let consumer = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::new()),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     for round in 0..10 {
@@ -45,7 +45,7 @@ async fn throttling_backs_off_and_loses_nothing() {
     let consumer = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::new()),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     let started = tokio::time::Instant::now();
@@ -68,7 +68,7 @@ async fn reads_respect_the_rate_limit_and_the_poll_interval() {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 1).unwrap();
     put_many(&kinesis, "s", 4, 0, 5_000);
-    let mut cfg = config("s", "a", Position::TrimHorizon);
+    let mut cfg = config("s", "a", StartAt::TrimHorizon);
     cfg.records_per_call = 100;
     let consumer = start(
         &kinesis,
@@ -103,7 +103,7 @@ async fn deleted_stream_fails_the_subscription_and_releases_the_lease() {
     let consumer = start(
         &kinesis,
         store.clone(),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     put_many(&kinesis, "s", 2, 0, 10);

@@ -14,7 +14,7 @@ use kinesis_dispatch::{
 };
 use kinesis_lease_core::{Checkpoint, SequenceNumber};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{Coordinator, MemoryStream, Position};
+use kinesis_shard_reader::{Coordinator, MemoryStream, StartAt};
 
 const SHARD_0: &str = "shardId-000000000000";
 
@@ -27,7 +27,7 @@ async fn a_record_that_never_settles_fills_a_bounded_window_and_is_reported_stuc
     const WINDOW: usize = 8;
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 1).unwrap();
-    let mut config = config("s", "a", Position::Latest);
+    let mut config = config("s", "a", StartAt::Latest);
     config.max_unsettled = WINDOW;
 
     let poisoned = Arc::new(AtomicBool::new(true));
@@ -76,7 +76,7 @@ async fn a_record_that_never_settles_fills_a_bounded_window_and_is_reported_stuc
         log: log.clone(),
     };
     tokio::time::sleep(Duration::from_secs(2)).await; // opened at the tip
-    let (_, poison) = kinesis.put("s", "poison-key", "poison").unwrap();
+    let poison = kinesis.put("s", "poison-key", "poison").unwrap().sequence;
     let poison = SequenceNumber::new(poison, None).unwrap();
     put_many(&kinesis, "s", 5, 0, 40);
     tokio::time::sleep(Duration::from_secs(10)).await;

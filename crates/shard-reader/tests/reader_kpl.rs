@@ -14,7 +14,7 @@ use kinesis_kpl::Aggregator;
 use kinesis_lease_core::{Checkpoint, Lease, LeaseKey, LeaseStore, SequenceNumber};
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 use kinesis_shard_reader::{
-    Coordinator, KinesisApi, MemoryStream, Position, PutEntry, ReaderConfig,
+    Coordinator, KinesisApi, MemoryStream, PutEntry, ReaderConfig, StartAt,
 };
 
 const SHARD: &str = "shardId-000000000000";
@@ -82,7 +82,7 @@ async fn a_checkpoint_inside_an_aggregate_resumes_after_it() {
     let consumer = start(
         &kinesis,
         store,
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     wait_for_count(&consumer.log, 16, Duration::from_secs(30)).await;
@@ -129,7 +129,7 @@ fn blocking_consumer(
     });
     let dispatch = Dispatcher::spawn(receiver, handler, DispatchConfig::default()).unwrap();
     let coordinator = Coordinator::spawn(
-        config("s", owner, Position::TrimHorizon),
+        config("s", owner, StartAt::TrimHorizon),
         Arc::new(kinesis.clone()),
         Arc::new(MemoryLeaseStore::over(table)),
         sender,
@@ -187,7 +187,7 @@ async fn expired_iterators_between_aggregates_repeat_nothing() {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 1).unwrap();
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
-    let mut cfg = config("s", "a", Position::TrimHorizon);
+    let mut cfg = config("s", "a", StartAt::TrimHorizon);
     cfg.records_per_call = 1; // one aggregate per read
     let consumer = start(&kinesis, store, cfg, Workers::Serial);
     put_aggregated(&kinesis, 5, 0, 100, 10, None).await;
@@ -209,7 +209,7 @@ async fn malformed_aggregates_are_delivered_as_they_are_and_counted() {
     let consumer = start(
         &kinesis,
         store,
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     let mut agg = Aggregator::new();
@@ -246,7 +246,7 @@ async fn sub_records_outside_the_shard_after_a_split_are_delivered_and_counted()
     let consumer = start_with_log(
         &kinesis,
         store,
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
         log.clone(),
     );

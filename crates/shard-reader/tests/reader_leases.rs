@@ -10,7 +10,7 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::{Holder, LeaseKey, LeaseStore, Take};
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
-use kinesis_shard_reader::{MemoryStream, Position};
+use kinesis_shard_reader::{MemoryStream, StartAt};
 
 /// When another owner takes the row (fenced), the reader's next renewal is lost: it stops at
 /// once, hands nothing more to handlers and writes no checkpoint.
@@ -23,7 +23,7 @@ async fn renewal_loss_stops_the_reader_without_checkpoint() {
     let consumer = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     put_many(&kinesis, "s", 3, 0, 30);
@@ -113,13 +113,13 @@ async fn brokers_with_separate_tables_each_read_everything() {
     let a = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::new()),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     let b = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::new()),
-        config("s", "b", Position::TrimHorizon),
+        config("s", "b", StartAt::TrimHorizon),
         Workers::Serial,
     );
     put_many(&kinesis, "s", 8, 0, 80);

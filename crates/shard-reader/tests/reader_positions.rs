@@ -9,7 +9,7 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::{Checkpoint, LeaseKey, LeaseStore, ManualClock};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{KinesisApi, MemoryStream, Position};
+use kinesis_shard_reader::{KinesisApi, MemoryStream, StartAt};
 
 #[tokio::test(start_paused = true)]
 async fn memory_stream_supports_every_iterator_type() {
@@ -18,12 +18,12 @@ async fn memory_stream_supports_every_iterator_type() {
     kinesis.create_stream("s", 1).unwrap();
     let mut seqs = Vec::new();
     for i in 0..10 {
-        let (_, seq) = kinesis.put("s", "k", format!("r{i}")).unwrap();
+        let seq = kinesis.put("s", "k", format!("r{i}")).unwrap().sequence;
         seqs.push(seq);
         clock.advance(Duration::from_secs(1));
     }
     let shard = "shardId-000000000000";
-    let read = |position: Position| {
+    let read = |position: StartAt| {
         let kinesis = kinesis.clone();
         async move {
             let it = kinesis.shard_iterator("s", shard, &position).await.unwrap();
@@ -35,17 +35,17 @@ async fn memory_stream_supports_every_iterator_type() {
         }
     };
     let seq = |i: usize| kinesis_lease_core::SequenceNumber::new(seqs[i].clone(), None).unwrap();
-    assert_eq!(read(Position::TrimHorizon).await.len(), 10);
-    assert!(read(Position::Latest).await.is_empty());
+    assert_eq!(read(StartAt::TrimHorizon).await.len(), 10);
+    assert!(read(StartAt::Latest).await.is_empty());
     assert_eq!(
-        read(Position::AtTimestamp(1_000_000 + 7_000)).await,
+        read(StartAt::at_millis(1_000_000 + 7_000)).await,
         ["r7", "r8", "r9"]
     );
-    assert_eq!(read(Position::AtSequence(seq(8))).await, ["r8", "r9"]);
-    assert_eq!(read(Position::AfterSequence(seq(8))).await, ["r9"]);
+    assert_eq!(read(StartAt::AtSequence(seq(8))).await, ["r8", "r9"]);
+    assert_eq!(read(StartAt::AfterSequence(seq(8))).await, ["r9"]);
     // Limit and MillisBehindLatest.
     let it = kinesis
-        .shard_iterator("s", shard, &Position::TrimHorizon)
+        .shard_iterator("s", shard, &StartAt::TrimHorizon)
         .await
         .unwrap();
     let page = kinesis.get_records("s", shard, &it, 4).await.unwrap();
@@ -71,7 +71,7 @@ async fn memory_stream_supports_every_iterator_type() {
     );
 }
 
-async fn consume_from(position: Position) -> Vec<String> {
+async fn consume_from(position: StartAt) -> Vec<String> {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 4).unwrap();
     put_many(&kinesis, "s", 10, 0, 40);
@@ -94,8 +94,8 @@ async fn consume_from(position: Position) -> Vec<String> {
 
 #[tokio::test(start_paused = true)]
 async fn start_at_horizon_reads_everything_and_tip_only_new_records() {
-    assert_eq!(consume_from(Position::TrimHorizon).await.len(), 60);
-    let latest = consume_from(Position::Latest).await;
+    assert_eq!(consume_from(StartAt::TrimHorizon).await.len(), 60);
+    let latest = consume_from(StartAt::Latest).await;
     assert_eq!(latest.len(), 20);
     assert!(latest
         .iter()
@@ -113,7 +113,7 @@ async fn checkpoints_resume_exactly_after_a_graceful_stop() {
     let first = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     wait_for_count(&first.log, 100, Duration::from_secs(30)).await;
@@ -136,7 +136,7 @@ async fn checkpoints_resume_exactly_after_a_graceful_stop() {
     let second = common::start_with_log(
         &kinesis,
         Arc::new(store),
-        config("s", "b", Position::TrimHorizon),
+        config("s", "b", StartAt::TrimHorizon),
         Workers::Serial,
         log.clone(),
     );
@@ -169,13 +169,13 @@ async fn reposition_overrides_stored_checkpoints() {
     let first = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::over(&table)),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Serial,
     );
     wait_for_count(&first.log, 20, Duration::from_secs(30)).await;
     first.stop().await;
-    let mut cfg = config("s", "b", Position::Latest);
-    cfg.reposition = Some(Position::TrimHorizon);
+    let mut cfg = config("s", "b", StartAt::Latest);
+    cfg.reposition = Some(StartAt::TrimHorizon);
     let second = start(
         &kinesis,
         Arc::new(MemoryLeaseStore::over(&table)),

@@ -9,7 +9,7 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::{LeaseKey, LeaseStore};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{MemoryStream, Position};
+use kinesis_shard_reader::{MemoryStream, StartAt};
 
 fn assert_keys_in_order(log: &Log, total: usize) {
     let per_key = per_key(log);
@@ -32,7 +32,7 @@ async fn per_key_order_holds_across_a_split() {
     let consumer = start(
         &kinesis,
         store.clone(),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::ByKey(4),
     );
     put_many(&kinesis, "s", 20, 0, 200);
@@ -71,7 +71,7 @@ async fn per_key_order_holds_across_a_merge() {
     let consumer = start(
         &kinesis,
         store.clone(),
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::ByKey(4),
     );
     put_many(&kinesis, "s", 30, 0, 300);
@@ -115,7 +115,7 @@ async fn children_wait_for_their_parent_to_settle() {
     let consumer = start(
         &kinesis,
         store,
-        config("s", "a", Position::TrimHorizon),
+        config("s", "a", StartAt::TrimHorizon),
         Workers::Unordered(8),
     );
     wait_for_count(&consumer.log, 100, Duration::from_secs(60)).await;

@@ -13,7 +13,7 @@ use kinesis_dispatch::{
 use kinesis_kpl::{Aggregator, Pushed};
 use kinesis_lease_core::LeaseStore;
 use kinesis_shard_reader::{
-    Coordinator, CoordinatorHandle, KinesisApi, MemoryStream, Position, PutEntry, ReaderConfig,
+    Coordinator, CoordinatorHandle, KinesisApi, MemoryStream, PutEntry, ReaderConfig, StartAt,
 };
 
 /// One handled record.
@@ -34,7 +34,7 @@ pub struct Consumer {
     pub log: Log,
 }
 
-pub fn config(stream: &str, owner: &str, start_at: Position) -> ReaderConfig {
+pub fn config(stream: &str, owner: &str, start_at: StartAt) -> ReaderConfig {
     let mut config = ReaderConfig::new(stream, owner);
     config.start_at = start_at;
     config
@@ -100,7 +100,7 @@ pub fn on_table(
     start_with_log(
         kinesis,
         Arc::new(kinesis_lease_memory::MemoryLeaseStore::over(table)),
-        config("s", owner, Position::TrimHorizon),
+        config("s", owner, StartAt::TrimHorizon),
         Workers::Serial,
         log.clone(),
     )

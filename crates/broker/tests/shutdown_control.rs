@@ -1,0 +1,140 @@
+//! Shutdown under the service's control: `run_until(future)` and a cloneable
+//! `ShutdownHandle`, on a MemoryStream with paused time.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_broker::testing::MemoryStream;
+use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, Publisher, StartAt};
+
+fn counting_broker(
+    kinesis: &MemoryStream,
+    table: &MemoryLeaseTable,
+    owner: &str,
+    seen: Arc<AtomicUsize>,
+) -> Broker {
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(MemoryLeaseStore::over(table))
+        .owner_id(owner)
+        .build()
+        .unwrap();
+    broker
+        .subscribe("s")
+        .start_at(StartAt::TrimHorizon)
+        .handle(move |_d: Delivery| {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .unwrap();
+    broker
+}
+
+/// `run_until` returns once the given future resolves, after a clean shutdown: every row is
+/// released with its final checkpoint, so another broker resumes at once and handles nothing
+/// twice.
+#[tokio::test(start_paused = true)]
+async fn run_until_shuts_down_cleanly_when_the_future_resolves() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    Publisher::new(kinesis.clone(), "s")
+        .put_all(
+            (0..50)
+                .map(|i| kinesis_broker::PutEntry::new(format!("{i}"), format!("k{i}")))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let table = MemoryLeaseTable::new();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let running = counting_broker(&kinesis, &table, "a", seen.clone())
+        .start()
+        .await
+        .unwrap();
+    let stop = tokio::time::sleep(Duration::from_secs(5));
+    let report = running.run_until(stop).await.unwrap();
+    assert!(report.handlers_finished);
+    assert_eq!(seen.load(Ordering::SeqCst), 50);
+    let rows = MemoryLeaseStore::over(&table);
+    for row in kinesis_broker::lease::LeaseStore::list(&rows, "s")
+        .await
+        .unwrap()
+    {
+        assert_eq!(row.owner, None, "{row:?} released");
+        assert!(row.checkpoint.is_some(), "{row:?} checkpointed");
+    }
+    // A second broker resumes after the final checkpoints: nothing again.
+    let again = Arc::new(AtomicUsize::new(0));
+    let b = counting_broker(&kinesis, &table, "b", again.clone())
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(b.stats().shards("s").len(), 2);
+    b.shutdown().await;
+    assert_eq!(again.load(Ordering::SeqCst), 0);
+}
+
+/// A handle taken before `start()` and cloned into a handler stops the broker from inside:
+/// `run_until` on a future that never resolves still returns, and every clone sees the request.
+#[tokio::test(start_paused = true)]
+async fn a_cloned_handle_stops_the_broker_from_a_handler() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let mut broker = Broker::builder().kinesis(kinesis.clone()).build().unwrap();
+    let handle = broker.shutdown_handle();
+    let inside = handle.clone();
+    assert!(!handle.is_requested());
+    broker
+        .subscribe("s")
+        .start_at(StartAt::TrimHorizon)
+        .handle(move |d: Delivery| {
+            let inside = inside.clone();
+            async move {
+                if d.payload().as_ref() == b"stop" {
+                    inside.shutdown();
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .unwrap();
+    let running = broker.start().await.unwrap();
+    assert!(!running.shutdown_handle().is_requested());
+    Publisher::new(kinesis.clone(), "s")
+        .put("k", "stop")
+        .await
+        .unwrap();
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        running.run_until(std::future::pending::<()>()),
+    )
+    .await
+    .expect("the handle ends run_until")
+    .unwrap();
+    assert!(report.handlers_finished);
+    assert!(handle.is_requested());
+}
+
+/// A request made before `run_until` is called is not missed.
+#[tokio::test(start_paused = true)]
+async fn a_request_before_run_until_is_kept() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let running = counting_broker(&kinesis, &MemoryLeaseTable::new(), "a", seen)
+        .start()
+        .await
+        .unwrap();
+    running.shutdown_handle().shutdown();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        running.run_until(std::future::pending::<()>()),
+    )
+    .await
+    .expect("an earlier request ends run_until at once")
+    .unwrap();
+}

@@ -1,0 +1,169 @@
+//! [`Outage`]: a lease store decorator that fails every call while it is switched off, for
+//! tests that stage lost leases (feature `testkit`).
+//!
+//! A store that answers instantly and never fails hides every lease-loss path; an outage
+//! longer than `lease - renew` makes a broker lose its leases exactly as a real table outage
+//! would, with nothing written meanwhile.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{
+    BoxFuture, Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore, Outcome,
+    Take,
+};
+
+/// Wraps a store; while [`OutageSwitch::cut`] is in force every call fails with
+/// [`LeaseError::Unavailable`] without reaching the inner store.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_lease_core::testkit::Outage;
+/// # fn store() -> std::sync::Arc<dyn kinesis_lease_core::LeaseStore> { unimplemented!() }
+/// # fn demo() {
+/// let (store, switch) = Outage::wrap(store());
+/// switch.cut(); // every call fails from now on
+/// switch.restore();
+/// # let _ = store;
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Outage {
+    inner: Arc<dyn LeaseStore>,
+    down: Arc<AtomicBool>,
+}
+
+/// Switches an [`Outage`] on and off; clones switch the same store.
+#[derive(Debug, Clone)]
+pub struct OutageSwitch {
+    down: Arc<AtomicBool>,
+}
+
+impl OutageSwitch {
+    /// From now on, every call fails.
+    pub fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+    }
+
+    /// From now on, calls reach the inner store again.
+    pub fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Outage {
+    /// `inner` behind a switch, on (answering) to begin with.
+    pub fn wrap(inner: Arc<dyn LeaseStore>) -> (Self, OutageSwitch) {
+        let down = Arc::new(AtomicBool::new(false));
+        (
+            Self {
+                inner,
+                down: down.clone(),
+            },
+            OutageSwitch { down },
+        )
+    }
+
+    fn check(&self, operation: &'static str) -> LeaseResult<()> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(LeaseError::Unavailable {
+                operation,
+                resource: "lease table".into(),
+                source: "outage staged by the test".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+macro_rules! forward {
+    ($self:ident, $op:literal, $call:expr) => {
+        Box::pin(async move {
+            $self.check($op)?;
+            $call.await
+        })
+    };
+}
+
+impl LeaseStore for Outage {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        forward!(self, "create", self.inner.create(row))
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(self, "take", self.inner.take(key, holder, take))
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(
+            self,
+            "renew",
+            self.inner.renew(key, holder, ttl, checkpoint)
+        )
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(
+            self,
+            "checkpoint",
+            self.inner.checkpoint(key, holder, checkpoint)
+        )
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(self, "release", self.inner.release(key, holder, checkpoint))
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(self, "request", self.inner.request(key, asker, observed))
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(
+            self,
+            "hand_over",
+            self.inner.hand_over(key, holder, to, ttl, checkpoint)
+        )
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        forward!(self, "bump_epoch", self.inner.bump_epoch(stream))
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        forward!(self, "epoch", self.inner.epoch(stream))
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        forward!(self, "read", self.inner.read(key))
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        forward!(self, "list", self.inner.list(stream))
+    }
+}
