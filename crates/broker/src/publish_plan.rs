@@ -322,11 +322,10 @@ impl<'a> Planner<'a> {
     }
 
     fn push_aggregate(&mut self, record: AggregatedEntry, entries: Vec<usize>, shard: String) {
-        self.call.request.push(PutEntry {
-            payload: record.data,
-            partition_key: record.partition_key,
-            explicit_hash_key: Some(record.explicit_hash_key),
-        });
+        self.call.request.push(
+            PutEntry::new(record.data, record.partition_key)
+                .with_hash_key(record.explicit_hash_key),
+        );
         self.call.parts.push(Part::Aggregate { entries, shard });
     }
 

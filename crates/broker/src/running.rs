@@ -10,6 +10,11 @@
 //! checkpointed, so the next owner handles it again. The deadline is one for the whole broker:
 //! its subscriptions drain side by side, not one after another.
 //!
+//! A subscription with a `before_final_checkpoint` hook runs it after the handlers' deadline,
+//! once per shard and side by side, before that shard's final write: a shutdown then takes at
+//! most the deadline plus one hook bound (10 s + 5 s by default) plus the writes. Give the
+//! process's grace period (Kubernetes' `terminationGracePeriodSeconds`) that much.
+//!
 //! # Drop
 //!
 //! Dropping a `RunningBroker` without `shutdown()` stops everything at once, as a crash would:
@@ -161,9 +166,11 @@ impl RunningBroker {
     ) -> Result<ShutdownReport, BrokerError> {
         let handle = self.handle.clone();
         let failure = tokio::select! {
+            // A failure already there is reported, not lost to a shutdown asked at once.
+            biased;
+            error = self.failed() => Some(error),
             signal = signal => signal.err(),
             () = handle.requested() => None,
-            error = self.failed() => Some(error),
         };
         let report = self.shutdown().await;
         match failure {

@@ -448,3 +448,69 @@ async fn a_zero_hook_bound_is_refused() {
         "{text}"
     );
 }
+
+/// Review finding: a shutdown (or hand-over) while `on_taken` still runs waits for it, so a
+/// holding's final-checkpoint hook never runs before its `on_taken` has returned (it used to
+/// run beside it, and a resource opened by `on_taken` after the final hook closed it leaked).
+#[tokio::test(start_paused = true)]
+async fn the_final_hook_never_runs_before_on_taken_returned() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let log: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let (t, f) = (log.clone(), log.clone());
+    let hooks = Hooks::new()
+        .on_taken(move |_s: ShardInfo| {
+            let t = t.clone();
+            async move {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                t.lock().unwrap().push("taken done");
+            }
+        })
+        .before_final_checkpoint(move |_s: ShardInfo, _| {
+            f.lock().unwrap().push("final");
+            async {}
+        });
+    let events = Log::default();
+    let running = broker(&kinesis, MemoryLeaseStore::new(), "a", hooks, &events, None)
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(running.stats().shards(STREAM).len(), 1);
+    assert!(log.lock().unwrap().is_empty(), "on_taken still running");
+    running.shutdown().await;
+    assert_eq!(*log.lock().unwrap(), vec!["taken done", "final"]);
+}
+
+/// Review finding: a hook bound too large to add to the clock (`Duration::MAX`) used to panic
+/// the shard task at shutdown (no release written, the shard stuck as held); now the hook runs
+/// and the release is written.
+#[tokio::test(start_paused = true)]
+async fn a_huge_hook_bound_does_not_overflow_the_clock() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let hooks = recording_hooks(&log).bound(Duration::MAX);
+    let running = broker(
+        &kinesis,
+        MemoryLeaseStore::over(&table),
+        "a",
+        hooks,
+        &log,
+        None,
+    )
+    .start()
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    running.shutdown().await;
+    assert!(
+        events(&log)
+            .iter()
+            .any(|e| matches!(e, Event::Final(_, Release::Stopping, _))),
+        "{:?}",
+        events(&log)
+    );
+    assert_eq!(row(&table, "shardId-000000000000").await.owner, None);
+}

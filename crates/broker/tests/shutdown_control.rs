@@ -138,3 +138,29 @@ async fn a_request_before_run_until_is_kept() {
     .expect("an earlier request ends run_until at once")
     .unwrap();
 }
+
+/// Review finding: a subscription that failed is reported even when a shutdown was asked for
+/// at the same time (the two used to race, and half the time the failure was lost).
+#[tokio::test(start_paused = true)]
+async fn a_failure_is_not_lost_to_a_shutdown_asked_at_the_same_time() {
+    for _ in 0..8 {
+        let kinesis = MemoryStream::new();
+        kinesis.create_stream("s", 1).unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let running = counting_broker(&kinesis, &MemoryLeaseTable::new(), "a", seen)
+            .start()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        kinesis.delete_stream("s").unwrap();
+        tokio::time::timeout(Duration::from_secs(60), running.failed())
+            .await
+            .expect("the deleted stream fails the subscription");
+        running.shutdown_handle().shutdown();
+        let outcome = running.run_until(std::future::pending::<()>()).await;
+        assert!(
+            matches!(outcome, Err(kinesis_broker::BrokerError::Subscription { ref stream, .. }) if stream == "s"),
+            "{outcome:?}"
+        );
+    }
+}

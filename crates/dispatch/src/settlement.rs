@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 
 /// A shard's delivery counts and checkpoint offer.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Progress {
     /// The last record of the settled prefix: the checkpoint the shard may write.
     pub checkpoint: Option<SequenceNumber>,

@@ -45,6 +45,7 @@ use crate::keeper::Keeper;
 use crate::reader::Reader;
 use crate::shared::{Exit, Held, Phase, Report, Shared};
 use crate::start::{self, StartPlan};
+use crate::take_plan;
 use crate::{KinesisApi, ReaderConfig, ReaderError, ShardInfo};
 
 /// Starts the coordinator of one subscription.
@@ -521,16 +522,6 @@ impl State {
         self.rows_created.extend(created);
     }
 
-    /// True when every parent of `row` is finished or gone from the stream.
-    fn parents_done(&self, row: &Lease, rows: &HashMap<&str, &Lease>) -> bool {
-        row.parents
-            .iter()
-            .all(|parent| match rows.get(parent.as_str()) {
-                Some(p) => p.is_finished(),
-                None => !self.stream_shards.contains_key(parent),
-            })
-    }
-
     /// Every take interval: list the rows when the epoch moved or the list interval passed.
     async fn tick(&mut self) {
         let shared = self.shared.clone();
@@ -643,77 +634,29 @@ impl State {
             return;
         }
         self.adopt_pending(&rows);
-        let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
-        let readable: Vec<&Lease> = rows
+        let still: HashMap<String, std::time::Duration> = self
+            .observed
             .iter()
-            .filter(|r| !r.is_finished() && self.parents_done(r, &by_shard))
+            .map(|(shard, seen)| (shard.clone(), now.duration_since(seen.since)))
             .collect();
-        let ttl = config.lease_duration;
-        // Rows with an owner whose counter moved within a lease duration, on our own clock.
-        let live_shards: HashSet<String> = readable
-            .iter()
-            .filter(|r| r.owner.is_some())
-            .filter(|r| {
-                self.observed
-                    .get(r.key.shard())
-                    .is_some_and(|seen| now.duration_since(seen.since) < ttl)
-            })
-            .map(|r| r.key.shard().to_owned())
-            .collect();
-        let is_live = |row: &Lease| live_shards.contains(row.key.shard());
-        let stood_still = |row: &Lease, for_at_least: std::time::Duration| {
-            self.observed
-                .get(row.key.shard())
-                .is_some_and(|seen| now.duration_since(seen.since) >= for_at_least)
+        let held: HashSet<String> = shared.held().keys().cloned().collect();
+        let pending: HashSet<String> = self.pending.keys().cloned().collect();
+        let readable = take_plan::readable(&rows, |parent| self.stream_shards.contains_key(parent));
+        let view = take_plan::View {
+            me: &config.owner,
+            still: &still,
+            held: &held,
+            pending: &pending,
+            lease: config.lease_duration,
+            list_interval: config.list_interval,
         };
-        self.next_expiry = readable
-            .iter()
-            .filter(|r| r.owner.is_some())
-            .filter(|r| live_shards.contains(r.key.shard()))
-            .filter(|r| !shared.held().contains_key(r.key.shard()))
-            .filter_map(|r| {
-                self.observed
-                    .get(r.key.shard())
-                    .map(|seen| seen.since + ttl)
-            })
-            .min();
-        // A row handed over and not taken yet says nothing of its new owner's life (it may
-        // have shut down since it asked): it does not count it as live.
-        let mut owners: HashSet<&str> = readable
-            .iter()
-            .filter(|r| is_live(r) && r.token.is_some())
-            .filter_map(|r| r.owner.as_deref())
-            .collect();
-        owners.insert(&config.owner);
-        let target = readable.len().div_ceil(owners.len());
-        let held = self.shared.held().len();
-        let mut room = target.saturating_sub(held);
-        // Rows handed over to us first, then free ones, then expired ones; all fenced.
-        let mut candidates: Vec<(u8, &Lease)> = Vec::new();
-        {
-            let held = self.shared.held();
-            for row in &readable {
-                let shard = row.key.shard();
-                if held.contains_key(shard) || self.pending.contains_key(shard) {
-                    continue;
-                }
-                let rank = match row.owner.as_deref() {
-                    Some(owner) if owner == config.owner && row.token.is_none() => 0,
-                    None => 1,
-                    Some(_) if !is_live(row) => 2,
-                    // Handed over to another instance that has not taken it for a list
-                    // interval (it may have shut down meanwhile): nobody reads such a row, so
-                    // anyone may take it, fenced, rather than leave it unread for a lease.
-                    Some(_) if row.token.is_none() && stood_still(row, config.list_interval) => 2,
-                    Some(_) => continue,
-                };
-                candidates.push((rank, row));
-            }
-        }
-        candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
-        for (rank, row) in candidates {
+        let plan = take_plan::plan(readable, &view);
+        self.next_expiry = plan.next_expiry.map(|left| now + left);
+        let ttl = config.lease_duration;
+        let mut room = plan.room;
+        for (rank, row) in plan.candidates {
             // Rows handed over to us are always taken.
-            if room == 0 && rank > 0 {
+            if room == 0 && rank != take_plan::Rank::HandedToMe {
                 break;
             }
             let reposition = config.reposition();
@@ -751,7 +694,8 @@ impl State {
                 }
             }
         }
-        self.ask_for_one(&readable, &live_shards, target).await;
+        self.ask_for_one(&plan.readable, &plan.live, plan.target)
+            .await;
     }
 
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
@@ -775,28 +719,10 @@ impl State {
             self.asked = None;
         }
         let mine = self.shared.held().len();
-        if mine >= target {
-            return;
-        }
-        let mut counts: HashMap<&str, Vec<&Lease>> = HashMap::new();
-        for row in readable.iter().filter(|r| live.contains(r.key.shard())) {
-            if let Some(owner) = row.owner.as_deref().filter(|o| *o != config.owner) {
-                counts.entry(owner).or_default().push(row);
-            }
-        }
-        let Some((victim, rows)) = counts
-            .into_iter()
-            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))
-        else {
+        let Some(ask) = take_plan::ask(readable, live, &config.owner, mine, target) else {
             return;
         };
-        if rows.len() < mine + 2 {
-            return;
-        }
-        let open: Vec<&&Lease> = rows.iter().filter(|r| r.wanted_by.is_none()).collect();
-        if open.is_empty() {
-            return;
-        }
+        let (victim, open) = (ask.owner, ask.open);
         let row = open[fastrand::usize(..open.len())];
         match self
             .shared
@@ -805,7 +731,7 @@ impl State {
             .await
         {
             Ok(Outcome::Written(_)) => {
-                tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = rows.len(), target, "asked for a shard");
+                tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
                 self.asked = Some((row.key.shard().to_owned(), Instant::now()));
             }
             Ok(Outcome::Lost(_)) => {}
@@ -879,13 +805,15 @@ impl State {
         self.tasks.spawn(
             async move {
                 let hooks = &shared.config.hooks;
+                // The keeper runs `on_taken` first (renewing meanwhile); the reader starts once
+                // it has returned, and never if the lease was lost during it.
+                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
                 let read = async {
-                    // The keeper renews meanwhile; a lease lost during the hook stops the
-                    // reader before its first read.
-                    hooks.taken(info.clone()).await;
-                    reader.run(plan).await;
+                    if ready_rx.await.is_ok() {
+                        reader.run(plan).await;
+                    }
                 };
-                let (exit, ()) = tokio::join!(keeper.run(cmd_rx), read);
+                let (exit, ()) = tokio::join!(keeper.run(cmd_rx, ready_tx), read);
                 let last = {
                     let mut held = shared.held();
                     let gone = held.remove(&shard);

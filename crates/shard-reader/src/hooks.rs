@@ -6,20 +6,26 @@
 //! when a shard is taken, flush what a handler buffered before the checkpoint that ends this
 //! instance's holding is written, and drop per-shard state once the shard is someone else's.
 //!
-//! Every hook is async and bounded ([`Hooks::bound`], 5 s by default): a hook that runs longer
-//! is abandoned with a warning, and a hook that panics is logged, so a hook can delay a shard's
-//! lifecycle by at most its bound and can never stall or kill it. While the final-checkpoint
-//! hook runs the lease keeps being renewed, and what the hook lets settle (a stream consumer's
-//! acks, say) is in the checkpoint written after it.
+//! Every hook is async and bounded ([`Hooks::bound`], 5 s by default). Each call runs in a task
+//! of its own: one that runs longer than its bound is cancelled with a warning, and one that
+//! panics is logged, so a hook delays a shard's lifecycle by at most its bound and cannot kill
+//! it. Hooks must not block their thread (run synchronous work with
+//! `tokio::task::spawn_blocking`): on a runtime with one thread, a blocked thread stops the
+//! lease renewals too.
+//!
+//! `on_taken` runs before the first read, with the lease renewed meanwhile; the keeper acts on
+//! nothing else (a hand-over request, a shutdown) until it has returned, so the
+//! final-checkpoint hook of a holding always runs after its `on_taken`. While the
+//! final-checkpoint hook runs the lease keeps being renewed, and what the hook lets settle (a
+//! stream consumer's acks, say) is in the checkpoint written after it.
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use kinesis_lease_core::{BoxFuture, Checkpoint};
+use tracing::Instrument;
 
 /// The default bound of one hook call.
 pub const DEFAULT_HOOK_BOUND: Duration = Duration::from_secs(5);
@@ -181,8 +187,15 @@ impl Hooks {
         self.releasing.is_some()
     }
 
-    pub(crate) async fn taken(&self, info: ShardInfo) {
-        run(self.taken.as_ref(), info, self.bound, "on_taken").await;
+    pub(crate) fn has_taken(&self) -> bool {
+        self.taken.is_some()
+    }
+
+    /// The taken hook as a future, for the keeper to run while it renews.
+    pub(crate) fn taken(&self, info: ShardInfo) -> impl Future<Output = ()> {
+        let hook = self.taken.clone();
+        let bound = self.bound;
+        async move { run(hook.as_ref(), info, bound, "on_taken").await }
     }
 
     /// The final-checkpoint hook as a future, for the keeper to run while it renews.
@@ -201,24 +214,40 @@ impl Hooks {
     }
 }
 
-/// Runs one hook call within `bound`, catching a panic in the call or its future.
-async fn run<T>(hook: Option<&Hook<T>>, arg: T, bound: Duration, name: &'static str) {
-    let Some(hook) = hook else { return };
-    let call = match std::panic::catch_unwind(AssertUnwindSafe(|| hook(arg))) {
-        Ok(call) => call,
-        Err(_) => {
-            tracing::error!(hook = name, "lifecycle hook panicked");
-            return;
-        }
-    };
-    match tokio::time::timeout(bound, AssertUnwindSafe(call).catch_unwind()).await {
+/// Cancels the task it guards when dropped: a hook never outlives the shard task that ran it
+/// (a dropped broker leaves no hook behind).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one hook call in a task of its own, within `bound`; a panic in the call or its future
+/// is logged.
+async fn run<T: Send + 'static>(
+    hook: Option<&Hook<T>>,
+    arg: T,
+    bound: Duration,
+    name: &'static str,
+) {
+    let Some(hook) = hook.cloned() else { return };
+    let span = tracing::Span::current();
+    let mut task = AbortOnDrop(tokio::spawn(
+        async move { hook(arg).await }.instrument(span),
+    ));
+    match tokio::time::timeout(bound, &mut task.0).await {
         Ok(Ok(())) => {}
-        Ok(Err(_)) => tracing::error!(hook = name, "lifecycle hook panicked"),
+        Ok(Err(error)) if error.is_panic() => {
+            tracing::error!(hook = name, "lifecycle hook panicked")
+        }
+        Ok(Err(_)) => {}
         Err(_) => {
             tracing::warn!(
                 hook = name,
                 ?bound,
-                "lifecycle hook still running at its bound; abandoned"
+                "lifecycle hook still running at its bound; cancelled"
             )
         }
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
 use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outcome};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
 use crate::shared::{Backoff, Exit, Shared, Signal};
@@ -144,11 +144,30 @@ impl Keeper {
         }
     }
 
-    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<KeeperCmd>) -> Exit {
+    /// Renews until the shard is let go. `ready` fires once the `on_taken` hook has returned:
+    /// the reader starts then, and never when the lease is lost first.
+    pub(crate) async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<KeeperCmd>,
+        ready: oneshot::Sender<()>,
+    ) -> Exit {
         let every = self.shared.config.renew_interval;
         let mut deadline = self.deadline_after(self.taken_at);
         let mut tick = interval_at(Instant::now() + every, every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let hooks = self.shared.config.hooks.clone();
+        if hooks.has_taken() {
+            let info = self.info(self.written_last());
+            // The hook bounds itself; the margin only keeps this wait from ending first.
+            let bound = after(hooks.bound_of_one().saturating_add(every));
+            if let Err(exit) = self
+                .wait_renewing(hooks.taken(info), bound, &mut deadline, &mut tick, false)
+                .await
+            {
+                return exit;
+            }
+        }
+        let _ = ready.send(());
         let mut phase = self.shared.phase.subscribe();
         let mut commands_open = true;
         loop {
@@ -345,22 +364,34 @@ impl Keeper {
             return Ok(());
         }
         // What the row will hold: the due checkpoint, or the one written last.
-        let checkpoint = checkpoint.or_else(|| {
-            self.written
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        });
-        let info = ShardInfo {
-            stream: self.key.stream().to_owned(),
-            shard: self.key.shard().to_owned(),
-            checkpoint,
-        };
+        let checkpoint = checkpoint.or_else(|| self.written_last());
+        let info = self.info(checkpoint);
         // The hook bounds itself; the margin only keeps this wait from ending first.
-        let bound = Instant::now() + hooks.bound_of_one() + self.shared.config.renew_interval;
+        let bound = after(
+            hooks
+                .bound_of_one()
+                .saturating_add(self.shared.config.renew_interval),
+        );
         self.wait_renewing(hooks.releasing(info, why), bound, deadline, tick, false)
             .await
             .map(|_| ())
+    }
+
+    /// The last checkpoint this holding wrote (or found in the row when it took it).
+    fn written_last(&self) -> Option<Checkpoint> {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// This shard, as a hook is told about it.
+    fn info(&self, checkpoint: Option<Checkpoint>) -> ShardInfo {
+        ShardInfo {
+            stream: self.key.stream().to_owned(),
+            shard: self.key.shard().to_owned(),
+            checkpoint,
+        }
     }
 
     /// Runs a store call unless `deadline` passes first (`None`). A deadline already past
@@ -447,6 +478,13 @@ impl Keeper {
             }
         }
     }
+}
+
+/// `wait` from now, or a year from now when that would overflow the clock (a huge hook bound).
+fn after(wait: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + std::time::Duration::from_secs(365 * 24 * 3600))
 }
 
 fn shared_metrics_handed_over(shared: &crate::shared::Shared) {

@@ -19,6 +19,7 @@ use crate::ReaderError;
 
 /// One shard as ListShards describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Shard {
     /// `shardId-000000000000`.
     pub id: String,
@@ -34,6 +35,18 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// An open shard without parents over `hash_range` (inclusive); set the other fields on
+    /// the value.
+    pub fn new(id: impl Into<String>, hash_range: (u128, u128)) -> Self {
+        Self {
+            id: id.into(),
+            parent: None,
+            adjacent_parent: None,
+            hash_range,
+            ending_sequence: None,
+        }
+    }
+
     /// The parents (zero, one or two).
     pub fn parents(&self) -> Vec<String> {
         self.parent
@@ -79,6 +92,7 @@ pub(crate) fn time_of_millis(millis: u64) -> SystemTime {
 
 /// What one GetRecords call returned.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct RecordsPage {
     /// The records, in sequence order.
     pub records: Vec<Record>,
@@ -90,8 +104,22 @@ pub struct RecordsPage {
     pub child_shards: Vec<String>,
 }
 
+impl RecordsPage {
+    /// A page of `records` read with the iterator `next_iterator` to go on (`None` once a
+    /// closed shard has been read to its end); set the other fields on the value.
+    pub fn new(records: Vec<Record>, next_iterator: Option<String>) -> Self {
+        Self {
+            records,
+            next_iterator,
+            millis_behind: None,
+            child_shards: Vec::new(),
+        }
+    }
+}
+
 /// One record to put.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PutEntry {
     /// The data.
     pub payload: Bytes,
@@ -109,6 +137,12 @@ impl PutEntry {
             partition_key: partition_key.into(),
             explicit_hash_key: None,
         }
+    }
+
+    /// The same entry routed by `hash_key` instead of its partition key's MD5.
+    pub fn with_hash_key(mut self, hash_key: u128) -> Self {
+        self.explicit_hash_key = Some(hash_key);
+        self
     }
 }
 

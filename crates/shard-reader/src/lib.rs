@@ -32,6 +32,7 @@ mod metrics;
 mod reader;
 mod shared;
 mod start;
+mod take_plan;
 
 pub use aws::AwsKinesis;
 pub use config::ReaderConfig;

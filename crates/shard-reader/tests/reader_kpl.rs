@@ -32,10 +32,12 @@ async fn sub_records_are_delivered_from_the_default_start_with_their_own_keys() 
     put_aggregated(&kinesis, 7, 0, 300, 25, Some(0)).await;
     // Plain records after them, on the same shard.
     let plain: Vec<PutEntry> = (300..320)
-        .map(|i| PutEntry {
-            payload: Bytes::from(format!("key-{}#{i}", i % 7)),
-            partition_key: format!("key-{}", i % 7),
-            explicit_hash_key: Some(0),
+        .map(|i| {
+            PutEntry::new(
+                Bytes::from(format!("key-{}#{i}", i % 7)),
+                format!("key-{}", i % 7),
+            )
+            .with_hash_key(0)
         })
         .collect();
     kinesis.put_records("s", &plain).await.unwrap();

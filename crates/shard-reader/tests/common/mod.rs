@@ -221,10 +221,9 @@ pub async fn put_aggregated(
     entries.extend(agg.finish());
     let puts: Vec<PutEntry> = entries
         .into_iter()
-        .map(|e| PutEntry {
-            payload: e.data,
-            partition_key: e.partition_key,
-            explicit_hash_key: Some(route.unwrap_or(e.explicit_hash_key)),
+        .map(|e| {
+            PutEntry::new(e.data, e.partition_key)
+                .with_hash_key(route.unwrap_or(e.explicit_hash_key))
         })
         .collect();
     kinesis

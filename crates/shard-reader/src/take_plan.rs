@@ -1,0 +1,350 @@
+//! The take planner: from one listing of a stream's rows, which rows a take round may take,
+//! in what order and how many, and whom to ask for a shard when none is free.
+//!
+//! Pure: no store, no clock, no tokio. The coordinator measures how long each row's counter
+//! has stood still on its own clock and does every read and write; this module only decides,
+//! so the fair-share and expiry rules are unit-tested on plain values.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use kinesis_lease_core::Lease;
+
+/// What a take round knows besides the rows.
+#[derive(Debug)]
+pub(crate) struct View<'a> {
+    /// This instance's owner id.
+    pub(crate) me: &'a str,
+    /// Per shard, how long its row's counter has stood still on this instance's clock;
+    /// absent for a row not observed before.
+    pub(crate) still: &'a HashMap<String, Duration>,
+    /// Shards this instance reads now.
+    pub(crate) held: &'a HashSet<String>,
+    /// Shards whose take's outcome is still unknown.
+    pub(crate) pending: &'a HashSet<String>,
+    /// The lease duration.
+    pub(crate) lease: Duration,
+    /// The list interval.
+    pub(crate) list_interval: Duration,
+}
+
+/// Why a row may be taken, in the order rows are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Rank {
+    /// Handed over to this instance: always taken, even past the fair share.
+    HandedToMe,
+    /// No owner.
+    Free,
+    /// Its owner stopped renewing (the counter stood still for a lease), or it was handed to
+    /// another instance that has not taken it for a list interval.
+    Expired,
+}
+
+/// What one round decided.
+#[derive(Debug)]
+pub(crate) struct Plan<'a> {
+    /// Rows of unfinished shards whose parents are done.
+    pub(crate) readable: Vec<&'a Lease>,
+    /// Shards whose owner renewed within a lease, as this instance saw it.
+    pub(crate) live: HashSet<String>,
+    /// The fair share: readable rows over live owners (this one included), rounded up.
+    pub(crate) target: usize,
+    /// How many rows this round may take besides those handed to this instance.
+    pub(crate) room: usize,
+    /// Rows to try, best first.
+    pub(crate) candidates: Vec<(Rank, &'a Lease)>,
+    /// How long until the first live row held elsewhere would expire, if none renews it.
+    pub(crate) next_expiry: Option<Duration>,
+}
+
+/// The rows whose shard is unfinished and whose parents are finished or gone from the stream
+/// (`listed(parent)` says whether the stream still lists a parent).
+pub(crate) fn readable<'a>(rows: &'a [Lease], listed: impl Fn(&str) -> bool) -> Vec<&'a Lease> {
+    let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
+    rows.iter()
+        .filter(|row| !row.is_finished())
+        .filter(|row| {
+            row.parents
+                .iter()
+                .all(|parent| match by_shard.get(parent.as_str()) {
+                    Some(p) => p.is_finished(),
+                    None => !listed(parent),
+                })
+        })
+        .collect()
+}
+
+/// Plans one take round over `readable` rows.
+pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
+    let still = |row: &Lease| view.still.get(row.key.shard()).copied();
+    let live: HashSet<String> = readable
+        .iter()
+        .filter(|r| r.owner.is_some() && still(r).is_some_and(|s| s < view.lease))
+        .map(|r| r.key.shard().to_owned())
+        .collect();
+    let is_live = |row: &Lease| live.contains(row.key.shard());
+    let next_expiry = readable
+        .iter()
+        .filter(|r| is_live(r) && !view.held.contains(r.key.shard()))
+        .filter_map(|r| still(r).map(|s| view.lease - s))
+        .min();
+    // A row handed over and not taken yet says nothing of its new owner's life (it may have
+    // shut down since it asked): it does not count it as live.
+    let mut owners: HashSet<&str> = readable
+        .iter()
+        .filter(|r| is_live(r) && r.token.is_some())
+        .filter_map(|r| r.owner.as_deref())
+        .collect();
+    owners.insert(view.me);
+    let target = readable.len().div_ceil(owners.len());
+    let room = target.saturating_sub(view.held.len());
+    let mut candidates: Vec<(Rank, &Lease)> = readable
+        .iter()
+        .filter(|r| !view.held.contains(r.key.shard()) && !view.pending.contains(r.key.shard()))
+        .filter_map(|&row| {
+            let rank = match row.owner.as_deref() {
+                Some(owner) if owner == view.me && row.token.is_none() => Rank::HandedToMe,
+                None => Rank::Free,
+                Some(_) if !is_live(row) => Rank::Expired,
+                // Handed over to another instance that has not taken it for a list interval
+                // (it may have shut down meanwhile): nobody reads such a row, so anyone may
+                // take it, fenced, rather than leave it unread for a lease.
+                Some(_)
+                    if row.token.is_none()
+                        && still(row).is_some_and(|s| s >= view.list_interval) =>
+                {
+                    Rank::Expired
+                }
+                Some(_) => return None,
+            };
+            Some((rank, row))
+        })
+        .collect();
+    candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
+    Plan {
+        readable,
+        live,
+        target,
+        room,
+        candidates,
+        next_expiry,
+    }
+}
+
+/// The instance to ask for one shard, and the rows it could give.
+#[derive(Debug)]
+pub(crate) struct Ask<'a> {
+    /// Its owner id.
+    pub(crate) owner: &'a str,
+    /// How many live rows it holds.
+    pub(crate) holds: usize,
+    /// Its rows not already wanted by someone.
+    pub(crate) open: Vec<&'a Lease>,
+}
+
+/// Below the fair share with nothing left to take: the most-loaded live owner, if it holds at
+/// least two more than this instance (`mine`). Owners one apart do not move (hysteresis);
+/// every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
+pub(crate) fn ask<'a>(
+    readable: &[&'a Lease],
+    live: &HashSet<String>,
+    me: &str,
+    mine: usize,
+    target: usize,
+) -> Option<Ask<'a>> {
+    if mine >= target {
+        return None;
+    }
+    let mut counts: HashMap<&'a str, Vec<&'a Lease>> = HashMap::new();
+    for &row in readable.iter().filter(|r| live.contains(r.key.shard())) {
+        if let Some(owner) = row.owner.as_deref().filter(|o| *o != me) {
+            counts.entry(owner).or_default().push(row);
+        }
+    }
+    let (owner, rows) = counts
+        .into_iter()
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then_with(|| b.0.cmp(a.0)))?;
+    if rows.len() < mine + 2 {
+        return None;
+    }
+    let holds = rows.len();
+    let open: Vec<&Lease> = rows.into_iter().filter(|r| r.wanted_by.is_none()).collect();
+    (!open.is_empty()).then_some(Ask { owner, holds, open })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinesis_lease_core::{Checkpoint, LeaseKey};
+
+    const LEASE: Duration = Duration::from_secs(10);
+    const LIST: Duration = Duration::from_secs(2);
+
+    fn row(shard: &str, owner: Option<&str>, token: Option<&str>) -> Lease {
+        let mut row = Lease::new(LeaseKey::new("s", shard).unwrap(), Vec::new());
+        row.owner = owner.map(str::to_owned);
+        row.token = token.map(str::to_owned);
+        row
+    }
+
+    fn shards(n: usize, owner: impl Fn(usize) -> Option<&'static str>) -> Vec<Lease> {
+        (0..n)
+            .map(|i| {
+                let owner = owner(i);
+                row(&format!("shard-{i:02}"), owner, owner.map(|_| "t"))
+            })
+            .collect()
+    }
+
+    struct Fixture {
+        still: HashMap<String, Duration>,
+        held: HashSet<String>,
+        pending: HashSet<String>,
+    }
+
+    impl Fixture {
+        fn new(rows: &[Lease], still: Duration) -> Self {
+            Self {
+                still: rows
+                    .iter()
+                    .map(|r| (r.key.shard().to_owned(), still))
+                    .collect(),
+                held: HashSet::new(),
+                pending: HashSet::new(),
+            }
+        }
+
+        fn view<'a>(&'a self, me: &'a str) -> View<'a> {
+            View {
+                me,
+                still: &self.still,
+                held: &self.held,
+                pending: &self.pending,
+                lease: LEASE,
+                list_interval: LIST,
+            }
+        }
+    }
+
+    fn names(plan: &Plan<'_>) -> Vec<(Rank, String)> {
+        plan.candidates
+            .iter()
+            .map(|(rank, r)| (*rank, r.key.shard().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_instance_may_take_every_free_row() {
+        let rows = shards(4, |_| None);
+        let fixture = Fixture::new(&rows, Duration::ZERO);
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!((plan.target, plan.room), (4, 4));
+        assert_eq!(plan.candidates.len(), 4);
+        assert!(plan.candidates.iter().all(|(rank, _)| *rank == Rank::Free));
+        assert_eq!(plan.next_expiry, None);
+    }
+
+    #[test]
+    fn the_fair_share_counts_live_owners_and_rounds_up() {
+        // 16 rows: b holds 10, c holds 6, both renewing; a holds none.
+        let rows = shards(16, |i| Some(if i < 10 { "b" } else { "c" }));
+        let fixture = Fixture::new(&rows, Duration::from_secs(1));
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(plan.target, 6, "16 over 3, rounded up");
+        assert!(plan.candidates.is_empty(), "live rows are not taken");
+        assert_eq!(plan.next_expiry, Some(Duration::from_secs(9)));
+        let ask = ask(&plan.readable, &plan.live, "a", 0, plan.target).expect("ask b");
+        assert_eq!((ask.owner, ask.holds, ask.open.len()), ("b", 10, 10));
+    }
+
+    #[test]
+    fn a_row_expires_only_after_its_counter_stood_still_for_a_whole_lease() {
+        let rows = shards(2, |_| Some("b"));
+        let mut fixture = Fixture::new(&rows, LEASE - Duration::from_millis(1));
+        let just_before = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(just_before.candidates.is_empty());
+        assert_eq!(just_before.next_expiry, Some(Duration::from_millis(1)));
+        fixture.still.insert("shard-00".into(), LEASE);
+        let at = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(names(&at), vec![(Rank::Expired, "shard-00".to_owned())]);
+        // A row never observed before is not expired: nothing is known of its counter.
+        fixture.still.clear();
+        let unseen = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(unseen.candidates.len(), 2);
+        assert!(unseen.live.is_empty());
+    }
+
+    #[test]
+    fn rows_handed_to_me_come_first_and_past_the_fair_share() {
+        let mut rows = shards(3, |_| None);
+        rows.push(row("shard-03", Some("a"), None)); // handed over to a
+        rows.push(row("shard-04", Some("b"), None)); // handed over to b, not taken yet
+        let mut fixture = Fixture::new(&rows, Duration::from_secs(1));
+        fixture.held = ["shard-09".to_owned(), "shard-08".into(), "shard-07".into()]
+            .into_iter()
+            .collect();
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        // Five readable rows and no live owner but a (rows handed over carry no token, so
+        // they say nothing of b's life): a's share is 5, and it holds 3 elsewhere.
+        assert_eq!((plan.target, plan.room), (5, 2));
+        assert_eq!(names(&plan)[0], (Rank::HandedToMe, "shard-03".to_owned()));
+        assert!(
+            !names(&plan).iter().any(|(_, s)| s == "shard-04"),
+            "handed to b within a list interval: b's to take"
+        );
+        fixture.still.insert("shard-04".into(), LIST);
+        let later = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(names(&later).contains(&(Rank::Expired, "shard-04".to_owned())));
+    }
+
+    #[test]
+    fn held_and_pending_rows_are_not_candidates() {
+        let rows = shards(3, |_| None);
+        let mut fixture = Fixture::new(&rows, Duration::ZERO);
+        fixture.held.insert("shard-00".into());
+        fixture.pending.insert("shard-01".into());
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(names(&plan), vec![(Rank::Free, "shard-02".to_owned())]);
+    }
+
+    #[test]
+    fn children_wait_for_their_parents() {
+        let mut parent = row("p", Some("b"), Some("t"));
+        let mut child = Lease::new(LeaseKey::new("s", "c").unwrap(), vec!["p".into()]);
+        child.checkpoint = Some(Checkpoint::TrimHorizon);
+        let rows = vec![parent.clone(), child.clone()];
+        let open: Vec<&str> = readable(&rows, |_| true)
+            .iter()
+            .map(|r| r.key.shard())
+            .collect();
+        assert_eq!(open, vec!["p"]);
+        parent.checkpoint = Some(Checkpoint::ShardEnd);
+        let rows = vec![parent, child.clone()];
+        let open: Vec<&str> = readable(&rows, |_| true)
+            .iter()
+            .map(|r| r.key.shard())
+            .collect();
+        assert_eq!(open, vec!["c"], "the finished parent is not readable");
+        // A parent whose row is gone: readable once the stream no longer lists it.
+        let rows = vec![child];
+        assert!(readable(&rows, |_| true).is_empty());
+        assert_eq!(readable(&rows, |_| false).len(), 1);
+    }
+
+    #[test]
+    fn owners_one_apart_do_not_move() {
+        // a holds 5, b holds 6: no ask (16 over 3 settles at 6 + 5 + 5).
+        let rows = shards(11, |i| Some(if i < 6 { "b" } else { "a" }));
+        let fixture = Fixture::new(&rows, Duration::from_secs(1));
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(ask(&plan.readable, &plan.live, "a", 5, 6).is_none());
+        assert!(ask(&plan.readable, &plan.live, "a", 4, 6).is_some());
+        // Rows already wanted by someone are not offered.
+        let mut wanted = rows.clone();
+        for r in wanted.iter_mut().filter(|r| r.is_held_by("b")) {
+            r.wanted_by = Some("c".into());
+        }
+        let plan = super::plan(readable(&wanted, |_| false), &fixture.view("a"));
+        assert!(ask(&plan.readable, &plan.live, "a", 0, 6).is_none());
+    }
+}
