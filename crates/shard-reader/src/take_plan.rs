@@ -59,7 +59,7 @@ pub(crate) struct Plan<'a> {
 
 /// The rows whose shard is unfinished and whose parents are finished or gone from the stream
 /// (`listed(parent)` says whether the stream still lists a parent).
-pub(crate) fn readable<'a>(rows: &'a [Lease], listed: impl Fn(&str) -> bool) -> Vec<&'a Lease> {
+pub(crate) fn readable(rows: &[Lease], listed: impl Fn(&str) -> bool) -> Vec<&Lease> {
     let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
     rows.iter()
         .filter(|row| !row.is_finished())
