@@ -121,6 +121,10 @@ pub struct Plan {
     /// Shards are read by enhanced fan-out instead of polling (about half of the seeds, from
     /// other bits of the seed than `kpl`).
     pub fan_out: bool,
+    /// Lifecycle hooks that take their time (up to 2.5 s each) and check, while they run, that
+    /// the final-checkpoint hook runs under the lease and never beside its `on_taken` (about
+    /// half of the seeds, from other bits again).
+    pub hooks: bool,
 }
 
 impl Plan {
@@ -162,6 +166,7 @@ impl Plan {
             faults,
             kpl: (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63) == 1,
             fan_out: (seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) >> 62) & 1 == 1,
+            hooks: (seed.wrapping_mul(0x1656_67b1_9e37_79f9) >> 61) & 1 == 1,
         }
     }
 
@@ -181,7 +186,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}{}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}{}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -194,6 +199,7 @@ impl fmt::Display for Plan {
             self.mode,
             if self.kpl { ", KPL aggregates" } else { "" },
             if self.fan_out { ", fan-out" } else { "" },
+            if self.hooks { ", hooks" } else { "" },
             self.faults,
             if self.is_calm() { " [calm]" } else { "" }
         )

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_broker::{
-    lease::LeaseStore,
+    lease::{LeaseKey, LeaseStore},
     testing::{MemoryStream, Op},
-    BatchFailure, Broker, BrokerError, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
-    StartAt,
+    BatchFailure, Broker, BrokerError, Delivery, Hooks, MemoryLeaseStore, MemoryLeaseTable,
+    Release, RunningBroker, ShardInfo, StartAt,
 };
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
@@ -354,6 +354,11 @@ impl World {
         } else {
             sub
         };
+        let sub = if self.plan.hooks {
+            sub.hooks(self.hooks(id))
+        } else {
+            sub
+        };
         let handler = Handling {
             rec: self.rec.clone(),
             instance: id.to_owned(),
@@ -374,6 +379,87 @@ impl World {
                 .handle(move |b| handler.clone().batch(b))?,
         }
         broker.start().await
+    }
+
+    /// Hooks that take their time (0 to 2.5 s, from the seed and the shard) and check two
+    /// invariants while they run: the final-checkpoint hook runs while the row still names
+    /// this instance (read straight from the table), and never while the same holding's
+    /// `on_taken` still runs.
+    fn hooks(&self, id: &str) -> Hooks {
+        let seed = self.plan.seed;
+        let delay = move |shard: &str, salt: u64| {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            (seed, shard, salt).hash(&mut hasher);
+            Duration::from_millis(hasher.finish() % 2_500)
+        };
+        let taking: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
+        let (rec, owner, running) = (self.rec.clone(), id.to_owned(), taking.clone());
+        let taken = move |shard: ShardInfo| {
+            let running = running.clone();
+            running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(shard.shard.clone());
+            let wait = delay(&shard.shard, 1);
+            async move {
+                // Removed when done or cancelled at the bound.
+                struct Done(Arc<std::sync::Mutex<BTreeSet<String>>>, String);
+                impl Drop for Done {
+                    fn drop(&mut self) {
+                        self.0
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&self.1);
+                    }
+                }
+                let _done = Done(running, shard.shard);
+                sleep(wait).await;
+            }
+        };
+        let table = self.table.clone();
+        let (rec_final, owner_final) = (rec.clone(), owner.clone());
+        let last = move |shard: ShardInfo, why: Release| {
+            if taking
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&shard.shard)
+            {
+                rec_final.violate(format!(
+                    "{owner_final}: final hook of {} ({why:?}) began while its on_taken still ran",
+                    shard.shard
+                ));
+            }
+            let (rec, owner, table) = (rec_final.clone(), owner_final.clone(), table.clone());
+            let wait = delay(&shard.shard, 2);
+            async move {
+                sleep(wait).await;
+                let Ok(key) = LeaseKey::new(&shard.stream, &shard.shard) else {
+                    return;
+                };
+                let row = MemoryLeaseStore::over(&table).read(&key).await;
+                if let Ok(Some(row)) = row {
+                    if row.owner.as_deref() != Some(owner.as_str()) {
+                        rec.violate(format!(
+                            "{owner}: final hook of {} ({why:?}) ran after the row moved to {:?}",
+                            shard.shard, row.owner
+                        ));
+                    }
+                }
+            }
+        };
+        let (rec_lost, owner_lost) = (rec.clone(), owner.clone());
+        Hooks::new()
+            .on_taken(taken)
+            .before_final_checkpoint(last)
+            .on_lost(move |shard: ShardInfo| {
+                rec_lost.note(format!("{owner_lost}: on_lost {}", shard.shard));
+                async {}
+            })
+            .on_ended(move |shard: ShardInfo| {
+                rec.note(format!("{owner}: on_ended {}", shard.shard));
+                async {}
+            })
     }
 
     fn live(&self) -> Vec<usize> {

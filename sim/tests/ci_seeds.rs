@@ -97,6 +97,25 @@ fn ci_seeds_cover_every_fault_position_and_mode() {
         .flat_map(|p| [format!("{:?}", p.start), format!("{:?}", p.mode)])
         .collect();
     assert_eq!(fan_out_kinds.len(), 8, "{fan_out_kinds:?}");
+    // Slow lifecycle hooks meet calm and faulty seeds, polling and fan-out, every mode.
+    let hooks = |calm: bool| {
+        plans
+            .iter()
+            .filter(|p| p.hooks && p.is_calm() == calm)
+            .count()
+    };
+    assert!(
+        hooks(true) >= 3 && hooks(false) >= 10,
+        "hooks: {} calm, {} faulty",
+        hooks(true),
+        hooks(false)
+    );
+    let hook_kinds: std::collections::BTreeSet<String> = plans
+        .iter()
+        .filter(|p| p.hooks)
+        .flat_map(|p| [format!("{:?}", p.mode), format!("fan-out {}", p.fan_out)])
+        .collect();
+    assert_eq!(hook_kinds.len(), 7, "{hook_kinds:?}");
 }
 
 /// A seed replays exactly: two runs write the same history.
