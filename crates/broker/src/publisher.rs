@@ -173,7 +173,8 @@ impl Publisher {
             None => Vec::new(),
         };
         let mut fruitless = 0;
-        let mut delay = Duration::from_millis(50);
+        let mut backoff =
+            kinesis_lease_core::Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         while queues.waiting() > 0 {
             let mut stored = Vec::new();
             let outcome = self
@@ -191,7 +192,7 @@ impl Publisher {
             match progress {
                 Round::All => {
                     fruitless = 0;
-                    delay = Duration::from_millis(50);
+                    backoff.reset();
                     continue;
                 }
                 Round::Some => fruitless = 0,
@@ -207,8 +208,7 @@ impl Publisher {
                 }
             }
             // Some records were refused (throttled): back off before putting them again.
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+            tokio::time::sleep(backoff.next_delay()).await;
         }
         Ok(results.into_iter().flatten().collect())
     }

@@ -28,61 +28,18 @@
 //! before records other lanes completed after it, which the next owner would then handle
 //! again.
 
-use kinesis_lease_core::ErrorChain;
-use std::collections::HashSet;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::handler::{BatchHandler, OneHandler};
-use crate::retry::Exhausted;
+use crate::batch::gather;
+use crate::router::{route, Pick};
 use crate::{
-    channel::Numbered, lane_of, Delivery, DeliveryReceiver, DispatchError, Handler, HandlerError,
-    RetryPolicy,
+    channel::Numbered, Delivery, DeliveryReceiver, DispatchConfig, DispatchError, Handler,
+    RetryPolicy, Workers,
 };
-
-/// How many handlers run at once, and in what order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Workers {
-    /// One at a time, in arrival order.
-    #[default]
-    Serial,
-    /// Up to n at once, unordered.
-    Unordered(usize),
-    /// n lanes by partition key: each key in order, keys spread over lanes.
-    ByKey(usize),
-}
-
-/// The dispatch settings of one subscription.
-#[derive(Debug, Clone)]
-pub struct DispatchConfig {
-    /// Serial, unordered workers or lanes by key.
-    pub workers: Workers,
-    /// The queue of each lane of [`Workers::ByKey`] (default 8).
-    pub lane_capacity: usize,
-    /// How long a batch waits for more records after its first (default 50 ms).
-    pub batch_window: Duration,
-    /// What happens when a handler fails.
-    pub retry: RetryPolicy,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        Self {
-            workers: Workers::Serial,
-            lane_capacity: 8,
-            batch_window: Duration::from_millis(50),
-            retry: RetryPolicy::default(),
-        }
-    }
-}
 
 /// Starts the dispatch loops of one subscription.
 #[derive(Debug)]
@@ -245,14 +202,14 @@ impl DispatchHandle {
     }
 }
 
-struct Ctx {
-    handler: Handler,
-    retry: RetryPolicy,
-    window: Duration,
-    closing: watch::Receiver<bool>,
+pub(crate) struct Ctx {
+    pub(crate) handler: Handler,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) window: Duration,
+    pub(crate) closing: watch::Receiver<bool>,
     /// Signalled each time a worker takes from its queue: a router whose every candidate
     /// queue was full tries again (a permit is kept when it is not waiting yet).
-    room: Notify,
+    pub(crate) room: Notify,
 }
 
 enum Source {
@@ -271,7 +228,7 @@ enum Source {
 }
 
 /// The two kinds of queue a loop reads.
-trait Rx: Send {
+pub(crate) trait Rx: Send {
     fn recv(&mut self) -> impl std::future::Future<Output = Option<Delivery>> + Send;
     fn try_recv(&mut self) -> Option<Delivery>;
 }
@@ -298,7 +255,7 @@ impl Rx for mpsc::Receiver<Numbered> {
     }
 }
 
-enum Unit {
+pub(crate) enum Unit {
     One(Delivery),
     Batch(Vec<Delivery>),
 }
@@ -342,28 +299,6 @@ impl Source {
             rx.stop_taking();
         }
     }
-}
-
-/// The unit beginning with `first`: itself, or a batch of up to `max` gathered within
-/// `window` of it.
-async fn gather<R: Rx>(rx: &mut R, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
-    let Some(max) = max else {
-        return Unit::One(first);
-    };
-    let deadline = Instant::now() + window;
-    let mut batch = Vec::with_capacity(max.min(1024));
-    batch.push(first);
-    while batch.len() < max {
-        if let Some(d) = rx.try_recv() {
-            batch.push(d);
-            continue;
-        }
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(d)) => batch.push(d),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    Unit::Batch(batch)
 }
 
 async fn worker(mut source: Source, ctx: Arc<Ctx>) {
@@ -440,379 +375,4 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
             }
         }
     }
-}
-
-/// How the router picks a lane.
-#[derive(Clone, Copy)]
-enum Pick {
-    /// The lane of the partition key.
-    ByKey,
-    /// Any lane with room, round robin (staying on a lane while it has room when `sticky`,
-    /// so batches fill); the first to free up when all are full.
-    AnyFree {
-        /// Keep filling the same lane while it has room.
-        sticky: bool,
-    },
-}
-
-/// Hands each record on to a lane as it travels: its delivery is made by the lane's worker,
-/// on the thread that handles and frees it.
-async fn route(
-    mut rx: DeliveryReceiver,
-    lanes: Vec<mpsc::Sender<Numbered>>,
-    pick: Pick,
-    ctx: Arc<Ctx>,
-) {
-    let mut closing = ctx.closing.clone();
-    let mut next = 0;
-    loop {
-        let delivery = tokio::select! {
-            biased;
-            _ = closing.wait_for(|c| *c) => return,
-            d = rx.recv_numbered() => d,
-        };
-        let Some(delivery) = delivery else { return };
-        if delivery.is_revoked() {
-            continue;
-        }
-        let candidates: &[mpsc::Sender<Numbered>] = match pick {
-            Pick::ByKey => {
-                let lane = lane_of(delivery.partition_key(), lanes.len());
-                &lanes[lane..=lane]
-            }
-            Pick::AnyFree { .. } => &lanes,
-        };
-        let advance = usize::from(!matches!(pick, Pick::AnyFree { sticky: true }));
-        // Fast path: a lane with room, starting after the last one used.
-        let mut delivery = match place(candidates, next, delivery) {
-            Placement::Placed(i) => {
-                next = (next + i + advance) % candidates.len();
-                continue;
-            }
-            Placement::Closed => return,
-            Placement::AllFull(delivery) => delivery,
-        };
-        // Every candidate is full. One lane (by key): wait for its own place.
-        if let [lane] = candidates {
-            tokio::select! {
-                biased;
-                _ = closing.wait_for(|c| *c) => return,
-                permit = lane.reserve() => match permit {
-                    Ok(permit) => permit.send(delivery),
-                    Err(_) => return,
-                },
-            }
-            continue;
-        }
-        // Several: try again each time a worker takes from its queue, watching for that before
-        // trying, so that a take in between is not missed.
-        loop {
-            let room = ctx.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            delivery = match place(candidates, next, delivery) {
-                Placement::Placed(i) => {
-                    next = (next + i + advance) % candidates.len();
-                    break;
-                }
-                Placement::Closed => return,
-                Placement::AllFull(delivery) => delivery,
-            };
-            tokio::select! {
-                biased;
-                _ = closing.wait_for(|c| *c) => return,
-                () = room => {}
-            }
-        }
-    }
-}
-
-enum Placement {
-    /// Sent to the candidate `start + i`.
-    Placed(usize),
-    /// A lane is closed: dispatch is ending.
-    Closed,
-    /// Every candidate is full; the delivery comes back.
-    AllFull(Numbered),
-}
-
-/// Tries each candidate once, from `start` round, without waiting.
-fn place(candidates: &[mpsc::Sender<Numbered>], start: usize, mut delivery: Numbered) -> Placement {
-    for i in 0..candidates.len() {
-        match candidates[(start + i) % candidates.len()].try_send(delivery) {
-            Ok(()) => return Placement::Placed(i),
-            Err(mpsc::error::TrySendError::Closed(_)) => return Placement::Closed,
-            Err(mpsc::error::TrySendError::Full(d)) => delivery = d,
-        }
-    }
-    Placement::AllFull(delivery)
-}
-
-fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_owned());
-    format!("handler panicked: {message}").into()
-}
-
-impl Ctx {
-    /// Sleeps `delay` before a retry. Shutdown does not cut it short: a record handed to a
-    /// handler is retried until it settles or the shutdown deadline abandons it, so that what
-    /// completed after it is not re-delivered by the next owner.
-    async fn pause(&self, delay: Duration) -> bool {
-        tokio::time::sleep(delay).await;
-        true
-    }
-
-    async fn run_one(&self, handler: &OneHandler, delivery: Delivery) {
-        if delivery.is_revoked() {
-            return;
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            // Counted as running first, then checked: a hand-over that revokes the shard and
-            // then waits for it to be idle either sees this attempt or stops it here.
-            let running = delivery.running_ref();
-            // A lease lost or handed over while this record waited: the next owner handles it.
-            if delivery.is_revoked() {
-                return;
-            }
-            // Timed (with metrics on) for one call in 64, and for every call that waits.
-            let mut started = (crate::metrics::ON
-                && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
-                .then(Instant::now);
-            // One span per call: what the handler logs names its record.
-            let span = tracing::info_span!(
-                "handle",
-                stream = delivery.stream(),
-                shard = delivery.shard(),
-                sequence = delivery.sequence_text(),
-                partition_key = delivery.partition_key(),
-                attempt,
-            );
-            let mut call = {
-                let _entered = span.enter();
-                AssertUnwindSafe((handler.0)(delivery.clone()))
-                    .catch_unwind()
-                    .instrument(span.clone())
-            };
-            // The hot path: a handler done at its first poll needs no watch on the lease (the
-            // shard was checked just above).
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
-            let outcome = match first {
-                Poll::Ready(outcome) => outcome,
-                // A handler that waits: from now on the lease is checked before every poll.
-                Poll::Pending => {
-                    if crate::metrics::ON && started.is_none() {
-                        started = Some(Instant::now());
-                    }
-                    tokio::select! {
-                        biased;
-                        // The lease is lost: stop the attempt now, the next owner handles the
-                        // record.
-                        () = delivery.abandoned() => return,
-                        outcome = &mut call => outcome,
-                    }
-                }
-            };
-            if let Some(started) = started {
-                delivery.metrics().handled(started.elapsed());
-            }
-            let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
-            drop(running);
-            let error = match result {
-                Ok(()) => {
-                    delivery.ack();
-                    return;
-                }
-                Err(error) => error,
-            };
-            delivery.attempt_failed();
-            if delivery.is_revoked() {
-                return;
-            }
-            if self.retry.exhausted_after(attempt) {
-                self.exhaust(delivery, error, attempt).await;
-                return;
-            }
-            let delay = self.retry.delay(attempt);
-            tracing::warn!(
-                stream = delivery.stream(),
-                shard = delivery.shard(),
-                sequence = %delivery.sequence(),
-                attempt,
-                ?delay,
-                error = %ErrorChain(&*error),
-                "handler failed; retrying the record in place"
-            );
-            if !self.pause(delay).await {
-                return;
-            }
-        }
-    }
-
-    async fn run_batch(&self, handler: &BatchHandler, batch: Vec<Delivery>) {
-        let mut batch: Vec<Delivery> = batch.into_iter().filter(|d| !d.is_revoked()).collect();
-        let mut attempt = 0;
-        while !batch.is_empty() {
-            attempt += 1;
-            let running: Vec<_> = batch.iter().map(Delivery::running).collect();
-            batch.retain(|d| !d.is_revoked());
-            if batch.is_empty() {
-                return;
-            }
-            let started = crate::metrics::ON.then(Instant::now);
-            let span = tracing::info_span!(
-                "handle_batch",
-                stream = batch[0].stream(),
-                shards = batch
-                    .iter()
-                    .map(Delivery::shard)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len(),
-                first_sequence = batch[0].sequence_text(),
-                records = batch.len(),
-                attempt,
-            );
-            let call = {
-                let _entered = span.enter();
-                (handler.f)(batch.clone())
-            }
-            .instrument(span.clone());
-            let abandoned =
-                futures_util::future::select_all(batch.iter().map(|d| Box::pin(d.abandoned())));
-            let outcome = tokio::select! {
-                biased;
-                // A shard of the batch lost its lease: stop the attempt, and run it again
-                // without that shard's records (the others are still this instance's).
-                _ = abandoned => continue,
-                outcome = AssertUnwindSafe(call).catch_unwind() => outcome,
-            };
-            if let (Some(started), Some(first)) = (started, batch.first()) {
-                first.metrics().handled(started.elapsed());
-            }
-            drop(running);
-            let (failed, error) = match outcome {
-                Ok(Ok(())) => {
-                    batch.iter().for_each(Delivery::ack);
-                    return;
-                }
-                Ok(Err(failure)) => (failure.failed, failure.error),
-                Err(panic) => (None, panic_error(panic)),
-            };
-            let failed = failed_with_followers(&batch, failed.as_deref());
-            let mut retry = Vec::new();
-            for (delivery, failed) in batch.into_iter().zip(failed) {
-                if failed {
-                    delivery.attempt_failed();
-                    retry.push(delivery);
-                } else {
-                    delivery.ack();
-                }
-            }
-            batch = retry.into_iter().filter(|d| !d.is_revoked()).collect();
-            if batch.is_empty() {
-                return;
-            }
-            if self.retry.exhausted_after(attempt) {
-                for delivery in batch {
-                    self.exhaust(delivery, error.to_string().into(), attempt)
-                        .await;
-                }
-                return;
-            }
-            let delay = self.retry.delay(attempt);
-            tracing::warn!(
-                stream = batch[0].stream(),
-                records = batch.len(),
-                attempt,
-                ?delay,
-                error = %ErrorChain(&*error),
-                "batch handler failed; retrying the failed records in place"
-            );
-            if !self.pause(delay).await {
-                return;
-            }
-        }
-    }
-
-    async fn exhaust(&self, delivery: Delivery, error: HandlerError, attempts: u32) {
-        let (stream, shard, sequence) = (
-            delivery.stream().to_owned(),
-            delivery.shard().to_owned(),
-            delivery.sequence().to_string(),
-        );
-        // A dead-letter callback is user code on the record: a hand-over waits for it too.
-        let _running = delivery.running();
-        match &self.retry.exhausted {
-            Exhausted::Skip => {
-                tracing::error!(%stream, %shard, %sequence, attempts, error = %ErrorChain(&*error), "attempts used up; skipping the record");
-                delivery.ack();
-            }
-            Exhausted::DeadLetter(callback) => {
-                let call = callback(delivery.clone(), error);
-                match AssertUnwindSafe(call).catch_unwind().await {
-                    Ok(Ok(())) => {
-                        tracing::warn!(%stream, %shard, %sequence, attempts, "attempts used up; record sent to the dead-letter callback");
-                        delivery.metrics().dead_lettered();
-                        delivery.ack();
-                    }
-                    Ok(Err(e)) => {
-                        tracing::error!(%stream, %shard, %sequence, error = %ErrorChain(&*e), "dead-letter callback failed; the record stays unsettled");
-                    }
-                    Err(panic) => {
-                        tracing::error!(%stream, %shard, %sequence, error = %panic_error(panic), "dead-letter callback panicked; the record stays unsettled");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Which records of a batch to retry: the failed ones (all when `failed` is `None`) and every
-/// later record with the key of a failed one, so each key keeps its order.
-///
-/// An index outside the batch means the handler's bookkeeping is wrong, so no record of the
-/// batch can be trusted as handled: the whole batch is retried, and the error names the
-/// indices.
-fn failed_with_followers(batch: &[Delivery], failed: Option<&[usize]>) -> Vec<bool> {
-    let mut marks = match failed {
-        None => return vec![true; batch.len()],
-        Some(indices) if indices.iter().any(|&i| i >= batch.len()) => {
-            let outside: Vec<usize> = indices
-                .iter()
-                .copied()
-                .filter(|&i| i >= batch.len())
-                .collect();
-            tracing::error!(
-                stream = batch.first().map(Delivery::stream),
-                shard = batch.first().map(Delivery::shard),
-                batch = batch.len(),
-                ?outside,
-                "BatchFailure::items named records outside the batch; retrying the whole batch"
-            );
-            return vec![true; batch.len()];
-        }
-        Some(indices) => {
-            let mut marks = vec![false; batch.len()];
-            for &i in indices {
-                if let Some(mark) = marks.get_mut(i) {
-                    *mark = true;
-                }
-            }
-            marks
-        }
-    };
-    let mut keys = HashSet::new();
-    for (delivery, mark) in batch.iter().zip(marks.iter_mut()) {
-        if *mark {
-            keys.insert(delivery.partition_key());
-        } else if keys.contains(delivery.partition_key()) {
-            *mark = true;
-        }
-    }
-    marks
 }

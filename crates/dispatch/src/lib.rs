@@ -15,7 +15,10 @@
 //! be checkpointed, and the new owner reads them again), and a record being retried stops.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod attempt;
+mod batch;
 mod channel;
+mod config;
 mod delivery;
 mod dispatcher;
 mod error;
@@ -23,14 +26,16 @@ mod handler;
 mod lane;
 mod metrics;
 mod retry;
+mod router;
 mod settlement;
 mod stream;
 
 pub use channel::{
     channel, channel_for, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY,
 };
+pub use config::{DispatchConfig, Workers};
 pub use delivery::{Delivery, Record};
-pub use dispatcher::{DispatchConfig, DispatchHandle, Dispatcher, Workers};
+pub use dispatcher::{DispatchHandle, Dispatcher};
 pub use error::DispatchError;
 pub use handler::{BatchFailure, BatchHandler, Handler, HandlerError, OneHandler};
 pub use lane::{lane_of, LANE_HASH_KEYS};

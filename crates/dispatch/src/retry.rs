@@ -120,9 +120,8 @@ impl RetryPolicy {
 
     /// The wait before attempt `attempt + 1` (attempt counts from 1).
     pub(crate) fn delay(&self, attempt: u32) -> Duration {
-        self.initial_backoff
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
-            .min(self.max_backoff)
+        kinesis_lease_core::Backoff::new(self.initial_backoff, self.max_backoff)
+            .ceiling(attempt.saturating_sub(1))
     }
 
     /// True when `attempt` attempts use up the budget.

@@ -14,6 +14,7 @@
 //! on this crate alone and runs the conformance kit (feature `testkit`) in its tests.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod backoff;
 mod checkpoint;
 mod clock;
 mod error;
@@ -26,6 +27,7 @@ mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use backoff::Backoff;
 pub use checkpoint::{Checkpoint, SequenceNumber};
 pub use clock::{duration_ms, Clock, ManualClock, SystemClock};
 pub use error::{BoxError, ErrorChain, LeaseError};

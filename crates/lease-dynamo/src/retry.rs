@@ -150,13 +150,10 @@ where
     }
 }
 
-/// Full jitter: a random wait in [0, min(cap, base * 2^attempt)].
+/// The jittered wait before retry number `attempt` (from 0), from the one backoff helper.
 fn backoff(policy: RetryPolicy, attempt: u32) -> Duration {
-    let ceiling = policy
-        .base
-        .saturating_mul(1u32 << attempt.min(16))
-        .min(policy.cap);
-    ceiling.mul_f64(fastrand::f64())
+    let ceiling = kinesis_lease_core::Backoff::new(policy.base, policy.cap).ceiling(attempt);
+    ceiling.mul_f64(0.1 + 0.9 * fastrand::f64())
 }
 
 #[cfg(test)]

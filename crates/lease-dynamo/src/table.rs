@@ -67,7 +67,8 @@ pub(crate) async fn ensure(client: &Client, table: &str) -> Result<(), DynamoLea
         Err(err) => return Err(call_error(table, "DescribeTable", err)),
     };
     let started = Instant::now();
-    let mut delay = Duration::from_millis(50);
+    let mut backoff =
+        kinesis_lease_core::Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     while status != Some(TableStatus::Active) {
         if started.elapsed() > ACTIVE_WAIT {
             return Err(DynamoLeaseError::NotActive {
@@ -76,8 +77,7 @@ pub(crate) async fn ensure(client: &Client, table: &str) -> Result<(), DynamoLea
                 waited: started.elapsed(),
             });
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(backoff.next_ceiling()).await;
         let out = client
             .describe_table()
             .table_name(table)

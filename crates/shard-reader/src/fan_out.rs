@@ -31,9 +31,10 @@ use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;
 use crate::reader::{Delivered, Reader, Stop};
-use crate::shared::{Backoff, Shared};
+use crate::shared::Shared;
 use crate::start::StartPlan;
 use crate::{ReaderError, StartAt};
+use kinesis_lease_core::Backoff;
 
 /// Kinesis allows one SubscribeToShard a second per consumer and shard.
 const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);

@@ -26,8 +26,9 @@ use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outco
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
-use crate::shared::{Backoff, Exit, Shared, Signal};
+use crate::shared::{Exit, Shared, Signal};
 use crate::{ReaderError, Release, ShardInfo};
+use kinesis_lease_core::Backoff;
 
 /// What the reader asks the keeper to do.
 #[derive(Debug)]

@@ -27,9 +27,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;
-use crate::shared::{Backoff, Phase, Shared, Signal};
+use crate::shared::{Phase, Shared, Signal};
 use crate::start::StartPlan;
 use crate::{ReaderError, StartAt};
+use kinesis_lease_core::Backoff;
 
 pub(crate) struct Reader {
     pub(crate) shared: Arc<Shared>,

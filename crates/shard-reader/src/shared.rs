@@ -115,35 +115,3 @@ impl Shared {
         });
     }
 }
-
-/// Capped exponential backoff with full jitter.
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    attempt: u32,
-    base: std::time::Duration,
-    cap: std::time::Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(base: std::time::Duration, cap: std::time::Duration) -> Self {
-        Self {
-            attempt: 0,
-            base,
-            cap,
-        }
-    }
-
-    pub(crate) fn next_delay(&mut self) -> std::time::Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(1 << self.attempt.min(16))
-            .min(self.cap);
-        self.attempt += 1;
-        // Full jitter, but never less than a tenth of the ceiling.
-        ceiling.mul_f64(0.1 + 0.9 * fastrand::f64())
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.attempt = 0;
-    }
-}

@@ -1,0 +1,82 @@
+//! Batches: gathering one (up to its size, or what arrives within the window of its first
+//! record) and, when some of its records failed, which to retry so each key keeps its order.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::dispatcher::{Rx, Unit};
+use crate::Delivery;
+
+/// The unit beginning with `first`: itself, or a batch of up to `max` gathered within
+/// `window` of it.
+pub(crate) async fn gather<R: Rx>(
+    rx: &mut R,
+    first: Delivery,
+    max: Option<usize>,
+    window: Duration,
+) -> Unit {
+    let Some(max) = max else {
+        return Unit::One(first);
+    };
+    let deadline = Instant::now() + window;
+    let mut batch = Vec::with_capacity(max.min(1024));
+    batch.push(first);
+    while batch.len() < max {
+        if let Some(d) = rx.try_recv() {
+            batch.push(d);
+            continue;
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(d)) => batch.push(d),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Unit::Batch(batch)
+}
+
+/// Which records of a batch to retry: the failed ones (all when `failed` is `None`) and every
+/// later record with the key of a failed one, so each key keeps its order.
+///
+/// An index outside the batch means the handler's bookkeeping is wrong, so no record of the
+/// batch can be trusted as handled: the whole batch is retried, and the error names the
+/// indices.
+pub(crate) fn failed_with_followers(batch: &[Delivery], failed: Option<&[usize]>) -> Vec<bool> {
+    let mut marks = match failed {
+        None => return vec![true; batch.len()],
+        Some(indices) if indices.iter().any(|&i| i >= batch.len()) => {
+            let outside: Vec<usize> = indices
+                .iter()
+                .copied()
+                .filter(|&i| i >= batch.len())
+                .collect();
+            tracing::error!(
+                stream = batch.first().map(Delivery::stream),
+                shard = batch.first().map(Delivery::shard),
+                batch = batch.len(),
+                ?outside,
+                "BatchFailure::items named records outside the batch; retrying the whole batch"
+            );
+            return vec![true; batch.len()];
+        }
+        Some(indices) => {
+            let mut marks = vec![false; batch.len()];
+            for &i in indices {
+                if let Some(mark) = marks.get_mut(i) {
+                    *mark = true;
+                }
+            }
+            marks
+        }
+    };
+    let mut keys = HashSet::new();
+    for (delivery, mark) in batch.iter().zip(marks.iter_mut()) {
+        if *mark {
+            keys.insert(delivery.partition_key());
+        } else if keys.contains(delivery.partition_key()) {
+            *mark = true;
+        }
+    }
+    marks
+}

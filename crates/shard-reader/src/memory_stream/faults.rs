@@ -1,0 +1,91 @@
+//! Fault injection into a `MemoryStream`: throttle or fail the next calls of an operation,
+//! expire every iterator, and count calls.
+
+use super::state::State;
+use super::MemoryStream;
+use crate::ReaderError;
+
+/// The operations of a [`MemoryStream`], to inject faults into and count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Op {
+    /// ListShards.
+    ListShards,
+    /// GetShardIterator.
+    ShardIterator,
+    /// GetRecords.
+    GetRecords,
+    /// PutRecords.
+    PutRecords,
+    /// SubscribeToShard (the subscribe call; events are cut with
+    /// [`MemoryStream::cut_subscriptions`]).
+    SubscribeToShard,
+    /// RegisterStreamConsumer and DescribeStreamConsumer.
+    Consumers,
+}
+
+impl MemoryStream {
+    /// Makes the next `n` calls of `op` fail with [`ReaderError::Throttled`].
+    pub fn throttle_next(&self, op: Op, n: u32) {
+        *self.state().throttle.entry(op).or_default() += n;
+    }
+
+    /// Makes the next `n` calls of `op` fail with [`ReaderError::Transient`] (a 500).
+    pub fn fail_next(&self, op: Op, n: u32) {
+        *self.state().fail.entry(op).or_default() += n;
+    }
+
+    /// Drops every pending injected fault (throttles and failures not yet consumed).
+    pub fn clear_faults(&self) {
+        let mut state = self.state();
+        state.throttle.clear();
+        state.fail.clear();
+    }
+
+    /// Expires every iterator handed out so far.
+    pub fn expire_iterators(&self) {
+        self.state().iterator_generation += 1;
+    }
+
+    /// How many calls of `op` were made (faulted ones included).
+    pub fn calls(&self, op: Op) -> u64 {
+        self.state().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Counts the call and applies an injected fault, if any is pending.
+    pub(crate) fn enter(
+        &self,
+        state: &mut State,
+        op: Op,
+        resource: &str,
+    ) -> Result<(), ReaderError> {
+        *state.calls.entry(op).or_default() += 1;
+        let name = op_name(op);
+        if let Some(n) = state.throttle.get_mut(&op).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(ReaderError::Throttled {
+                operation: name,
+                resource: resource.to_owned(),
+            });
+        }
+        if let Some(n) = state.fail.get_mut(&op).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(ReaderError::Transient {
+                operation: name,
+                resource: resource.to_owned(),
+                source: "injected failure (HTTP 500)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::ListShards => "ListShards",
+        Op::ShardIterator => "GetShardIterator",
+        Op::GetRecords => "GetRecords",
+        Op::PutRecords => "PutRecords",
+        Op::SubscribeToShard => "SubscribeToShard",
+        Op::Consumers => "RegisterStreamConsumer",
+    }
+}
