@@ -58,11 +58,14 @@
 //! the operation.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod condition;
 mod error;
+mod index;
 mod item;
 mod retry;
 mod store;
 mod table;
+mod update;
 
 pub use error::DynamoLeaseError;
 pub use store::{DynamoCalls, DynamoLeaseStore};

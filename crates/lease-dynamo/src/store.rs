@@ -9,26 +9,24 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use kinesis_lease_core::{
     duration_ms, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseResult,
     LeaseStore, Outcome, SystemClock, Take,
 };
 
+use crate::condition::{self, Cond};
 use crate::item::{
-    index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EPOCH, EXPIRY, KEY, OWNER,
-    PARENTS, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
+    REPOSITIONED, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::retry::{retrying, RetryPolicy};
+use crate::update::Expr;
 use crate::{table, DynamoLeaseError};
 
 /// The time one HTTP attempt may take before it is abandoned and retried.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
-/// BatchGetItem takes at most 100 keys.
-const BATCH: usize = 100;
 
 /// A [`LeaseStore`] over one DynamoDB table; see the crate docs for the layout and costs.
 ///
@@ -45,17 +43,17 @@ const BATCH: usize = 100;
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
-    client: Client,
-    table: Arc<str>,
+    pub(crate) client: Client,
+    pub(crate) table: Arc<str>,
     clock: Arc<dyn Clock>,
-    retry: RetryPolicy,
-    calls: Arc<Counters>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) calls: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
-struct Counters {
-    reads: AtomicU64,
-    writes: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) reads: AtomicU64,
+    pub(crate) writes: AtomicU64,
 }
 
 /// How many DynamoDB calls a store has sent (every attempt counts).
@@ -151,36 +149,12 @@ impl DynamoLeaseStore {
             .map_err(|e| refused("DescribeTable", &resource, e))
     }
 
-    fn count(&self, counter: &AtomicU64) {
+    pub(crate) fn count(&self, counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn resource(&self, key: &str) -> String {
+    pub(crate) fn resource(&self, key: &str) -> String {
         format!("{}/{key}", self.table)
-    }
-
-    /// An unconditional `ADD` of `value` to `attribute` of `stream`'s index row.
-    async fn add_to_index(
-        &self,
-        stream: &str,
-        attribute: &str,
-        value: AttributeValue,
-    ) -> LeaseResult<()> {
-        let index = index_key(stream);
-        let resource = self.resource(&index);
-        retrying(self.retry, &self.table, "UpdateItem", &resource, || {
-            self.count(&self.calls.writes);
-            self.client
-                .update_item()
-                .table_name(&*self.table)
-                .key(KEY, s(index.clone()))
-                .update_expression(format!("ADD {attribute} :value"))
-                .expression_attribute_values(":value", value.clone())
-                .send()
-        })
-        .await?
-        .map_err(|e| refused("UpdateItem", &resource, e))?;
-        Ok(())
     }
 
     /// One conditional UpdateItem that bumps the counter and returns the new row.
@@ -190,13 +164,15 @@ impl DynamoLeaseStore {
     /// hold after its own first attempt). When a condition fails, the item DynamoDB returns is
     /// read for that id: if it is ours, an earlier attempt of this same call landed and only
     /// its response was lost, so the write is reported as written, once.
-    async fn update(&self, key: &LeaseKey, expr: Expr, condition: &str) -> LeaseResult<Outcome> {
+    async fn update(&self, key: &LeaseKey, expr: Expr, condition: Cond) -> LeaseResult<Outcome> {
         let raw_key = key.to_string();
         let resource = self.resource(&raw_key);
         let write_id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        let expr = expr.set(WRITE_ID, ":write_id", s(write_id.as_str()));
+        let mut expr = expr.set(WRITE_ID, ":write_id", s(write_id.as_str()));
+        expr.values.extend(condition.values());
         let condition = format!(
-            "({condition}) AND (attribute_not_exists({WRITE_ID}) OR {WRITE_ID} <> :write_id)"
+            "({}) AND (attribute_not_exists({WRITE_ID}) OR {WRITE_ID} <> :write_id)",
+            condition.render()
         );
         let condition = condition.as_str();
         let update = expr.render();
@@ -236,13 +212,7 @@ impl DynamoLeaseStore {
         }
     }
 
-    /// Adds `key`'s shard to its stream's index row (idempotent).
-    async fn index_add(&self, key: &LeaseKey) -> LeaseResult<()> {
-        let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
-        self.add_to_index(key.stream(), SHARDS, shard).await
-    }
-
-    async fn get(&self, raw_key: &str) -> LeaseResult<Option<Item>> {
+    pub(crate) async fn get(&self, raw_key: &str) -> LeaseResult<Option<Item>> {
         let resource = self.resource(raw_key);
         let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
             self.count(&self.calls.reads);
@@ -257,55 +227,10 @@ impl DynamoLeaseStore {
         .map_err(|e| refused("GetItem", &resource, e))?;
         Ok(out.item)
     }
-
-    /// Consistent BatchGetItem of up to 100 keys, re-asking for unprocessed keys.
-    async fn batch_get(&self, stream: &str, keys: Vec<Item>) -> LeaseResult<Vec<Item>> {
-        let resource = self.resource(&index_key(stream));
-        let mut pending = keys;
-        let mut items = Vec::new();
-        let mut rounds = 0u32;
-        while !pending.is_empty() {
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut pending)))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| refused("BatchGetItem", &resource, e))?;
-            let out = retrying(self.retry, &self.table, "BatchGetItem", &resource, || {
-                self.count(&self.calls.reads);
-                self.client
-                    .batch_get_item()
-                    .request_items(&*self.table, request.clone())
-                    .send()
-            })
-            .await?
-            .map_err(|e| refused("BatchGetItem", &resource, e))?;
-            items.extend(
-                out.responses
-                    .and_then(|mut r| r.remove(&*self.table))
-                    .unwrap_or_default(),
-            );
-            if let Some(left) = out
-                .unprocessed_keys
-                .and_then(|mut u| u.remove(&*self.table))
-            {
-                pending = left.keys;
-                rounds += 1;
-                if rounds > 10 {
-                    return Err(LeaseError::Unavailable {
-                        operation: "BatchGetItem",
-                        resource,
-                        source: "keys still unprocessed after 10 rounds".into(),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(20 << rounds.min(5))).await;
-            }
-        }
-        Ok(items)
-    }
 }
 
 /// A final refusal of `operation` on `resource`.
-fn refused(
+pub(crate) fn refused(
     operation: &'static str,
     resource: &str,
     error: impl std::error::Error + Send + Sync + 'static,
@@ -314,74 +239,6 @@ fn refused(
         operation,
         resource: resource.to_owned(),
         source: Box::new(error),
-    }
-}
-
-/// An update expression under construction: SET and REMOVE clauses plus values.
-#[derive(Default)]
-struct Expr {
-    set: Vec<String>,
-    remove: Vec<&'static str>,
-    values: Vec<(&'static str, AttributeValue)>,
-}
-
-impl Expr {
-    fn set(mut self, attr: &str, name: &'static str, value: AttributeValue) -> Self {
-        self.set.push(format!("{attr} = {name}"));
-        self.values.push((name, value));
-        self
-    }
-
-    fn remove(mut self, attr: &'static str) -> Self {
-        self.remove.push(attr);
-        self
-    }
-
-    fn value(mut self, name: &'static str, value: AttributeValue) -> Self {
-        self.values.push((name, value));
-        self
-    }
-
-    fn checkpoint(self, cp: Option<&Checkpoint>) -> Self {
-        match cp {
-            None => self,
-            Some(cp) => {
-                let with = self.set(CHECKPOINT, ":cp", s(cp.stored()));
-                match cp.subsequence() {
-                    Some(sub) => with.set(SUBSEQUENCE, ":sub", n(sub)),
-                    None => with.remove(SUBSEQUENCE),
-                }
-            }
-        }
-    }
-
-    fn render(&self) -> String {
-        let mut out = String::new();
-        if !self.set.is_empty() {
-            out.push_str("SET ");
-            out.push_str(&self.set.join(", "));
-            out.push(' ');
-        }
-        if !self.remove.is_empty() {
-            out.push_str("REMOVE ");
-            out.push_str(&self.remove.join(", "));
-            out.push(' ');
-        }
-        out.push_str(&format!("ADD {COUNTER} :one"));
-        out
-    }
-}
-
-/// The condition of renew, checkpoint and release: this owner, this holding.
-fn held() -> String {
-    format!("{OWNER} = :owner AND {TOKEN} = :token")
-}
-
-impl Expr {
-    /// The values of [`held`].
-    fn holder(self, holder: &Holder) -> Self {
-        self.value(":owner", s(holder.owner.as_str()))
-            .value(":token", s(holder.token.as_str()))
     }
 }
 
@@ -447,14 +304,7 @@ impl LeaseStore for DynamoLeaseStore {
             if let Some(marker) = &take.repositioned {
                 expr = expr.set(REPOSITIONED, ":marker", s(marker.as_str()));
             }
-            let condition = match take.fence {
-                0 => format!("attribute_not_exists({KEY})"),
-                fence => {
-                    expr = expr.value(":fence", n(fence));
-                    format!("{COUNTER} = :fence")
-                }
-            };
-            let outcome = self.update(key, expr, &condition).await?;
+            let outcome = self.update(key, expr, condition::take(take)).await?;
             if matches!(&outcome, Outcome::Written(lease) if lease.counter == 1) {
                 // This take created the row: list it.
                 self.index_add(key).await?;
@@ -474,9 +324,8 @@ impl LeaseStore for DynamoLeaseStore {
             let now = self.clock.now_ms();
             let expr = Expr::default()
                 .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
-                .holder(holder)
                 .checkpoint(checkpoint);
-            self.update(key, expr, &held()).await
+            self.update(key, expr, condition::held(holder)).await
         })
     }
 
@@ -487,8 +336,8 @@ impl LeaseStore for DynamoLeaseStore {
         checkpoint: &'a Checkpoint,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            let expr = Expr::default().holder(holder).checkpoint(Some(checkpoint));
-            self.update(key, expr, &held()).await
+            let expr = Expr::default().checkpoint(Some(checkpoint));
+            self.update(key, expr, condition::held(holder)).await
         })
     }
 
@@ -504,9 +353,8 @@ impl LeaseStore for DynamoLeaseStore {
                 .remove(OWNER)
                 .remove(TOKEN)
                 .remove(WANTED_BY)
-                .holder(holder)
                 .checkpoint(checkpoint);
-            self.update(key, expr, &held()).await
+            self.update(key, expr, condition::held(holder)).await
         })
     }
 
@@ -517,14 +365,9 @@ impl LeaseStore for DynamoLeaseStore {
         observed: u64,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            let expr = Expr::default()
-                .set(WANTED_BY, ":asker", s(asker))
-                .value(":observed", n(observed));
-            let condition = format!(
-                "{COUNTER} = :observed AND attribute_exists({OWNER}) AND {OWNER} <> :asker \
-                 AND attribute_not_exists({WANTED_BY})"
-            );
-            self.update(key, expr, &condition).await
+            let expr = Expr::default().set(WANTED_BY, ":asker", s(asker));
+            self.update(key, expr, condition::request(asker, observed))
+                .await
         })
     }
 
@@ -543,47 +386,18 @@ impl LeaseStore for DynamoLeaseStore {
                 .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
                 .remove(WANTED_BY)
                 .remove(TOKEN)
-                .holder(holder)
                 .checkpoint(checkpoint);
-            let condition = format!("{} AND {WANTED_BY} = :to", held());
-            self.update(key, expr, &condition).await
+            self.update(key, expr, condition::hand_over(holder, to))
+                .await
         })
     }
 
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
-        Box::pin(self.add_to_index(stream, EPOCH, n(1)))
+        Box::pin(self.bump(stream))
     }
 
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
-        Box::pin(async move {
-            let index = index_key(stream);
-            let resource = self.resource(&index);
-            let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
-                self.count(&self.calls.reads);
-                self.client
-                    .get_item()
-                    .table_name(&*self.table)
-                    .key(KEY, s(index.clone()))
-                    .consistent_read(true)
-                    .projection_expression(EPOCH)
-                    .send()
-            })
-            .await?
-            .map_err(|e| refused("GetItem", &resource, e))?;
-            match out.item.as_ref().and_then(|i| i.get(EPOCH)) {
-                None => Ok(0),
-                Some(AttributeValue::N(v)) => v.parse().map_err(|_| LeaseError::CorruptRow {
-                    table: self.table.to_string(),
-                    key: index.clone(),
-                    reason: format!("`{EPOCH}` = {v} is not a u64"),
-                }),
-                Some(_) => Err(LeaseError::CorruptRow {
-                    table: self.table.to_string(),
-                    key: index,
-                    reason: format!("`{EPOCH}` is not a number"),
-                }),
-            }
-        })
+        Box::pin(self.read_epoch(stream))
     }
 
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
@@ -596,34 +410,6 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
-        Box::pin(async move {
-            let shards = match self
-                .get(&index_key(stream))
-                .await?
-                .and_then(|mut i| i.remove(SHARDS))
-            {
-                Some(AttributeValue::Ss(shards)) => shards,
-                Some(_) => {
-                    return Err(LeaseError::CorruptRow {
-                        table: self.table.to_string(),
-                        key: index_key(stream),
-                        reason: format!("`{SHARDS}` is not a string set"),
-                    })
-                }
-                None => return Ok(Vec::new()),
-            };
-            let mut rows = Vec::with_capacity(shards.len());
-            for chunk in shards.chunks(BATCH) {
-                let keys = chunk
-                    .iter()
-                    .map(|shard| Item::from([(KEY.to_owned(), s(format!("{stream}:{shard}")))]))
-                    .collect();
-                for item in self.batch_get(stream, keys).await? {
-                    rows.push(to_lease(&self.table, &item)?);
-                }
-            }
-            rows.sort_by(|a, b| a.key.cmp(&b.key));
-            Ok(rows)
-        })
+        Box::pin(self.list_indexed(stream))
     }
 }

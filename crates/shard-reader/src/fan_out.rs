@@ -22,11 +22,10 @@
 //! The consumer itself is registered by the coordinator before it takes any shard
 //! (`register_consumer`).
 
-use kinesis_lease_core::ErrorChain;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kinesis_lease_core::SequenceNumber;
+use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;

@@ -18,11 +18,10 @@
 //! renewal stops the reader at once. Stopping revokes the shard's settlement: undelivered
 //! records are dropped, and nothing more is written.
 
-use kinesis_lease_core::ErrorChain;
 use std::sync::Arc;
 
 use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
-use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outcome};
+use kinesis_lease_core::{Checkpoint, ErrorChain, Holder, Lease, LeaseKey, LeaseResult, Outcome};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 

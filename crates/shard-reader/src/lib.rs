@@ -21,6 +21,7 @@ mod coordinator;
 mod deaggregation;
 mod error;
 mod fan_out;
+mod handle;
 mod hooks;
 mod keeper;
 mod kinesis;
@@ -36,9 +37,10 @@ mod take_plan;
 
 pub use aws::AwsKinesis;
 pub use config::ReaderConfig;
-pub use coordinator::{Coordinator, CoordinatorHandle, ShardStats};
+pub use coordinator::Coordinator;
 pub use deaggregation::KplStats;
 pub use error::{validate_stream_name, ReaderError};
+pub use handle::{CoordinatorHandle, ShardStats};
 pub use hooks::{Hooks, Release, ShardInfo, DEFAULT_HOOK_BOUND};
 pub use kinesis::{
     KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent, ShardSubscription, StartAt,

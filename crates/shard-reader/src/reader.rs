@@ -15,14 +15,13 @@
 //! keeper write `SHARD_END`. A shard whose settlement window is full (a record that never
 //! settles) is not read further until it drains, and its stuck record is logged.
 
-use kinesis_lease_core::ErrorChain;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_dispatch::{ShardFeed, ShardSettlement};
-use kinesis_lease_core::SequenceNumber;
+use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

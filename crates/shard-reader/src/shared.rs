@@ -1,12 +1,11 @@
 //! What a subscription's coordinator and its shard tasks share.
 
-use kinesis_lease_core::ErrorChain;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kinesis_dispatch::{DeliverySender, ShardSettlement};
-use kinesis_lease_core::{Checkpoint, LeaseKey, LeaseStore};
+use kinesis_lease_core::{Checkpoint, ErrorChain, LeaseKey, LeaseStore};
 use tokio::sync::{mpsc, watch};
 
 use crate::{KinesisApi, ReaderConfig, ReaderError};

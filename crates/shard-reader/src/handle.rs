@@ -1,0 +1,186 @@
+//! `CoordinatorHandle`: what a subscription's owner holds of its running coordinator: stats,
+//! the failure watch, and the ways out (stop reading, release everything, abort).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kinesis_dispatch::{ShardSettlement, Stuck};
+use kinesis_lease_core::{Checkpoint, ErrorChain};
+use tokio::sync::watch;
+
+use crate::shared::{Phase, Shared};
+use crate::ReaderError;
+
+/// The stored lag before any read reported one.
+pub(crate) const UNKNOWN_BEHIND: u64 = u64::MAX;
+
+/// One held shard as [`CoordinatorHandle::stats`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardStats {
+    /// The shard id.
+    pub shard: String,
+    /// The lease owner (this broker).
+    pub owner: String,
+    /// The last checkpoint written.
+    pub checkpoint: Option<Checkpoint>,
+    /// How far the last read was behind the tip of the shard: `Some(0)` is caught up, `None`
+    /// unknown (no read has reported it yet since the shard was taken).
+    pub millis_behind: Option<u64>,
+    /// Records handed to dispatch.
+    pub delivered: u64,
+    /// Records settled.
+    pub settled: u64,
+    /// Records handed to dispatch and not settled.
+    pub in_flight: u64,
+    /// Entries held in the settlement window (bounded by `max_unsettled`).
+    pub window: u64,
+    /// The record holding the checkpoint back, when it has failed at least once or the
+    /// settlement window is full.
+    pub stuck: Option<Stuck>,
+    /// KPL de-aggregation counts: aggregates unpacked, sub-records delivered, malformed
+    /// aggregates delivered as they were, sub-records outside the shard's hash key range.
+    pub kpl: crate::KplStats,
+}
+
+/// The running coordinator and shard readers of one subscription.
+///
+/// Dropping it stops the coordinator and every shard task at once, writing nothing (as
+/// [`abort`](Self::abort)): nothing keeps renewing leases it no longer reads, and the leases
+/// lapse. [`release_all`](Self::release_all) is the clean way out.
+#[derive(Debug)]
+pub struct CoordinatorHandle {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) coordinator: Option<tokio::task::JoinHandle<()>>,
+    pub(crate) fatal: watch::Receiver<Option<Arc<ReaderError>>>,
+}
+
+impl Drop for CoordinatorHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.coordinator.take() {
+            // Aborting the coordinator drops its shard tasks (a JoinSet aborts on drop).
+            task.abort();
+        }
+    }
+}
+
+impl CoordinatorHandle {
+    /// Stops taking leases and reading; held leases are still renewed (with their checkpoints)
+    /// until [`release_all`](Self::release_all).
+    pub fn stop_reading(&self) {
+        self.shared.phase.send_if_modified(|p| {
+            if *p == Phase::Running {
+                *p = Phase::Draining;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Writes each held shard's final checkpoint with its release and waits for every shard
+    /// task to end. Call after the subscription's handlers have finished (or been abandoned).
+    pub async fn release_all(mut self) {
+        self.stop_reading();
+        self.shared.phase.send_replace(Phase::Releasing);
+        if let Some(task) = self.coordinator.take() {
+            if let Err(error) = task.await {
+                tracing::error!(error = %ErrorChain(&error), "coordinator task failed");
+            }
+        }
+        // Let the other instances see the released rows at their next epoch read.
+        let stream = &self.shared.config.stream;
+        if let Err(error) = self.shared.store.bump_epoch(stream).await {
+            tracing::warn!(%stream, error = %ErrorChain(&error), "could not bump the stream's epoch after releasing");
+        }
+    }
+
+    /// Stops the coordinator and every shard task at once, writing nothing, as a crash would:
+    /// the leases stay until others see them expire. For failover tests.
+    pub fn abort(mut self) {
+        if let Some(task) = self.coordinator.take() {
+            task.abort();
+        }
+    }
+
+    /// The shards this broker holds now, sorted.
+    pub fn held(&self) -> Vec<String> {
+        let mut held: Vec<String> = self.shared.held().keys().cloned().collect();
+        held.sort();
+        held
+    }
+
+    /// Per held shard: checkpoint, lag and delivery counts.
+    pub fn stats(&self) -> Vec<ShardStats> {
+        let mut stats: Vec<ShardStats> = self
+            .shared
+            .held()
+            .iter()
+            .map(|(shard, held)| {
+                let progress = held.settlement.progress();
+                let stuck = held.settlement.stuck().filter(|s| {
+                    s.attempts > 0 || s.window >= self.shared.config.max_unsettled as u64
+                });
+                ShardStats {
+                    shard: shard.clone(),
+                    owner: self.shared.config.owner.clone(),
+                    checkpoint: held
+                        .written
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone(),
+                    millis_behind: match held.millis_behind.load(Ordering::Relaxed) {
+                        UNKNOWN_BEHIND => None,
+                        behind => Some(behind),
+                    },
+                    delivered: progress.delivered,
+                    settled: progress.settled,
+                    in_flight: progress.in_flight(),
+                    window: progress.window,
+                    stuck,
+                    kpl: held.kpl.stats(),
+                }
+            })
+            .collect();
+        stats.sort_by(|a, b| a.shard.cmp(&b.shard));
+        stats
+    }
+
+    /// Waits until every delivery of every held shard has settled.
+    pub async fn settled(&self) {
+        let settlements: Vec<Arc<ShardSettlement>> = self
+            .shared
+            .held()
+            .values()
+            .map(|held| held.settlement.clone())
+            .collect();
+        for settlement in settlements {
+            settlement.all_settled().await;
+        }
+    }
+
+    /// The subscription's stream.
+    pub fn stream(&self) -> &str {
+        &self.shared.config.stream
+    }
+
+    /// Resolves with the first fatal error of the subscription (a deleted stream, an owner id
+    /// live in another process).
+    pub async fn failed(&self) -> Arc<ReaderError> {
+        let mut fatal = self.fatal.clone();
+        loop {
+            if let Some(error) = fatal.borrow_and_update().clone() {
+                return error;
+            }
+            if fatal.changed().await.is_err() {
+                // The coordinator is gone without an error: never resolves.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The fatal error, if one happened.
+    pub fn error(&self) -> Option<Arc<ReaderError>> {
+        self.fatal.borrow().clone()
+    }
+}
