@@ -13,6 +13,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("dispatch_overhead", false),
     ("dispatch_metrics", false),
     ("scale", false),
+    ("fleet_cost", false),
     ("kpl_deaggregate", false),
     ("drain", true),
     ("dynamo_cost", true),

@@ -208,7 +208,7 @@ impl Publisher {
                 }
             }
             // Some records were refused (throttled): back off before putting them again.
-            tokio::time::sleep(backoff.next_delay()).await;
+            tokio::time::sleep(backoff.next_ceiling()).await;
         }
         Ok(results.into_iter().flatten().collect())
     }

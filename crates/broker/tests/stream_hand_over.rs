@@ -64,7 +64,8 @@ async fn a_hand_over_waits_for_a_delivery_a_stream_consumer_holds() {
             });
         }
     });
-    sleep(Duration::from_secs(1)).await;
+    // A lone instance takes one row at its first round and the rest at its next take tick.
+    sleep(Duration::from_secs(2)).await;
     assert_eq!(a.stats().shards(STREAM).len(), 2);
 
     let mut b = Broker::builder()

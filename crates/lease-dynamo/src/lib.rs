@@ -49,7 +49,7 @@
 //!
 //! # Failures
 //!
-//! Throttling, 5xx and timeouts are retried with capped exponential backoff and full jitter
+//! Throttling, 5xx and timeouts are retried with capped exponential backoff and jitter
 //! within a budget (2.5 s by default, well under a 10 s lease), then reported as
 //! [`LeaseError::Unavailable`](kinesis_lease_core::LeaseError::Unavailable). A missing table
 //! is [`LeaseError::TableNotFound`](kinesis_lease_core::LeaseError::TableNotFound); access
@@ -58,6 +58,7 @@
 //! the operation.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod billing;
 mod condition;
 mod error;
 mod index;
@@ -67,5 +68,6 @@ mod store;
 mod table;
 mod update;
 
+pub use billing::{Bill, Billed, BilledStore};
 pub use error::DynamoLeaseError;
 pub use store::{DynamoCalls, DynamoLeaseStore};

@@ -2,7 +2,7 @@
 //!
 //! The SDK's own retries are switched off for the store's client so that this module alone
 //! decides: throttling, 5xx, timeouts and dropped connections are retried with capped
-//! exponential backoff and full jitter until the budget is spent; everything else is final.
+//! exponential backoff and jitter (a tenth of the ceiling to the ceiling) until the budget is spent; everything else is final.
 
 use std::error::Error as StdError;
 use std::future::Future;

@@ -134,6 +134,7 @@ impl Coordinator {
             sync_failed: false,
             epoch: None,
             listed: None,
+            took_a_round: false,
             asked: None,
             next_expiry: None,
         };
@@ -180,6 +181,9 @@ struct State {
     epoch: Option<u64>,
     /// When the rows were last listed.
     listed: Option<Instant>,
+    /// Set once the first take round has planned: that round takes at most one row while no
+    /// other owner is live (see `take_plan`).
+    took_a_round: bool,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
@@ -474,14 +478,18 @@ impl State {
             pending: &pending,
             lease: config.lease_duration,
             list_interval: config.list_interval,
+            first_round: !self.took_a_round,
         };
+        self.took_a_round = true;
         let plan = take_plan::plan(readable, &view);
         self.next_expiry = plan.next_expiry.map(|left| now + left);
         let ttl = config.lease_duration;
         let mut room = plan.room;
+        let mut left_over = false;
         for (rank, row) in plan.candidates {
             // Rows handed over to us are always taken.
             if room == 0 && rank != take_plan::Rank::HandedToMe {
+                left_over = true;
                 break;
             }
             let reposition = config.reposition();
@@ -518,6 +526,11 @@ impl State {
                     self.pending.insert(shard, Pending { holder, plan, sent });
                 }
             }
+        }
+        if left_over && shared.held().len() < plan.target {
+            // Rows this round left free for the others (see `take_plan`): list again at the
+            // next take tick rather than a list interval from now, to take what they left.
+            self.listed = None;
         }
         self.ask_for_one(&plan.readable, &plan.live, plan.target)
             .await;

@@ -26,6 +26,8 @@ pub(crate) struct View<'a> {
     pub(crate) lease: Duration,
     /// The list interval.
     pub(crate) list_interval: Duration,
+    /// This instance's first take round since it started.
+    pub(crate) first_round: bool,
 }
 
 /// Why a row may be taken, in the order rows are taken.
@@ -49,7 +51,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) live: HashSet<String>,
     /// The fair share: readable rows over live owners (this one included), rounded up.
     pub(crate) target: usize,
-    /// How many rows this round may take besides those handed to this instance.
+    /// How many rows this round may take besides those handed to this instance: up to its own
+    /// share (`target` or one less, by owner id).
     pub(crate) room: usize,
     /// Rows to try, best first.
     pub(crate) candidates: Vec<(Rank, &'a Lease)>,
@@ -97,7 +100,24 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .collect();
     owners.insert(view.me);
     let target = readable.len().div_ceil(owners.len());
-    let room = target.saturating_sub(view.held.len());
+    // This owner's own share: the rows over the owners, rounded down, plus one for the first
+    // `rows mod owners` owners by id. Owners that take free rows at the same time, seeing
+    // the same owners, then end 6 + 5 + 5 on 16 shards, not 6 + 6 + 4 (which the last would
+    // have to ask to even out).
+    let mut sorted: Vec<&str> = owners.iter().copied().collect();
+    sorted.sort_unstable();
+    let rank = sorted.iter().position(|o| *o == view.me).unwrap_or(0);
+    let share = readable.len() / owners.len() + usize::from(rank < readable.len() % owners.len());
+    let mut room = share.saturating_sub(view.held.len());
+    // Instances that start together see every row free and few or none of the others yet:
+    // each would take far more than its share. In its first round an instance takes one row,
+    // which makes it visible; at its next round (a list interval later) every instance that
+    // started within that interval sees the others and takes its fair share at once, with no
+    // hand-over needed. A lone instance takes the rest a round later. Rows handed over to it
+    // are taken regardless.
+    if view.first_round {
+        room = room.min(1);
+    }
     let mut candidates: Vec<(Rank, &Lease)> = readable
         .iter()
         .filter(|r| !view.held.contains(r.key.shard()) && !view.pending.contains(r.key.shard()))
@@ -121,6 +141,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         })
         .collect();
     candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
+    spread(&mut candidates, view.me);
     Plan {
         readable,
         live,
@@ -128,6 +149,27 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         room,
         candidates,
         next_expiry,
+    }
+}
+
+/// Within each rank, starts at a place of its own for each owner id: instances taking free
+/// rows at the same moment then mostly try different rows, instead of all racing for the
+/// first (each race costs the losers a refused conditional write).
+fn spread(candidates: &mut [(Rank, &Lease)], me: &str) {
+    // FNV-1a: stable across runs and platforms.
+    let offset = me.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut start = 0;
+    while start < candidates.len() {
+        let rank = candidates[start].0;
+        let len = candidates[start..]
+            .iter()
+            .take_while(|(r, _)| *r == rank)
+            .count();
+        let group = &mut candidates[start..start + len];
+        group.rotate_left((offset % len as u64) as usize);
+        start += len;
     }
 }
 
@@ -222,15 +264,19 @@ mod tests {
                 pending: &self.pending,
                 lease: LEASE,
                 list_interval: LIST,
+                first_round: false,
             }
         }
     }
 
     fn names(plan: &Plan<'_>) -> Vec<(Rank, String)> {
-        plan.candidates
+        let mut names: Vec<(Rank, String)> = plan
+            .candidates
             .iter()
             .map(|(rank, r)| (*rank, r.key.shard().to_owned()))
-            .collect()
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
@@ -346,5 +392,71 @@ mod tests {
         }
         let plan = super::plan(readable(&wanted, |_| false), &fixture.view("a"));
         assert!(ask(&plan.readable, &plan.live, "a", 0, 6).is_none());
+    }
+
+    #[test]
+    fn a_first_round_alone_takes_one_row_then_the_share() {
+        let rows = shards(16, |_| None);
+        let fixture = Fixture::new(&rows, Duration::ZERO);
+        let mut view = fixture.view("a");
+        view.first_round = true;
+        let first = plan(readable(&rows, |_| false), &view);
+        assert_eq!(
+            (first.target, first.room),
+            (16, 1),
+            "one row makes a visible"
+        );
+        view.first_round = false;
+        let next = plan(readable(&rows, |_| false), &view);
+        assert_eq!(
+            next.room, 16,
+            "a lone instance takes the rest a round later"
+        );
+    }
+
+    #[test]
+    fn instances_started_together_take_their_share_at_their_second_round() {
+        // Three instances each took one row in their first round; a is at its second round.
+        let mut rows = shards(16, |_| None);
+        rows[3] = row("shard-03", Some("a"), Some("t"));
+        rows[7] = row("shard-07", Some("b"), Some("t"));
+        rows[11] = row("shard-11", Some("c"), Some("t"));
+        let mut fixture = Fixture::new(&rows, Duration::from_millis(500));
+        fixture.held.insert("shard-03".into());
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(
+            (plan.target, plan.room),
+            (6, 5),
+            "a is first by id: the extra row is its"
+        );
+        let mut b = Fixture::new(&rows, Duration::from_millis(500));
+        b.held = ["shard-07".to_owned()].into_iter().collect();
+        let plan_b = super::plan(readable(&rows, |_| false), &b.view("b"));
+        assert_eq!((plan_b.target, plan_b.room), (6, 4), "b's share is 5");
+        // A first round takes one row even when it already sees some of the others: those
+        // that start a moment later would not be counted yet.
+        let mut fixture = Fixture::new(&rows, Duration::from_millis(500));
+        fixture.held.clear();
+        let mut view = fixture.view("d");
+        view.first_round = true;
+        let first = super::plan(readable(&rows, |_| false), &view);
+        assert_eq!((first.target, first.room), (4, 1));
+    }
+
+    #[test]
+    fn owners_start_at_different_free_rows() {
+        let rows = shards(64, |_| None);
+        let fixture = Fixture::new(&rows, Duration::ZERO);
+        let firsts: HashSet<String> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|me| {
+                let plan = plan(readable(&rows, |_| false), &fixture.view(me));
+                plan.candidates[0].1.key.shard().to_owned()
+            })
+            .collect();
+        assert!(firsts.len() >= 4, "{firsts:?}");
+        // Every free row is still a candidate, once.
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(names(&plan).len(), 64);
     }
 }

@@ -1,0 +1,420 @@
+//! [`Billed`]: a lease-store decorator that tallies what DynamoDB would bill for the same
+//! calls made through [`DynamoLeaseStore`](crate::DynamoLeaseStore), for cost benchmarks of
+//! whole fleets in one process (over a `MemoryLeaseStore`, say) without a DynamoDB endpoint.
+//!
+//! Each `LeaseStore` call is billed as the requests `DynamoLeaseStore` sends for it, with
+//! item sizes computed as DynamoDB computes them (attribute names plus values; a number's
+//! size from its digits):
+//!
+//! | call | requests | billed |
+//! | --- | --- | --- |
+//! | `read` | consistent GetItem of the row | size / 4 KB rounded up, 1 RCU at least |
+//! | `list` | consistent GetItem of the index row, consistent BatchGetItem of every row | the index row's units, plus each row's own, each rounded up to 4 KB |
+//! | `epoch` | consistent GetItem of the index row | the index row's units (the whole item, projection or not) |
+//! | `take`, `renew`, `checkpoint`, `release`, `request`, `hand_over` | conditional UpdateItem | the row's size / 1 KB rounded up, written or not (a failed condition is billed too) |
+//! | `create` | UpdateItem of the index row (ADD), PutItem of the row | each item's size / 1 KB rounded up |
+//! | `bump_epoch` | UpdateItem of the index row | its size / 1 KB rounded up |
+//!
+//! Retries are not counted: a throttled request is not billed, and the decorator cannot see a
+//! lost response. The index row's size follows the shard ids the decorated stores created.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_lease_core::{
+    BoxFuture, Checkpoint, Holder, Lease, LeaseKey, LeaseResult, LeaseStore, Outcome, Take,
+};
+
+use crate::item::{
+    CHECKPOINT, COUNTER, EPOCH, EXPIRY, KEY, OWNER, PARENTS, REPOSITIONED, SHARDS, SUBSEQUENCE,
+    TOKEN, WANTED_BY, WRITE_ID,
+};
+
+/// Read and write units and item counts, as DynamoDB would bill them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Bill {
+    /// Read capacity units (consistent reads: 1 per 4 KB of each item).
+    pub read_units: f64,
+    /// Write capacity units (1 per 1 KB of each item written or conditionally refused).
+    pub write_units: f64,
+    /// Items read (an index row, each row of a list, a row read).
+    pub items_read: u64,
+    /// Read requests (GetItem, BatchGetItem).
+    pub read_requests: u64,
+    /// Write requests (UpdateItem, PutItem).
+    pub write_requests: u64,
+    /// The largest item read or written, in bytes.
+    pub largest_item: usize,
+}
+
+#[derive(Debug, Default)]
+struct Meter {
+    bill: Bill,
+    /// Per stream, the shard ids its index row lists.
+    index: HashMap<String, BTreeSet<String>>,
+    /// Per stream, the epoch counter's value (its size counts).
+    epochs: HashMap<String, u64>,
+}
+
+/// Wraps a store and bills its calls as DynamoDB would bill [`DynamoLeaseStore`]'s; clones
+/// share one bill, so every store of a simulated fleet can add to it.
+///
+/// [`DynamoLeaseStore`]: crate::DynamoLeaseStore
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use kinesis_lease_dynamo::Billed;
+/// # fn store() -> Arc<dyn kinesis_lease_core::LeaseStore> { unimplemented!() }
+/// # fn demo() {
+/// let billed = Billed::new();
+/// let one = billed.wrap(store());
+/// let two = billed.wrap(store());
+/// // ... run two brokers on `one` and `two` ...
+/// println!("{:.1} RCU so far", billed.bill().read_units);
+/// # let _ = (one, two);
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Billed {
+    meter: Arc<Mutex<Meter>>,
+}
+
+/// A store whose calls are added to a [`Billed`]'s bill.
+#[derive(Debug, Clone)]
+pub struct BilledStore {
+    inner: Arc<dyn LeaseStore>,
+    meter: Arc<Mutex<Meter>>,
+}
+
+impl Billed {
+    /// An empty bill.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `inner`, billing its calls here.
+    pub fn wrap(&self, inner: Arc<dyn LeaseStore>) -> BilledStore {
+        BilledStore {
+            inner,
+            meter: self.meter.clone(),
+        }
+    }
+
+    /// The bill so far.
+    pub fn bill(&self) -> Bill {
+        self.meter.lock().unwrap_or_else(|p| p.into_inner()).bill
+    }
+
+    /// The size of `stream`'s index row now, in bytes.
+    pub fn index_size(&self, stream: &str) -> usize {
+        let meter = self.meter.lock().unwrap_or_else(|p| p.into_inner());
+        meter.index_size(stream)
+    }
+}
+
+/// The size DynamoDB counts for a number: about one byte per two significant digits, plus one.
+fn number_size(v: u64) -> usize {
+    let digits = v.max(1).ilog10() as usize + 1;
+    digits.div_ceil(2) + 1
+}
+
+fn string(name: &str, value: &str) -> usize {
+    name.len() + value.len()
+}
+
+fn number(name: &str, value: u64) -> usize {
+    name.len() + number_size(value)
+}
+
+/// The size of `row`'s item as `DynamoLeaseStore` writes it (a write id included).
+pub(crate) fn row_size(row: &Lease) -> usize {
+    let mut size = string(KEY, &row.key.to_string())
+        + number(COUNTER, row.counter)
+        + number(EXPIRY, row.expiry_ms)
+        + string(WRITE_ID, &"0".repeat(32));
+    size += row.owner.as_deref().map_or(0, |o| string(OWNER, o));
+    size += row.token.as_deref().map_or(0, |t| string(TOKEN, t));
+    size += row.wanted_by.as_deref().map_or(0, |w| string(WANTED_BY, w));
+    size += row
+        .repositioned
+        .as_deref()
+        .map_or(0, |r| string(REPOSITIONED, r));
+    if !row.parents.is_empty() {
+        size += PARENTS.len() + row.parents.iter().map(String::len).sum::<usize>();
+    }
+    if let Some(cp) = &row.checkpoint {
+        size += string(CHECKPOINT, &cp.stored());
+        size += cp.subsequence().map_or(0, |sub| number(SUBSEQUENCE, sub));
+    }
+    size
+}
+
+fn read_units(size: usize) -> f64 {
+    size.div_ceil(4_096).max(1) as f64
+}
+
+fn write_units(size: usize) -> f64 {
+    size.div_ceil(1_024).max(1) as f64
+}
+
+impl Meter {
+    fn index_size(&self, stream: &str) -> usize {
+        let shards = self.index.get(stream);
+        let mut size = string(KEY, &format!("{stream}:*"));
+        if let Some(shards) = shards.filter(|s| !s.is_empty()) {
+            size += SHARDS.len() + shards.iter().map(String::len).sum::<usize>();
+        }
+        if let Some(epoch) = self.epochs.get(stream) {
+            size += number(EPOCH, *epoch);
+        }
+        size
+    }
+
+    fn read_item(&mut self, size: usize) {
+        self.bill.read_units += read_units(size);
+        self.bill.items_read += 1;
+        self.bill.largest_item = self.bill.largest_item.max(size);
+    }
+
+    fn write_item(&mut self, size: usize) {
+        self.bill.write_units += write_units(size);
+        self.bill.write_requests += 1;
+        self.bill.largest_item = self.bill.largest_item.max(size);
+    }
+
+    fn read_index(&mut self, stream: &str) {
+        let size = self.index_size(stream);
+        self.bill.read_requests += 1;
+        self.read_item(size);
+    }
+
+    fn add_to_index(&mut self, key: &LeaseKey) {
+        self.index
+            .entry(key.stream().to_owned())
+            .or_default()
+            .insert(key.shard().to_owned());
+        let size = self.index_size(key.stream());
+        self.write_item(size);
+    }
+}
+
+impl BilledStore {
+    fn meter(&self) -> std::sync::MutexGuard<'_, Meter> {
+        self.meter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bills one conditional UpdateItem of `key`'s row: the row as written, or as it stands
+    /// when the condition failed.
+    async fn bill_update(&self, key: &LeaseKey, outcome: &LeaseResult<Outcome>) {
+        let size = match outcome {
+            Ok(Outcome::Written(row)) => Some(row_size(row)),
+            Ok(Outcome::Lost(_)) => match self.inner.read(key).await {
+                Ok(Some(row)) => Some(row_size(&row)),
+                // A condition on a missing row: the minimum.
+                Ok(None) => Some(0),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        if let Some(size) = size {
+            self.meter().write_item(size);
+        }
+    }
+}
+
+impl LeaseStore for BilledStore {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let created = self.inner.create(row).await;
+            if created.is_ok() {
+                let mut meter = self.meter();
+                meter.add_to_index(&row.key);
+                let mut fresh = row.clone();
+                fresh.counter = 1;
+                meter.write_item(row_size(&fresh));
+            }
+            created
+        })
+    }
+
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.take(key, holder, take).await;
+            self.bill_update(key, &outcome).await;
+            if matches!(&outcome, Ok(Outcome::Written(row)) if row.counter == 1) {
+                self.meter().add_to_index(key);
+            }
+            outcome
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.renew(key, holder, ttl, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.checkpoint(key, holder, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.release(key, holder, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.request(key, asker, observed).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.hand_over(key, holder, to, ttl, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        Box::pin(async move {
+            let bumped = self.inner.bump_epoch(stream).await;
+            if bumped.is_ok() {
+                let mut meter = self.meter();
+                *meter.epochs.entry(stream.to_owned()).or_default() += 1;
+                let size = meter.index_size(stream);
+                meter.write_item(size);
+            }
+            bumped
+        })
+    }
+
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        Box::pin(async move {
+            let epoch = self.inner.epoch(stream).await;
+            if epoch.is_ok() {
+                self.meter().read_index(stream);
+            }
+            epoch
+        })
+    }
+
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        Box::pin(async move {
+            let row = self.inner.read(key).await;
+            if let Ok(row) = &row {
+                let mut meter = self.meter();
+                meter.bill.read_requests += 1;
+                meter.read_item(row.as_ref().map_or(0, row_size));
+            }
+            row
+        })
+    }
+
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        Box::pin(async move {
+            let rows = self.inner.list(stream).await;
+            if let Ok(rows) = &rows {
+                let mut meter = self.meter();
+                meter.read_index(stream);
+                meter.bill.read_requests += rows.len().div_ceil(100) as u64;
+                for row in rows {
+                    meter.read_item(row_size(row));
+                }
+            }
+            rows
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_sized_by_their_digits() {
+        assert_eq!(number_size(0), 2);
+        assert_eq!(number_size(7), 2);
+        assert_eq!(number_size(12), 2);
+        assert_eq!(number_size(123), 3);
+        assert_eq!(number_size(1_700_000_000_000), 8);
+    }
+
+    #[test]
+    fn units_round_up_per_item() {
+        assert_eq!(read_units(0), 1.0);
+        assert_eq!(read_units(4_096), 1.0);
+        assert_eq!(read_units(4_097), 2.0);
+        assert_eq!(write_units(1), 1.0);
+        assert_eq!(write_units(1_025), 2.0);
+    }
+
+    #[test]
+    fn a_held_row_is_a_few_hundred_bytes() {
+        let mut row = Lease::new(
+            LeaseKey::new("orders", "shardId-000000000042").unwrap(),
+            vec!["shardId-000000000007".into()],
+        );
+        row.owner = Some("host-1234-abcdef".into());
+        row.token = Some("0123456789abcdef0123456789abcdef".into());
+        row.counter = 12_345;
+        row.expiry_ms = 1_700_000_000_000;
+        row.checkpoint = Some(
+            Checkpoint::sequence("49590338271490256608559692538361571095921575989136588898")
+                .unwrap(),
+        );
+        let size = row_size(&row);
+        assert!((200..400).contains(&size), "{size}");
+        assert_eq!(read_units(size), 1.0);
+        assert_eq!(write_units(size), 1.0);
+    }
+}
