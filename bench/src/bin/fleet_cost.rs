@@ -81,8 +81,8 @@ fn held(running: &[Option<RunningBroker>]) -> Vec<usize> {
         .collect()
 }
 
-/// Waits until every live instance holds within one of the fair share and every shard is held
-/// once; `None` if that takes longer than `bound`.
+/// Waits until every live instance holds within one of the fair share and the held counts add
+/// up to the shard count; `None` if that takes longer than `bound`.
 async fn until_fair(
     running: &[Option<RunningBroker>],
     shards: u32,
@@ -156,10 +156,14 @@ async fn run(shards: u32, instances: usize) -> Fleet {
     drop(running[0].take());
     let takeover = until_all_held(&running, shards, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
-    // One graceful leave: its shards are released and taken at once.
+    // One graceful leave: its shards are released and taken at once. Timed from the call to
+    // `shutdown()`, so the time its shards went unread is all in.
     let leaving = running[1].take().expect("live");
+    let left_at = Instant::now();
     leaving.shutdown().await;
-    let hand_over = until_all_held(&running, shards, Duration::from_secs(60)).await;
+    let hand_over = until_all_held(&running, shards, Duration::from_secs(60))
+        .await
+        .map(|_| left_at.elapsed());
     for r in running.into_iter().flatten() {
         r.shutdown().await;
     }

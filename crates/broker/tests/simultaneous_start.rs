@@ -82,3 +82,38 @@ async fn three_instances_on_sixteen_shards_share_within_three_seconds() {
         }
     }
 }
+
+/// Review finding: rows freed while a crashed owner is still counted (its rows have not
+/// expired yet) must not wait for it: 16 shards over a, b, c, d (4 each); a crashes, then d
+/// leaves gracefully. b and c take all four of d's rows at once (their own shares counted a's
+/// share too, and two of d's rows used to stay unread until a's rows expired, 10 s later).
+#[tokio::test(start_paused = true)]
+async fn rows_freed_beside_a_crashed_owner_are_taken_at_once() {
+    let (mut running, _kinesis) = start_together(16, 4).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let counts: Vec<usize> = running
+        .iter()
+        .map(|r| r.stats().shards("s").len())
+        .collect();
+    assert_eq!(counts, vec![4, 4, 4, 4]);
+    let d = running.pop().unwrap();
+    let a = running.remove(0);
+    drop(a); // a crash: its 4 rows stay live for a lease
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    d.shutdown().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held: usize = running.iter().map(|r| r.stats().shards("s").len()).sum();
+    assert_eq!(
+        held, 12,
+        "d's rows taken within 3 s of its leaving, a's not yet expired"
+    );
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let counts: Vec<usize> = running
+        .iter()
+        .map(|r| r.stats().shards("s").len())
+        .collect();
+    assert_eq!(counts, vec![8, 8], "a's rows taken once they expired");
+    for r in running {
+        r.shutdown().await;
+    }
+}

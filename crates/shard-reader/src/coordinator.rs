@@ -135,6 +135,7 @@ impl Coordinator {
             epoch: None,
             listed: None,
             took_a_round: false,
+            left_free: HashSet::new(),
             asked: None,
             next_expiry: None,
         };
@@ -184,6 +185,8 @@ struct State {
     /// Set once the first take round has planned: that round takes at most one row while no
     /// other owner is live (see `take_plan`).
     took_a_round: bool,
+    /// Free or expired rows the last take round left to the other owners.
+    left_free: HashSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
@@ -471,6 +474,7 @@ impl State {
         let held: HashSet<String> = shared.held().keys().cloned().collect();
         let pending: HashSet<String> = self.pending.keys().cloned().collect();
         let readable = take_plan::readable(&rows, |parent| self.stream_shards.contains_key(parent));
+        let first_round = !self.took_a_round;
         let view = take_plan::View {
             me: &config.owner,
             still: &still,
@@ -478,7 +482,8 @@ impl State {
             pending: &pending,
             lease: config.lease_duration,
             list_interval: config.list_interval,
-            first_round: !self.took_a_round,
+            first_round,
+            left: &self.left_free,
         };
         self.took_a_round = true;
         let plan = take_plan::plan(readable, &view);
@@ -486,11 +491,14 @@ impl State {
         let ttl = config.lease_duration;
         let mut room = plan.room;
         let mut left_over = false;
+        let mut took_any = false;
+        let mut left_free = HashSet::new();
         for (rank, row) in plan.candidates {
             // Rows handed over to us are always taken.
             if room == 0 && rank != take_plan::Rank::HandedToMe {
                 left_over = true;
-                break;
+                left_free.insert(row.key.shard().to_owned());
+                continue;
             }
             let reposition = config.reposition();
             let plan = start::plan(
@@ -513,6 +521,7 @@ impl State {
             match bounded(&shared, "take", shared.store.take(&row.key, &holder, &take)).await {
                 Ok(Outcome::Written(lease)) => {
                     room = room.saturating_sub(1);
+                    took_any = true;
                     if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
                         self.asked = None;
                     }
@@ -527,9 +536,17 @@ impl State {
                 }
             }
         }
-        if left_over && shared.held().len() < plan.target {
-            // Rows this round left free for the others (see `take_plan`): list again at the
-            // next take tick rather than a list interval from now, to take what they left.
+        // What a first round withheld was to make this instance visible, not others' shares.
+        self.left_free = if first_round {
+            HashSet::new()
+        } else {
+            left_free
+        };
+        if (left_over || took_any) && shared.held().len() < plan.target {
+            // Rows this round left free for the others (see `take_plan`), or rows lost to
+            // others' takes while more may have been freed since: list again at the next take
+            // tick rather than a list interval from now. A round that takes nothing and leaves
+            // nothing waits for the list interval, so a stable share never relists faster.
             self.listed = None;
         }
         self.ask_for_one(&plan.readable, &plan.live, plan.target)

@@ -28,6 +28,8 @@ pub(crate) struct View<'a> {
     pub(crate) list_interval: Duration,
     /// This instance's first take round since it started.
     pub(crate) first_round: bool,
+    /// Free or expired rows this instance's last round left to the others.
+    pub(crate) left: &'a HashSet<String>,
 }
 
 /// Why a row may be taken, in the order rows are taken.
@@ -118,6 +120,10 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     if view.first_round {
         room = room.min(1);
     }
+    // Rows the last round left to the others and still free a round later: their share went
+    // unused (an owner that crashed, or is shutting down, is counted until its rows expire or
+    // are released). Take up to the fair share, rounded up, rather than leave them unread.
+    let waited = |row: &Lease| view.left.contains(row.key.shard());
     let mut candidates: Vec<(Rank, &Lease)> = readable
         .iter()
         .filter(|r| !view.held.contains(r.key.shard()) && !view.pending.contains(r.key.shard()))
@@ -142,6 +148,13 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .collect();
     candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
     spread(&mut candidates, view.me);
+    if !view.first_round
+        && candidates
+            .iter()
+            .any(|(rank, row)| *rank != Rank::HandedToMe && waited(row))
+    {
+        room = room.max(target.saturating_sub(view.held.len()));
+    }
     Plan {
         readable,
         live,
@@ -242,6 +255,7 @@ mod tests {
         still: HashMap<String, Duration>,
         held: HashSet<String>,
         pending: HashSet<String>,
+        left: HashSet<String>,
     }
 
     impl Fixture {
@@ -253,6 +267,7 @@ mod tests {
                     .collect(),
                 held: HashSet::new(),
                 pending: HashSet::new(),
+                left: HashSet::new(),
             }
         }
 
@@ -265,6 +280,7 @@ mod tests {
                 lease: LEASE,
                 list_interval: LIST,
                 first_round: false,
+                left: &self.left,
             }
         }
     }
@@ -458,5 +474,32 @@ mod tests {
         // Every free row is still a candidate, once.
         let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
         assert_eq!(names(&plan).len(), 64);
+    }
+
+    #[test]
+    fn rows_left_free_for_a_round_are_taken_up_to_the_fair_share() {
+        // 16 rows: c holds 4, b holds 5, d (crashed, still counted as live) holds 4; 3 rows
+        // are free. Owners b, c, d: c's own share is 5 (16 / 3, the extra row is b's).
+        let mut rows = shards(16, |i| match i {
+            0..=3 => Some("c"),
+            4..=8 => Some("b"),
+            9..=12 => Some("d"),
+            _ => None,
+        });
+        rows.iter_mut().for_each(|r| {
+            if r.owner.is_some() {
+                r.token = Some("t".into());
+            }
+        });
+        let mut fixture = Fixture::new(&rows, Duration::from_secs(1));
+        fixture.held = (0..4).map(|i| format!("shard-{i:02}")).collect();
+        let first = plan(readable(&rows, |_| false), &fixture.view("c"));
+        assert_eq!((first.target, first.room), (6, 1), "own share 5, held 4");
+        // The two rows c left are still free a round later: up to the fair share (6).
+        fixture.left = ["shard-14".to_owned(), "shard-15".to_owned()]
+            .into_iter()
+            .collect();
+        let later = plan(readable(&rows, |_| false), &fixture.view("c"));
+        assert_eq!(later.room, 2);
     }
 }
