@@ -20,14 +20,17 @@ use crate::{
 /// # Examples
 ///
 /// ```
+/// use std::sync::Arc;
 /// use kinesis_lease_core::testkit::Outage;
-/// # fn store() -> std::sync::Arc<dyn kinesis_lease_core::LeaseStore> { unimplemented!() }
-/// # fn demo() {
-/// let (store, switch) = Outage::wrap(store());
-/// switch.cut(); // every call fails from now on
-/// switch.restore();
-/// # let _ = store;
-/// # }
+/// use kinesis_lease_core::LeaseStore;
+///
+/// /// Gives a broker `store` behind a switch the test keeps.
+/// fn behind_a_switch(store: Arc<dyn LeaseStore>) -> (Outage, kinesis_lease_core::testkit::OutageSwitch) {
+///     let (store, switch) = Outage::wrap(store);
+///     switch.cut(); // every call fails from now on
+///     switch.restore(); // and reaches the store again
+///     (store, switch)
+/// }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Outage {

@@ -67,16 +67,17 @@ struct Meter {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use kinesis_lease_dynamo::Billed;
-/// # fn store() -> Arc<dyn kinesis_lease_core::LeaseStore> { unimplemented!() }
-/// # fn demo() {
-/// let billed = Billed::new();
-/// let one = billed.wrap(store());
-/// let two = billed.wrap(store());
-/// // ... run two brokers on `one` and `two` ...
-/// println!("{:.1} RCU so far", billed.bill().read_units);
-/// # let _ = (one, two);
-/// # }
+/// use kinesis_lease_core::LeaseStore;
+/// use kinesis_lease_dynamo::{Billed, BilledStore};
+///
+/// /// Two brokers' stores over one table, billed together.
+/// fn billed_pair(a: Arc<dyn LeaseStore>, b: Arc<dyn LeaseStore>) -> (Billed, BilledStore, BilledStore) {
+///     let billed = Billed::new();
+///     let (one, two) = (billed.wrap(a), billed.wrap(b));
+///     // ... run two brokers on `one` and `two`, then read `billed.bill().read_units` ...
+///     assert_eq!(billed.bill().read_units, 0.0);
+///     (billed, one, two)
+/// }
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Billed {

@@ -158,10 +158,8 @@ impl Keeper {
         let hooks = self.shared.config.hooks.clone();
         if hooks.has_taken() {
             let info = self.info(self.written_last());
-            // The hook bounds itself; the margin only keeps this wait from ending first.
-            let bound = after(hooks.bound_of_one().saturating_add(every));
             if let Err(exit) = self
-                .wait_renewing(hooks.taken(info), bound, &mut deadline, &mut tick, false)
+                .run_hook(hooks.taken(info), &mut deadline, &mut tick)
                 .await
             {
                 return exit;
@@ -366,13 +364,26 @@ impl Keeper {
         // What the row will hold: the due checkpoint, or the one written last.
         let checkpoint = checkpoint.or_else(|| self.written_last());
         let info = self.info(checkpoint);
-        // The hook bounds itself; the margin only keeps this wait from ending first.
+        self.run_hook(hooks.releasing(info, why), deadline, tick)
+            .await
+    }
+
+    /// Runs a hook call while renewing. The call bounds itself; the margin of a renew interval
+    /// only keeps this wait from ending first. `Err`: the lease was lost meanwhile.
+    async fn run_hook(
+        &mut self,
+        call: impl std::future::Future<Output = ()>,
+        deadline: &mut Instant,
+        tick: &mut tokio::time::Interval,
+    ) -> Result<(), Exit> {
+        let config = &self.shared.config;
         let bound = after(
-            hooks
+            config
+                .hooks
                 .bound_of_one()
-                .saturating_add(self.shared.config.renew_interval),
+                .saturating_add(config.renew_interval),
         );
-        self.wait_renewing(hooks.releasing(info, why), bound, deadline, tick, false)
+        self.wait_renewing(call, bound, deadline, tick, false)
             .await
             .map(|_| ())
     }
