@@ -233,6 +233,9 @@ impl LeaseStore for FaultyStore {
             self.inner.hand_over(key, holder, to, ttl, checkpoint)
         )
     }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        faulty!(self, "delete", true, self.inner.delete(key, observed))
+    }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         faulty!(self, "bump_epoch", true, self.inner.bump_epoch(stream))
     }

@@ -186,6 +186,20 @@ impl World {
                     "handlers running now: {:?}",
                     self.rec.running_now()
                 ));
+                let store = MemoryLeaseStore::over(&self.table);
+                for stream in [STREAM.to_owned(), format!("{STREAM}@members")] {
+                    for row in store.list(&stream).await.unwrap_or_default() {
+                        self.rec.note(format!(
+                            "row {}: owner {:?} token {:?} counter {} wanted by {:?} checkpoint {:?}",
+                            row.key,
+                            row.owner,
+                            row.token.as_deref().map(|t| &t[..t.len().min(8)]),
+                            row.counter,
+                            row.wanted_by,
+                            row.checkpoint.as_ref().map(ToString::to_string)
+                        ));
+                    }
+                }
                 let missing = self.rec.missing();
                 self.rec.violate(format!(
                     "{} s after the last put (faults stopped {} s before it): {} expected records not handled (first: {:?}); unheld shards: {:?}",
@@ -566,7 +580,10 @@ impl World {
                     }
                 }
             }
-            Fault::Reshard => self.reshard(),
+            Fault::Reshard => {
+                self.age_out().await;
+                self.reshard();
+            }
             Fault::ExpireIterators => {
                 self.kinesis.expire_iterators();
                 self.rec.note("every shard iterator expired");
@@ -604,6 +621,31 @@ impl World {
         }
         if self.live().is_empty() {
             self.start_new(None).await;
+        }
+    }
+
+    /// Closed shards read to their end age out of the stream, as retention trims them (some
+    /// now, some at a later reshard): their rows may then be deleted.
+    async fn age_out(&mut self) {
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(rows) = store.list(STREAM).await else {
+            return;
+        };
+        let finished: BTreeSet<String> = rows
+            .iter()
+            .filter(|r| r.is_finished())
+            .map(|r| r.key.shard().to_owned())
+            .collect();
+        for shard in self.kinesis.shards(STREAM).unwrap_or_default() {
+            if shard.ending_sequence.is_some()
+                && finished.contains(&shard.id)
+                && self.rng.bool()
+                && self.kinesis.trim_shard(STREAM, &shard.id).is_ok()
+            {
+                self.rec
+                    .note(format!("{} aged out of the stream", shard.id));
+                self.count("aged out");
+            }
         }
     }
 

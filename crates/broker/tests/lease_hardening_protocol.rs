@@ -59,14 +59,14 @@ enum RenewMode {
 }
 
 /// A `LeaseStore` decorator over a `MemoryLeaseStore`: every call takes `latency` before it
-/// reaches the table, renewals follow a [`RenewMode`], and every renewal's send time and
-/// whether it landed are recorded. Clones share the mode and the record.
+/// reaches the table, renewals (of shard rows and member rows alike) follow a [`RenewMode`],
+/// and every renewal's row, send time and whether it landed are recorded. Clones share the mode and the record.
 #[derive(Debug, Clone)]
 struct Faulty {
     inner: MemoryLeaseStore,
     latency: Duration,
     mode: Arc<Mutex<RenewMode>>,
-    renewals: Arc<Mutex<Vec<(Instant, bool)>>>,
+    renewals: Arc<Mutex<Vec<(String, Instant, bool)>>>,
 }
 
 impl Faulty {
@@ -88,15 +88,17 @@ impl Faulty {
         *self.mode.lock().unwrap() = mode;
     }
 
-    /// When the last renewal that landed was sent.
+    /// The send time that bounds a keeper: per row (the shard's own and the instance's member
+    /// row), when its last renewal that landed was sent; the earliest of those.
     fn last_landed_renewal(&self) -> Option<Instant> {
-        self.renewals
-            .lock()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|(_, landed)| *landed)
-            .map(|(sent, _)| *sent)
+        let mut last: std::collections::HashMap<&str, Instant> = Default::default();
+        let renewals = self.renewals.lock().unwrap();
+        for (key, sent, landed) in renewals.iter() {
+            if *landed {
+                last.insert(key.as_str(), *sent);
+            }
+        }
+        last.into_values().min()
     }
 
     async fn delay(&self) {
@@ -139,7 +141,10 @@ impl LeaseStore for Faulty {
             self.delay().await;
             let mode = *self.mode.lock().unwrap();
             if mode == RenewMode::FailFast {
-                self.renewals.lock().unwrap().push((sent, false));
+                self.renewals
+                    .lock()
+                    .unwrap()
+                    .push((key.to_string(), sent, false));
                 return Err(LeaseError::Unavailable {
                     operation: "renew",
                     resource: key.to_string(),
@@ -148,7 +153,10 @@ impl LeaseStore for Faulty {
             }
             let renewed = self.inner.renew(key, holder, ttl, checkpoint).await;
             let landed = matches!(renewed, Ok(Outcome::Written(_)));
-            self.renewals.lock().unwrap().push((sent, landed));
+            self.renewals
+                .lock()
+                .unwrap()
+                .push((key.to_string(), sent, landed));
             if let RenewMode::LandThenAnswerLate(late) = mode {
                 self.set_mode(RenewMode::FailFast);
                 sleep(late).await;
@@ -189,6 +197,9 @@ impl LeaseStore for Faulty {
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         delayed!(self, self.inner.hand_over(key, holder, to, ttl, checkpoint))
+    }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        delayed!(self, self.inner.delete(key, observed))
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         delayed!(self, self.inner.bump_epoch(stream))
@@ -562,8 +573,9 @@ async fn failing_renewals_stop_the_reader_seven_seconds_after_the_last_landed_se
 }
 
 /// Defect 3: a renewal that lands but is answered 2.5 s late, followed by renewals failing
-/// fast, counts from when it was sent: the reader stops 7 s after that send. Another broker
-/// takes the shard only after seeing the row stand still for a lease, so the two never run
+/// fast, counts from when it was sent: the reader stops 7 s after the send that bounds it (the
+/// earlier of its row's and its member row's last landed renewal). Another broker takes the
+/// shard only after seeing the member row stand still for a lease, so the two never run
 /// handlers at once, and every record is handled.
 #[tokio::test(start_paused = true)]
 async fn a_late_answered_renewal_counts_from_its_send_time() {

@@ -147,6 +147,9 @@ impl LeaseStore for Switch {
             self.inner.hand_over(key, holder, to, ttl, checkpoint)
         )
     }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        guarded!(self, "delete", self.inner.delete(key, observed))
+    }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         guarded!(self, "bump_epoch", self.inner.bump_epoch(stream))
     }

@@ -91,6 +91,10 @@ macro_rules! forward {
 }
 
 impl LeaseStore for Outage {
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        forward!(self, "delete", self.inner.delete(key, observed))
+    }
+
     fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         forward!(self, "create", self.inner.create(row))
     }

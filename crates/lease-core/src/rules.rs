@@ -33,6 +33,12 @@ pub fn may_hand_over(row: Option<&Lease>, holder: &Holder, to: &str) -> bool {
     holds(row, holder) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
 }
 
+/// Whether a delete observed at `observed` may remove `row`: it exists and was not written
+/// since.
+pub fn may_delete(row: Option<&Lease>, observed: u64) -> bool {
+    row.is_some_and(|r| r.counter == observed)
+}
+
 /// The [`Lost`] outcome describing `row` as it stands.
 pub fn lost(row: Option<&Lease>) -> Lost {
     Lost {

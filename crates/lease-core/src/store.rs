@@ -147,6 +147,12 @@ impl Take {
 /// The asker then takes the row (fenced) with a token of its own. A take and a release clear
 /// the mark; renewals and checkpoints keep it.
 ///
+/// *Delete.* [`delete`](LeaseStore::delete) removes a row, and takes it out of whatever index
+/// `list` reads, if its counter still equals the one the deleter observed. Brokers delete the
+/// rows of finished shards once every child has checkpointed past them and the stream no
+/// longer lists them, and the member rows of instances that left, so no part of the table
+/// grows with the stream's history.
+///
 /// *Epoch.* Each stream has an epoch counter. Owners [`bump_epoch`](LeaseStore::bump_epoch)
 /// after writes that free rows for others (releases, hand-overs, shard ends), so other
 /// instances notice with one cheap [`epoch`](LeaseStore::epoch) read instead of reading every
@@ -222,6 +228,10 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
+
+    /// Deletes the row if its counter still equals `observed`, and takes it out of `list`.
+    /// Returns true when it was deleted, false when the row was written since or is gone.
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>>;
 
     /// Bumps `stream`'s epoch: rows were freed or moved.
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>>;

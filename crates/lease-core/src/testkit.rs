@@ -860,6 +860,49 @@ pub async fn request_and_hand_over_refusals(h: &Harness) {
     assert_eq!(released.wanted_by, None);
 }
 
+/// A delete is fenced on the counter the deleter observed, takes the row out of `list`, and
+/// leaves the other rows alone; a deleted row may be created again, fresh.
+pub async fn delete_is_fenced_and_unlists(h: &Harness) {
+    let (gone, kept) = (h.key("delete", "shardId-1"), h.key("delete", "shardId-2"));
+    assert!(h.create(&row(&gone, &[])).await);
+    assert!(h.create(&row(&kept, &[])).await);
+    let a = holder("a", "a-1");
+    let taken = written(h.take_fenced(&gone, &a, 1).await, "take");
+    assert!(
+        !h.store.delete(&gone, 1).await.expect("delete"),
+        "a delete observed before a write is refused"
+    );
+    assert_eq!(
+        h.read(&gone).await,
+        taken,
+        "a refused delete changes nothing"
+    );
+    assert!(h.store.delete(&gone, taken.counter).await.expect("delete"));
+    assert_eq!(h.store.read(&gone).await.expect("read"), None);
+    let listed: Vec<String> = h
+        .store
+        .list(gone.stream())
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|r| r.key.shard().to_owned())
+        .collect();
+    assert_eq!(
+        listed,
+        vec!["shardId-2".to_owned()],
+        "a deleted row is not listed"
+    );
+    assert!(
+        !h.store.delete(&gone, taken.counter).await.expect("delete"),
+        "a row already gone"
+    );
+    assert!(
+        h.create(&row(&gone, &[])).await,
+        "created again after a delete"
+    );
+    assert_eq!(h.read(&gone).await.counter, 1, "fresh");
+}
+
 /// Epochs start at 0, bump by one per call, and are per stream.
 pub async fn epochs_bump_per_stream(h: &Harness) {
     let (one, two) = (h.key("epoch1", "x"), h.key("epoch2", "x"));
@@ -1272,6 +1315,7 @@ macro_rules! conformance_tests {
             request_then_hand_over_moves_the_row,
             request_and_hand_over_refusals,
             epochs_bump_per_stream,
+            delete_is_fenced_and_unlists,
             same_owner_other_token_refused,
             take_writes_token_checkpoint_and_marker,
             create_keeps_start_checkpoint,

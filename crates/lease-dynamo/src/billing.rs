@@ -10,10 +10,11 @@
 //! | --- | --- | --- |
 //! | `read` | consistent GetItem of the row | size / 4 KB rounded up, 1 RCU at least |
 //! | `list` | consistent GetItem of the index row, consistent BatchGetItem of every row | the index row's units, plus each row's own, each rounded up to 4 KB |
-//! | `epoch` | consistent GetItem of the index row | the index row's units (the whole item, projection or not) |
+//! | `epoch` | consistent GetItem of the epoch row | 1 (a small item of its own) |
 //! | `take`, `renew`, `checkpoint`, `release`, `request`, `hand_over` | conditional UpdateItem | the row's size / 1 KB rounded up, written or not (a failed condition is billed too) |
 //! | `create` | UpdateItem of the index row (ADD), PutItem of the row | each item's size / 1 KB rounded up |
-//! | `bump_epoch` | UpdateItem of the index row | its size / 1 KB rounded up |
+//! | `bump_epoch` | UpdateItem of the epoch row | 1 |
+//! | `delete` | conditional DeleteItem of the row, then UpdateItem of the index row (DELETE) | each item's size / 1 KB rounded up (the index only when the row went) |
 //!
 //! Retries are not counted: a throttled request is not billed, and the decorator cannot see a
 //! lost response. The index row's size follows the shard ids the decorated stores created.
@@ -169,10 +170,12 @@ impl Meter {
         if let Some(shards) = shards.filter(|s| !s.is_empty()) {
             size += SHARDS.len() + shards.iter().map(String::len).sum::<usize>();
         }
-        if let Some(epoch) = self.epochs.get(stream) {
-            size += number(EPOCH, *epoch);
-        }
         size
+    }
+
+    fn epoch_size(&self, stream: &str) -> usize {
+        string(KEY, &format!("{stream}:*epoch"))
+            + number(EPOCH, self.epochs.get(stream).copied().unwrap_or(0))
     }
 
     fn read_item(&mut self, size: usize) {
@@ -228,6 +231,26 @@ impl BilledStore {
 }
 
 impl LeaseStore for BilledStore {
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let before = self.inner.read(key).await.ok().flatten();
+            let deleted = self.inner.delete(key, observed).await;
+            if let Ok(deleted) = &deleted {
+                let mut meter = self.meter();
+                // DeleteItem is billed by the item's size, refused or not.
+                meter.write_item(before.as_ref().map_or(0, row_size));
+                if *deleted {
+                    if let Some(shards) = meter.index.get_mut(key.stream()) {
+                        shards.remove(key.shard());
+                    }
+                    let size = meter.index_size(key.stream());
+                    meter.write_item(size);
+                }
+            }
+            deleted
+        })
+    }
+
     fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let created = self.inner.create(row).await;
@@ -332,7 +355,7 @@ impl LeaseStore for BilledStore {
             if bumped.is_ok() {
                 let mut meter = self.meter();
                 *meter.epochs.entry(stream.to_owned()).or_default() += 1;
-                let size = meter.index_size(stream);
+                let size = meter.epoch_size(stream);
                 meter.write_item(size);
             }
             bumped
@@ -343,7 +366,10 @@ impl LeaseStore for BilledStore {
         Box::pin(async move {
             let epoch = self.inner.epoch(stream).await;
             if epoch.is_ok() {
-                self.meter().read_index(stream);
+                let mut meter = self.meter();
+                let size = meter.epoch_size(stream);
+                meter.bill.read_requests += 1;
+                meter.read_item(size);
             }
             epoch
         })

@@ -1,13 +1,16 @@
-//! The index rows: one per stream (`stream:*`), listing its shards (a string set) and
-//! holding its epoch (a counter bumped whenever rows are freed or moved). Listing a stream
-//! reads its index row, then its rows in consistent BatchGetItem calls of up to 100 keys.
+//! The index rows: one per stream (`stream:*`), listing its shards (a string set); and the
+//! epoch rows (`stream:*epoch`), holding a counter bumped whenever rows are freed or moved.
+//! The epoch has a row of its own because DynamoDB bills a read by the whole item: read from
+//! the index row, every epoch read would cost more as the stream gains shards. Listing a
+//! stream reads its index row, then its rows in consistent BatchGetItem calls of up to 100
+//! keys.
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use kinesis_lease_core::{Lease, LeaseError, LeaseKey, LeaseResult};
 
-use crate::item::{index_key, n, s, to_lease, Item, EPOCH, KEY, SHARDS};
+use crate::item::{epoch_key, index_key, n, s, to_lease, Item, EPOCH, KEY, SHARDS};
 use crate::retry::retrying;
 use crate::store::refused;
 use crate::DynamoLeaseStore;
@@ -16,14 +19,13 @@ use crate::DynamoLeaseStore;
 const BATCH: usize = 100;
 
 impl DynamoLeaseStore {
-    /// An unconditional `ADD` of `value` to `attribute` of `stream`'s index row.
+    /// An unconditional `ADD` of `value` to `attribute` of the item keyed `index`.
     pub(crate) async fn add_to_index(
         &self,
-        stream: &str,
+        index: String,
         attribute: &str,
         value: AttributeValue,
     ) -> LeaseResult<()> {
-        let index = index_key(stream);
         let resource = self.resource(&index);
         retrying(self.retry, &self.table, "UpdateItem", &resource, || {
             self.count(&self.calls.writes);
@@ -43,17 +45,38 @@ impl DynamoLeaseStore {
     /// Adds `key`'s shard to its stream's index row (idempotent).
     pub(crate) async fn index_add(&self, key: &LeaseKey) -> LeaseResult<()> {
         let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
-        self.add_to_index(key.stream(), SHARDS, shard).await
+        self.add_to_index(index_key(key.stream()), SHARDS, shard)
+            .await
+    }
+
+    /// Removes `key`'s shard from its stream's index row (idempotent).
+    pub(crate) async fn index_remove(&self, key: &LeaseKey) -> LeaseResult<()> {
+        let index = index_key(key.stream());
+        let resource = self.resource(&index);
+        let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
+        retrying(self.retry, &self.table, "UpdateItem", &resource, || {
+            self.count(&self.calls.writes);
+            self.client
+                .update_item()
+                .table_name(&*self.table)
+                .key(KEY, s(index.clone()))
+                .update_expression(format!("DELETE {SHARDS} :shard"))
+                .expression_attribute_values(":shard", shard.clone())
+                .send()
+        })
+        .await?
+        .map_err(|e| refused("UpdateItem", &resource, e))?;
+        Ok(())
     }
 
     /// Bumps `stream`'s epoch: rows were freed or moved.
     pub(crate) async fn bump(&self, stream: &str) -> LeaseResult<()> {
-        self.add_to_index(stream, EPOCH, n(1)).await
+        self.add_to_index(epoch_key(stream), EPOCH, n(1)).await
     }
 
     /// Reads `stream`'s epoch (strongly consistent; 0 before the first bump).
     pub(crate) async fn read_epoch(&self, stream: &str) -> LeaseResult<u64> {
-        let index = index_key(stream);
+        let index = epoch_key(stream);
         let resource = self.resource(&index);
         let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
             self.count(&self.calls.reads);

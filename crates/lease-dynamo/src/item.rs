@@ -18,7 +18,7 @@ pub(crate) const REPOSITIONED: &str = "repositioned";
 /// A random id each write stamps, so a retried write whose first attempt landed recognises
 /// its own write in the item a failed condition returns.
 pub(crate) const WRITE_ID: &str = "write_id";
-/// The index row's epoch counter.
+/// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// The index row's set of shard ids.
 pub(crate) const SHARDS: &str = "shards";
@@ -28,6 +28,12 @@ pub(crate) type Item = HashMap<String, AttributeValue>;
 /// The key of a stream's index row.
 pub(crate) fn index_key(stream: &str) -> String {
     format!("{stream}:*")
+}
+
+/// The key of a stream's epoch row: a small item of its own, so reading the epoch costs one
+/// read unit however many shards the index row lists.
+pub(crate) fn epoch_key(stream: &str) -> String {
+    format!("{stream}:*epoch")
 }
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {

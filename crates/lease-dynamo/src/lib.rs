@@ -19,10 +19,12 @@
 //! | `write_id` | S | a random id stamped by every conditional write, so a retried write whose first attempt landed recognises itself |
 //!
 //! Each stream also has one *index row*, keyed `stream:*`, whose `shards` (SS) names every shard
-//! row of that stream and whose `epoch` (N) counts writes that freed rows, so
-//! [`list`](kinesis_lease_core::LeaseStore::list) reads one stream's rows (a consistent GetItem
-//! of the index, then consistent BatchGetItem of its rows) without scanning the others. `*` is
-//! never a shard id, so the index row never collides with a lease.
+//! row of that stream, so [`list`](kinesis_lease_core::LeaseStore::list) reads one stream's
+//! rows (a consistent GetItem of the index, then consistent BatchGetItem of its rows) without
+//! scanning the others; and one *epoch row*, keyed `stream:*epoch`, whose `epoch` (N) counts
+//! writes that freed rows. The epoch has an item of its own because DynamoDB bills a read by
+//! the whole item: an epoch read costs one read unit whatever the stream's size. `*` is never
+//! a shard id, so neither row collides with a lease.
 //!
 //! # Writes
 //!
@@ -40,6 +42,10 @@
 //! - hand-over: `lease_owner = :owner AND lease_token = :token AND lease_wanted_by = :to`;
 //! - request: `lease_counter = :observed AND attribute_exists(lease_owner) AND
 //!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`.
+//!
+//! [`delete`](kinesis_lease_core::LeaseStore::delete) is one `DeleteItem` conditioned on
+//! `lease_counter = :observed`, then an `UpdateItem` that takes the shard out of the index row
+//! (`DELETE shards :shard`).
 //!
 //! No condition reads a clock. A lost condition comes back with the row's old image, so
 //! [`Outcome::Lost`](kinesis_lease_core::Outcome::Lost) needs no second read, except when that

@@ -7,6 +7,7 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -243,6 +244,34 @@ pub(crate) fn refused(
 }
 
 impl LeaseStore for DynamoLeaseStore {
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let raw_key = key.to_string();
+            let resource = self.resource(&raw_key);
+            let out = retrying(self.retry, &self.table, "DeleteItem", &resource, || {
+                self.count(&self.calls.writes);
+                self.client
+                    .delete_item()
+                    .table_name(&*self.table)
+                    .key(KEY, s(raw_key.clone()))
+                    .condition_expression(format!("{COUNTER} = :observed"))
+                    .expression_attribute_values(":observed", n(observed))
+                    .send()
+            })
+            .await?;
+            match out {
+                // Row first, index second: the index may name a row that is gone (a listing
+                // skips it), never miss one that exists.
+                Ok(_) => {
+                    self.index_remove(key).await?;
+                    Ok(true)
+                }
+                Err(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                Err(other) => Err(refused("DeleteItem", &resource, other)),
+            }
+        })
+    }
+
     fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let key = &row.key;

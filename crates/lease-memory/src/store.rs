@@ -99,6 +99,20 @@ impl MemoryLeaseStore {
 }
 
 impl LeaseStore for MemoryLeaseStore {
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let mut rows = self.table.lock();
+            let Some(stream) = rows.get_mut(key.stream()) else {
+                return Ok(false);
+            };
+            if !rules::may_delete(stream.get(key.shard()), observed) {
+                return Ok(false);
+            }
+            stream.remove(key.shard());
+            Ok(true)
+        })
+    }
+
     fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let key = &row.key;

@@ -18,11 +18,13 @@ pub struct ReaderConfig {
     pub lease_duration: Duration,
     /// How often a held lease is renewed (3 s); the due checkpoint rides along.
     pub renew_interval: Duration,
-    /// How often the stream's epoch is read (1 s): a changed epoch (rows released or handed
-    /// over) makes the coordinator list the rows at once.
+    /// How often the stream's epoch is read (1 s): a changed epoch (rows released, handed
+    /// over, ended, or left by a dead instance) makes the coordinator list the rows at once.
     pub take_interval: Duration,
-    /// How often every row of the stream is read regardless of the epoch (2 s): how crashed
-    /// owners are noticed. Costs one read per shard per `list_interval` per instance.
+    /// How often the roster's epoch and the member row this instance watches are read (2 s):
+    /// how crashed instances are noticed, at two small reads per interval whatever the number
+    /// of shards. Also the pace of the second take round after a start, and of listings while
+    /// rows written before the roster are held.
     pub list_interval: Duration,
     /// How often the stream's shards are listed (10 s; also at once when a shard ends).
     pub shard_sync_interval: Duration,
@@ -60,6 +62,13 @@ pub struct ReaderConfig {
 }
 
 impl ReaderConfig {
+    /// How long after a write of a lease (its own row, or the member row) was sent the keeper
+    /// may go on: `lease - renew`, the renew interval kept as a margin for handlers still
+    /// running and clocks ticking at slightly different rates.
+    pub(crate) fn keep_for(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.renew_interval)
+    }
+
     /// Defaults for `stream`, read by `owner`.
     pub fn new(stream: impl Into<String>, owner: impl Into<String>) -> Self {
         Self {

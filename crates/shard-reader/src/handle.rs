@@ -88,11 +88,8 @@ impl CoordinatorHandle {
                 tracing::error!(error = %ErrorChain(&error), "coordinator task failed");
             }
         }
-        // Let the other instances see the released rows at their next epoch read.
-        let stream = &self.shared.config.stream;
-        if let Err(error) = self.shared.store.bump_epoch(stream).await {
-            tracing::warn!(%stream, error = %ErrorChain(&error), "could not bump the stream's epoch after releasing");
-        }
+        // The coordinator has left the roster and bumped the stream's epoch: the other
+        // instances see the released rows at their next epoch read.
     }
 
     /// Stops the coordinator and every shard task at once, writing nothing, as a crash would:

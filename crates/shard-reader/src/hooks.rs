@@ -214,16 +214,6 @@ impl Hooks {
     }
 }
 
-/// Cancels the task it guards when dropped: a hook never outlives the shard task that ran it
-/// (a dropped broker leaves no hook behind).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Runs one hook call in a task of its own, within `bound`; a panic in the call or its future
 /// is logged.
 async fn run<T: Send + 'static>(
@@ -234,7 +224,9 @@ async fn run<T: Send + 'static>(
 ) {
     let Some(hook) = hook.cloned() else { return };
     let span = tracing::Span::current();
-    let mut task = AbortOnDrop(tokio::spawn(
+    // A hook never outlives the shard task that ran it (a dropped broker leaves no hook
+    // behind).
+    let mut task = crate::shared::AbortOnDrop(tokio::spawn(
         async move { hook(arg).await }.instrument(span),
     ));
     match tokio::time::timeout(bound, &mut task.0).await {

@@ -48,6 +48,8 @@ pub(crate) struct Keeper {
     pub(crate) written: Arc<std::sync::Mutex<Option<Checkpoint>>>,
     /// When the write that took the row was sent.
     pub(crate) taken_at: Instant,
+    /// The membership incarnation the row was taken under (see `member`).
+    pub(crate) incarnation: u64,
     /// RecordsProcessed and DataBytesProcessed, published at each renewal and when dropped.
     pub(crate) counted: crate::metrics::Counted,
 }
@@ -94,8 +96,35 @@ impl Keeper {
 
     /// The latest time the reader may go on, given when the last landed write was sent.
     fn deadline_after(&self, sent: Instant) -> Instant {
-        let config = &self.shared.config;
-        sent + config.lease_duration.saturating_sub(config.renew_interval)
+        sent + self.shared.config.keep_for()
+    }
+
+    /// When the keeper must stop, given its own `deadline`: the earlier of it and the
+    /// membership's, or now once the membership it was taken under is gone.
+    fn lapse_at(&self, deadline: Instant) -> Instant {
+        let member = *self.shared.member.borrow();
+        if member.incarnation == self.incarnation {
+            deadline.min(member.deadline)
+        } else {
+            Instant::now()
+        }
+    }
+
+    /// Resolves once [`lapse_at`](Self::lapse_at) has passed, following the membership as it
+    /// is renewed or lost.
+    async fn lapsed(&self, deadline: Instant) {
+        let mut member = self.shared.member.subscribe();
+        loop {
+            member.borrow_and_update();
+            let at = self.lapse_at(deadline);
+            if Instant::now() >= at {
+                return;
+            }
+            tokio::select! {
+                () = sleep_until(at) => {}
+                _ = member.changed() => {}
+            }
+        }
     }
 
     /// One renewal with the due checkpoint, bounded by `deadline`.
@@ -105,14 +134,15 @@ impl Keeper {
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
         let sent = Instant::now();
-        let renewed = if sent >= deadline {
+        let lapse = self.lapse_at(deadline);
+        let renewed = if sent >= lapse {
             None
         } else {
             let call =
                 shared
                     .store
                     .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
-            let renewed = timeout_at(deadline, call).await.ok();
+            let renewed = timeout_at(lapse, call).await.ok();
             shared.metrics.renewed(sent.elapsed());
             renewed
         };
@@ -171,7 +201,7 @@ impl Keeper {
         loop {
             tokio::select! {
                 biased;
-                () = sleep_until(deadline) => return self.lose("no renewal landed within lease - renew"),
+                () = self.lapsed(deadline) => return self.lose("no renewal landed within lease - renew"),
                 cmd = commands.recv(), if commands_open => match cmd {
                     Some(KeeperCmd::ShardEnd) => {
                         let wait = self.shared.config.lease_duration;
@@ -222,7 +252,7 @@ impl Keeper {
         loop {
             tokio::select! {
                 biased;
-                () = sleep_until(*deadline) => return Err(self.lose("no renewal landed within lease - renew")),
+                () = self.lapsed(*deadline) => return Err(self.lose("no renewal landed within lease - renew")),
                 () = &mut until_done => return Ok(true),
                 () = sleep_until(bound) => return Ok(false),
                 _ = crate::shared::releasing(&mut phase), if stop_on_release => return Ok(false),
@@ -326,15 +356,14 @@ impl Keeper {
                     }
                     tracing::info!(%asker, checkpoint = ?checkpoint.as_ref().map(ToString::to_string), "shard handed over");
                     shared_metrics_handed_over(&self.shared);
-                    if let Err(error) = store.bump_epoch(&config.stream).await {
-                        tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after a hand-over");
-                    }
+                    shared.bump_epoch("hand-over").await;
                     return Exit::HandedOver;
                 }
                 // An earlier attempt landed and only its response was lost.
                 Some(Ok(Outcome::Lost(lost))) if lost.holder.as_deref() == Some(asker.as_str()) => {
                     tracing::info!(%asker, "shard handed over (an earlier attempt landed)");
                     shared_metrics_handed_over(&self.shared);
+                    shared.bump_epoch("hand-over").await;
                     return Exit::HandedOver;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {
@@ -413,14 +442,15 @@ impl Keeper {
         deadline: Instant,
         call: F,
     ) -> Option<LeaseResult<Outcome>> {
-        if Instant::now() >= deadline {
+        let lapse = self.lapse_at(deadline);
+        if Instant::now() >= lapse {
             return None;
         }
-        timeout_at(deadline, call).await.ok()
+        timeout_at(lapse, call).await.ok()
     }
 
     async fn pause(&self, delay: std::time::Duration, deadline: Instant) {
-        sleep_until((Instant::now() + delay).min(deadline)).await;
+        sleep_until((Instant::now() + delay).min(self.lapse_at(deadline))).await;
     }
 
     /// The last write of a held lease: release with `checkpoint`, retried until the deadline.
@@ -473,9 +503,7 @@ impl Keeper {
                     tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
                     if ended {
                         // Other instances may read the children now.
-                        if let Err(error) = store.bump_epoch(&config.stream).await {
-                            tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch at shard end");
-                        }
+                        shared.bump_epoch("shard end").await;
                     }
                     return if ended { Exit::Ended } else { Exit::Released };
                 }

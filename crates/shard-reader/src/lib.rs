@@ -16,6 +16,7 @@
 
 mod aws;
 mod aws_fan_out;
+mod cleanup;
 mod config;
 mod coordinator;
 mod deaggregation;
@@ -25,12 +26,14 @@ mod handle;
 mod hooks;
 mod keeper;
 mod kinesis;
+mod member;
 #[cfg(feature = "testing")]
 mod memory_fan_out;
 #[cfg(feature = "testing")]
 mod memory_stream;
 mod metrics;
 mod reader;
+mod roster;
 mod shared;
 mod start;
 mod take_plan;

@@ -3,7 +3,8 @@
 //!
 //! Names follow the KCL where it has one. Per stream (label `stream`): `LeasesHeld` (gauge),
 //! `LeasesTaken`, `LeasesLost` and `HandOvers` (counters: shards taken, lost without a
-//! release, and handed to another instance), `RenewalLatency` (histogram, seconds, of each
+//! release, and handed to another instance), `MembersFoundDead` (counter: instances this one
+//! found dead, their member row standing still for a lease), `RenewalLatency` (histogram, seconds, of each
 //! renewal write). Per shard (labels `stream`, `shard`): `MillisBehindLatest` (gauge, from
 //! each read or fan-out event; 0 once the shard is let go), `RecordsProcessed` and
 //! `DataBytesProcessed` (counters of the deliveries settled, published from the shard's
@@ -20,6 +21,7 @@ mod enabled {
         taken: metrics::Counter,
         lost: metrics::Counter,
         hand_overs: metrics::Counter,
+        dead: metrics::Counter,
         renewal: metrics::Histogram,
         stream: String,
     }
@@ -32,6 +34,7 @@ mod enabled {
                 taken: metrics::counter!("LeasesTaken", &label),
                 lost: metrics::counter!("LeasesLost", &label),
                 hand_overs: metrics::counter!("HandOvers", &label),
+                dead: metrics::counter!("MembersFoundDead", &label),
                 renewal: metrics::histogram!("RenewalLatency", &label),
                 stream: stream.to_owned(),
             }
@@ -47,6 +50,9 @@ mod enabled {
         }
         pub(crate) fn handed_over(&self) {
             self.hand_overs.increment(1);
+        }
+        pub(crate) fn member_found_dead(&self) {
+            self.dead.increment(1);
         }
         pub(crate) fn renewed(&self, took: Duration) {
             self.renewal.record(took.as_secs_f64());
@@ -143,6 +149,7 @@ mod enabled {
         pub(crate) fn taken(&self) {}
         pub(crate) fn lost(&self) {}
         pub(crate) fn handed_over(&self) {}
+        pub(crate) fn member_found_dead(&self) {}
         pub(crate) fn renewed(&self, _took: Duration) {}
         pub(crate) fn shard(&self, _shard: &str) -> ShardMetrics {
             ShardMetrics

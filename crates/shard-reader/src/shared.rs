@@ -86,6 +86,11 @@ pub(crate) struct Shared {
     pub(crate) consumer_arn: std::sync::OnceLock<String>,
     /// The subscription's metric handles (nothing without the `metrics` feature).
     pub(crate) metrics: crate::metrics::StreamMetrics,
+    /// This instance's membership (see `member`): keepers stop when it lapses.
+    pub(crate) member: watch::Sender<crate::member::MemberState>,
+    /// An epoch bump that failed and is owed: the coordinator retries it at its next tick, so
+    /// freed rows are never left unnoticed by the others.
+    pub(crate) bump_owed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -101,6 +106,16 @@ impl Shared {
         })
     }
 
+    /// Bumps the stream's epoch (rows were freed, moved or ended); a failure is retried by the
+    /// coordinator.
+    pub(crate) async fn bump_epoch(&self, why: &'static str) {
+        if let Err(error) = self.store.bump_epoch(&self.config.stream).await {
+            tracing::warn!(why, error = %ErrorChain(&error), "could not bump the stream's epoch; retrying at the next tick");
+            self.bump_owed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// Records a fatal error (the first one wins) for the subscription to surface.
     pub(crate) fn fail(&self, error: ReaderError) {
         tracing::error!(stream = %self.config.stream, error = %ErrorChain(&error), "subscription failed");
@@ -112,5 +127,15 @@ impl Shared {
                 false
             }
         });
+    }
+}
+
+/// Cancels the task it guards when dropped, so a task never outlives its owner.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

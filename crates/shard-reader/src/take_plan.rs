@@ -24,12 +24,12 @@ pub(crate) struct View<'a> {
     pub(crate) pending: &'a HashSet<String>,
     /// The lease duration.
     pub(crate) lease: Duration,
-    /// The list interval.
-    pub(crate) list_interval: Duration,
     /// This instance's first take round since it started.
     pub(crate) first_round: bool,
     /// Free or expired rows this instance's last round left to the others.
     pub(crate) left: &'a HashSet<String>,
+    /// The owner ids the roster lists as members (read after the rows; see `roster`).
+    pub(crate) members: &'a HashSet<String>,
 }
 
 /// Why a row may be taken, in the order rows are taken.
@@ -37,11 +37,22 @@ pub(crate) struct View<'a> {
 pub(crate) enum Rank {
     /// Handed over to this instance: always taken, even past the fair share.
     HandedToMe,
+    /// Held under the roster by this owner id, but no longer read here (its keeper ended):
+    /// always taken back, even past the fair share, because no other member takes a member's
+    /// row. The balance is restored by asks.
+    Orphan,
     /// No owner.
     Free,
     /// Its owner stopped renewing (the counter stood still for a lease), or it was handed to
     /// another instance that has not taken it for a list interval.
     Expired,
+}
+
+impl Rank {
+    /// True for rows taken even past the fair share.
+    pub(crate) fn past_share(self) -> bool {
+        matches!(self, Rank::HandedToMe | Rank::Orphan)
+    }
 }
 
 /// What one round decided.
@@ -82,24 +93,32 @@ pub(crate) fn readable(rows: &[Lease], listed: impl Fn(&str) -> bool) -> Vec<&Le
 /// Plans one take round over `readable` rows.
 pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     let still = |row: &Lease| view.still.get(row.key.shard()).copied();
+    let legacy_live = |row: &Lease| still(row).is_some_and(|s| s < view.lease);
     let live: HashSet<String> = readable
         .iter()
-        .filter(|r| r.owner.is_some() && still(r).is_some_and(|s| s < view.lease))
+        .filter(|r| match liveness(r, view) {
+            Liveness::Member => true,
+            Liveness::Legacy => legacy_live(r),
+            Liveness::Orphan | Liveness::Absent | Liveness::Free => false,
+        })
         .map(|r| r.key.shard().to_owned())
         .collect();
     let is_live = |row: &Lease| live.contains(row.key.shard());
+    // Only rows written before the roster expire by standing still (see `roster`).
     let next_expiry = readable
         .iter()
-        .filter(|r| is_live(r) && !view.held.contains(r.key.shard()))
+        .filter(|r| liveness(r, view) == Liveness::Legacy && is_live(r))
         .filter_map(|r| still(r).map(|s| view.lease - s))
         .min();
-    // A row handed over and not taken yet says nothing of its new owner's life (it may have
-    // shut down since it asked): it does not count it as live.
-    let mut owners: HashSet<&str> = readable
-        .iter()
-        .filter(|r| is_live(r) && r.token.is_some())
-        .filter_map(|r| r.owner.as_deref())
-        .collect();
+    // The members of the roster, this instance, and the owners of live rows written before the
+    // roster. A row handed over and not taken yet says nothing of its new owner's life.
+    let mut owners: HashSet<&str> = view.members.iter().map(String::as_str).collect();
+    owners.extend(
+        readable
+            .iter()
+            .filter(|r| liveness(r, view) == Liveness::Legacy && is_live(r))
+            .filter_map(|r| r.owner.as_deref()),
+    );
     owners.insert(view.me);
     let target = readable.len().div_ceil(owners.len());
     // This owner's own share: the rows over the owners, rounded down, plus one for the first
@@ -131,17 +150,15 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
             let rank = match row.owner.as_deref() {
                 Some(owner) if owner == view.me && row.token.is_none() => Rank::HandedToMe,
                 None => Rank::Free,
-                Some(_) if !is_live(row) => Rank::Expired,
-                // Handed over to another instance that has not taken it for a list interval
-                // (it may have shut down meanwhile): nobody reads such a row, so anyone may
-                // take it, fenced, rather than leave it unread for a lease.
-                Some(_)
-                    if row.token.is_none()
-                        && still(row).is_some_and(|s| s >= view.list_interval) =>
-                {
-                    Rank::Expired
-                }
-                Some(_) => return None,
+                Some(_) => match liveness(row, view) {
+                    // Held by this owner id under the roster and not read by this instance:
+                    // its keeper has ended (or belonged to a dead earlier membership).
+                    Liveness::Orphan => Rank::Orphan,
+                    // Its owner is not a member: nothing of it still acts on the row.
+                    Liveness::Absent => Rank::Expired,
+                    Liveness::Legacy if !is_live(row) => Rank::Expired,
+                    Liveness::Legacy | Liveness::Member | Liveness::Free => return None,
+                },
             };
             Some((rank, row))
         })
@@ -151,7 +168,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     if !view.first_round
         && candidates
             .iter()
-            .any(|(rank, row)| *rank != Rank::HandedToMe && waited(row))
+            .any(|(rank, row)| !rank.past_share() && waited(row))
     {
         room = room.max(target.saturating_sub(view.held.len()));
     }
@@ -162,6 +179,46 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         room,
         candidates,
         next_expiry,
+    }
+}
+
+/// What a row's owner field says of who acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Liveness {
+    /// No owner.
+    Free,
+    /// Held under the roster by this owner id but not read by this instance: its keeper has
+    /// ended (or belonged to a membership of this id that is gone).
+    Orphan,
+    /// Read by this instance, or held (or handed) under the roster by a member: live.
+    Member,
+    /// Held (or handed) under the roster by an owner that is not a member: nothing of it acts.
+    Absent,
+    /// Held with a token written before the roster: live while its counter moves.
+    Legacy,
+}
+
+fn liveness(row: &Lease, view: &View<'_>) -> Liveness {
+    let Some(owner) = row.owner.as_deref() else {
+        return Liveness::Free;
+    };
+    let roster = row
+        .token
+        .as_deref()
+        .is_none_or(crate::roster::is_roster_token);
+    if !roster {
+        return Liveness::Legacy;
+    }
+    if owner == view.me {
+        if view.held.contains(row.key.shard()) || row.token.is_none() {
+            Liveness::Member
+        } else {
+            Liveness::Orphan
+        }
+    } else if view.members.contains(owner) {
+        Liveness::Member
+    } else {
+        Liveness::Absent
     }
 }
 
@@ -233,7 +290,6 @@ mod tests {
     use kinesis_lease_core::{Checkpoint, LeaseKey};
 
     const LEASE: Duration = Duration::from_secs(10);
-    const LIST: Duration = Duration::from_secs(2);
 
     fn row(shard: &str, owner: Option<&str>, token: Option<&str>) -> Lease {
         let mut row = Lease::new(LeaseKey::new("s", shard).unwrap(), Vec::new());
@@ -256,6 +312,7 @@ mod tests {
         held: HashSet<String>,
         pending: HashSet<String>,
         left: HashSet<String>,
+        members: HashSet<String>,
     }
 
     impl Fixture {
@@ -268,6 +325,7 @@ mod tests {
                 held: HashSet::new(),
                 pending: HashSet::new(),
                 left: HashSet::new(),
+                members: HashSet::new(),
             }
         }
 
@@ -278,9 +336,9 @@ mod tests {
                 held: &self.held,
                 pending: &self.pending,
                 lease: LEASE,
-                list_interval: LIST,
                 first_round: false,
                 left: &self.left,
+                members: &self.members,
             }
         }
     }
@@ -346,17 +404,82 @@ mod tests {
             .into_iter()
             .collect();
         let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
-        // Five readable rows and no live owner but a (rows handed over carry no token, so
-        // they say nothing of b's life): a's share is 5, and it holds 3 elsewhere.
+        // Five readable rows and no member but a: a's share is 5, and it holds 3 elsewhere.
         assert_eq!((plan.target, plan.room), (5, 2));
         assert_eq!(names(&plan)[0], (Rank::HandedToMe, "shard-03".to_owned()));
         assert!(
-            !names(&plan).iter().any(|(_, s)| s == "shard-04"),
-            "handed to b within a list interval: b's to take"
+            names(&plan).contains(&(Rank::Expired, "shard-04".to_owned())),
+            "handed to b, which is not a member: nobody will take it but another"
         );
-        fixture.still.insert("shard-04".into(), LIST);
+        fixture.members.insert("b".into());
+        let member = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(
+            !names(&member).iter().any(|(_, s)| s == "shard-04"),
+            "handed to b, a member: b's to take"
+        );
+    }
+
+    fn roster_rows(n: usize, owner: impl Fn(usize) -> Option<&'static str>) -> Vec<Lease> {
+        let mut rows = shards(n, owner);
+        for row in rows.iter_mut().filter(|r| r.token.is_some()) {
+            row.token = Some(crate::roster::new_token());
+        }
+        rows
+    }
+
+    #[test]
+    fn under_the_roster_a_members_rows_never_expire_and_an_absent_owners_go_at_once() {
+        let rows = roster_rows(4, |i| Some(if i < 2 { "b" } else { "c" }));
+        // Standing still for ages says nothing: b and c are members.
+        let mut fixture = Fixture::new(&rows, LEASE * 10);
+        fixture.members = ["a", "b", "c"].iter().map(|s| (*s).to_owned()).collect();
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(plan.candidates.is_empty());
+        assert_eq!(plan.live.len(), 4);
+        assert_eq!(plan.next_expiry, None, "no roster row expires by time");
+        // c left the roster (its member row was taken or released): its rows go at once,
+        // even seen for the first time.
+        fixture.members.remove("c");
+        fixture.still.clear();
+        let plan = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(
+            names(&plan),
+            vec![
+                (Rank::Expired, "shard-02".to_owned()),
+                (Rank::Expired, "shard-03".to_owned())
+            ]
+        );
+        assert_eq!(plan.target, 2, "4 rows over the members a and b");
+    }
+
+    #[test]
+    fn members_holding_nothing_count_in_the_fair_share() {
+        let rows = roster_rows(12, |_| None);
+        let mut fixture = Fixture::new(&rows, Duration::ZERO);
+        fixture.members = ["a", "b", "c", "d"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let plan = plan(readable(&rows, |_| false), &fixture.view("b"));
+        assert_eq!((plan.target, plan.room), (3, 3));
+    }
+
+    #[test]
+    fn rows_of_this_owner_id_not_read_here_are_taken_at_once_under_the_roster_only() {
+        let mut rows = roster_rows(2, |_| Some("a"));
+        let mut fixture = Fixture::new(&rows, Duration::ZERO);
+        fixture.members = ["a".to_owned()].into_iter().collect();
+        fixture.held.insert("shard-00".into());
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(names(&plan), vec![(Rank::Orphan, "shard-01".to_owned())]);
+        assert!(Rank::Orphan.past_share(), "nobody else would take it");
+        // Written before the roster (by a process that ignores it): only by standing still.
+        rows[1].token = Some("0123".into());
+        let legacy = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(legacy.candidates.is_empty());
+        fixture.still.insert("shard-01".into(), LEASE);
         let later = super::plan(readable(&rows, |_| false), &fixture.view("a"));
-        assert!(names(&later).contains(&(Rank::Expired, "shard-04".to_owned())));
+        assert_eq!(names(&later), vec![(Rank::Expired, "shard-01".to_owned())]);
     }
 
     #[test]

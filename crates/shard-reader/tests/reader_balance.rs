@@ -238,6 +238,9 @@ impl LeaseStore for Partitionable {
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         guarded!(self, self.inner.hand_over(key, owner, to, ttl, cp))
     }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        guarded!(self, self.inner.delete(key, observed))
+    }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         guarded!(self, self.inner.bump_epoch(stream))
     }

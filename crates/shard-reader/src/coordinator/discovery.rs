@@ -18,6 +18,7 @@ impl State {
         let shared = self.shared.clone();
         let config = &shared.config;
         let stream = config.stream.clone();
+        let sent = tokio::time::Instant::now();
         let shards = match shared.kinesis.list_shards(&stream).await {
             Ok(shards) => shards,
             Err(error @ ReaderError::StreamNotFound { .. }) => {
@@ -31,6 +32,16 @@ impl State {
             }
         };
         self.sync_failed = false;
+        self.synced_at = Some(sent);
+        let before = self.stream_shards.len();
+        let known = shards
+            .iter()
+            .filter(|s| self.stream_shards.contains_key(&s.id))
+            .count();
+        if known != shards.len() || known != before {
+            // New shards, or shards gone (which may make children readable): list the rows.
+            self.relist_now();
+        }
         self.stream_shards = shards.into_iter().map(|s| (s.id.clone(), s)).collect();
         // Shards that left the stream (trimmed past retention) need no memory here.
         self.rows_created
@@ -88,6 +99,10 @@ impl State {
                     tracing::warn!(shard = %shard.id, error = %ErrorChain(&error), "creating the lease row failed")
                 }
             }
+        }
+        if !created.is_empty() {
+            // Rows that exist now (created here or by another instance): list them.
+            self.relist_now();
         }
         self.rows_created.extend(created);
     }

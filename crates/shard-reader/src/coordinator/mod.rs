@@ -23,10 +23,20 @@
 //! [`ReaderError::OwnerInUse`] instead of fighting over it. A take whose response was lost is
 //! adopted at the next listing when the row carries its token.
 //!
+//! # Reads that do not grow with the stream
+//!
+//! The coordinator joins the roster (see `roster`) before it takes anything, and lists the
+//! shard rows only when something changed: at start, when the stream's epoch moves (rows
+//! released, handed over, ended, or left by a member found dead), when the stream's shards
+//! change, when one of its own keepers ends, and while it is below its share with rows left to
+//! take. In steady state it reads the epoch every take interval, and the roster's epoch and the
+//! one member it watches every list interval: small reads, whatever the number of shards.
+//!
 //! # Fair share
 //!
-//! An instance aims for ceil(readable shards / live owners), where live owners are the owners
-//! of rows whose counter moved within a lease duration, plus itself; it takes no more than that.
+//! An instance aims for ceil(readable shards / owners), where owners are the members of the
+//! roster (this instance included) and the owners of live rows written before the roster; it
+//! takes no more than that.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
@@ -41,8 +51,10 @@ use tracing::Instrument;
 
 use crate::handle::UNKNOWN_BEHIND;
 use crate::keeper::Keeper;
+use crate::member::{member_key, Member, MemberState};
 use crate::reader::Reader;
-use crate::shared::{Exit, Held, Phase, Report, Shared};
+use crate::roster;
+use crate::shared::{AbortOnDrop, Exit, Held, Phase, Report, Shared};
 use crate::start::{self, StartPlan};
 use crate::take_plan;
 use crate::{CoordinatorHandle, KinesisApi, ReaderConfig, ReaderError, ShardInfo};
@@ -124,6 +136,8 @@ impl Coordinator {
             reports: reports_tx,
             held: Mutex::default(),
             consumer_arn: std::sync::OnceLock::new(),
+            member: watch::Sender::new(MemberState::outside()),
+            bump_owed: std::sync::atomic::AtomicBool::new(false),
         });
         let state = State {
             shared: shared.clone(),
@@ -135,7 +149,15 @@ impl Coordinator {
             pending: HashMap::new(),
             sync_failed: false,
             epoch: None,
-            listed: None,
+            relist_at: Some(Instant::now()),
+            roster_epoch: None,
+            members: HashSet::new(),
+            member_seen: HashMap::new(),
+            watch_at: Instant::now(),
+            member: None,
+            departed: Vec::new(),
+            synced_at: None,
+            first_seen: HashMap::new(),
             took_a_round: false,
             left_free: HashSet::new(),
             asked: None,
@@ -166,6 +188,8 @@ struct Pending {
     holder: Holder,
     plan: StartPlan,
     sent: Instant,
+    /// The membership incarnation the take was sent under.
+    incarnation: u64,
 }
 
 struct State {
@@ -182,8 +206,27 @@ struct State {
     sync_failed: bool,
     /// The stream's epoch at the last listing.
     epoch: Option<u64>,
-    /// When the rows were last listed.
-    listed: Option<Instant>,
+    /// When the rows are to be listed again regardless of the epoch (`None`: only when the
+    /// epoch moves).
+    relist_at: Option<Instant>,
+    /// The roster's epoch at the last roster listing.
+    roster_epoch: Option<u64>,
+    /// The members the roster listed last (this instance included once joined).
+    members: HashSet<String>,
+    /// Per member: the counter of its member row last seen, and since when it stood still.
+    member_seen: HashMap<String, (u64, Instant)>,
+    /// When the watched member is read next.
+    watch_at: Instant,
+    /// The task renewing this instance's member row, and what stops it.
+    member: Option<(tokio::sync::oneshot::Sender<()>, AbortOnDrop)>,
+    /// Member rows of instances that left or were found dead, with their counters, from the
+    /// last roster listing: deleted by the janitor (see `cleanup`).
+    departed: Vec<(kinesis_lease_core::LeaseKey, u64)>,
+    /// When the last ListShards that succeeded was sent.
+    synced_at: Option<Instant>,
+    /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
+    /// that may just be newer than the listing, not gone.
+    first_seen: HashMap<String, Instant>,
     /// Set once the first take round has planned: that round takes at most one row while no
     /// other owner is live (see `take_plan`).
     took_a_round: bool,
@@ -223,9 +266,25 @@ impl State {
                 }
             }
         }
+        // Join the roster before taking anything: keepers stop with the membership.
+        let joined = tokio::select! {
+            biased;
+            _ = crate::shared::left_running(&mut phase) => return,
+            joined = Member::join(&shared) => joined,
+        };
+        match joined {
+            Ok(Some(member)) => {
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                let task = tokio::spawn(member.run(stopped).instrument(tracing::Span::current()));
+                self.member = Some((stop, AbortOnDrop(task)));
+            }
+            Ok(None) => return,
+            Err(error) => {
+                shared.fail(error);
+                return;
+            }
+        }
         self.sync_shards().await;
-        // Set when this coordinator releases everything by itself (no `release_all` follows).
-        let mut released_by_itself = false;
         loop {
             tokio::select! {
                 biased;
@@ -235,7 +294,6 @@ impl State {
                 () = shared.sender.closed() => {
                     tracing::warn!("the subscription's receiver is gone; releasing every shard");
                     shared.phase.send_replace(Phase::Releasing);
-                    released_by_itself = true;
                     break;
                 }
                 report = reports.recv() => {
@@ -250,7 +308,6 @@ impl State {
             if shared.fatal.borrow().is_some() {
                 // Stream gone or owner id in use: stop reading and release what is held.
                 shared.phase.send_replace(Phase::Releasing);
-                released_by_itself = true;
                 break;
             }
         }
@@ -260,25 +317,184 @@ impl State {
         // draining is the shutdown's own doing (dispatch ends; its lanes still finish what was
         // routed to them): `release_all` decides when to release, not the channel.
         while self.tasks.join_next().await.is_some() {}
-        if released_by_itself {
-            // As `release_all` does: the other instances see the freed rows at their next
-            // epoch read instead of their next listing.
-            if let Err(error) = shared.store.bump_epoch(&config.stream).await {
-                tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after releasing");
+        // Every keeper has finished: leave the roster, then let the others see the released
+        // rows (and this instance gone) at their next epoch read.
+        if let Some((stop, mut task)) = self.member.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(config.lease_duration * 2, &mut task.0).await;
+        }
+        // No later tick retries a failed bump: retry here, for at most a lease.
+        let mut backoff =
+            kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
+        let until = Instant::now() + config.lease_duration;
+        while let Err(error) = shared.store.bump_epoch(&config.stream).await {
+            if Instant::now() >= until {
+                tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after releasing; the others see the released rows at their next listing");
+                break;
             }
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 
     async fn on_report(&mut self, report: Report) {
         tracing::debug!(shard = %report.shard, exit = ?report.exit, "shard task ended");
-        if report.exit == Exit::Ended {
-            // Children may be readable now.
-            self.sync_shards().await;
-            self.take_round().await;
+        match report.exit {
+            Exit::Ended => {
+                // Children may be readable now.
+                self.sync_shards().await;
+                self.take_round().await;
+            }
+            // The row names this instance and nobody else takes it while it is a member:
+            // take it again.
+            Exit::Lost => self.relist_now(),
+            // The round the hand-over's epoch bump started may have run while the shard was
+            // still held here; the row may name an instance that has left since it asked.
+            Exit::HandedOver => self.relist_now(),
+            Exit::Released => {}
         }
     }
 
-    /// Every take interval: list the rows when the epoch moved or the list interval passed.
+    /// Lists the rows at the next take tick.
+    fn relist_now(&mut self) {
+        self.relist_at = Some(Instant::now());
+    }
+
+    /// Lists the rows at `at` at the latest.
+    fn relist_by(&mut self, at: Instant) {
+        self.relist_at = Some(self.relist_at.map_or(at, |r| r.min(at)));
+    }
+
+    /// Lists the roster: who is a member, and since when each member row's counter stood
+    /// still. False when the listing failed.
+    async fn list_roster(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let stream = roster::members_stream(&shared.config.stream);
+        match bounded(&shared, "list", shared.store.list(&stream)).await {
+            Ok(rows) => {
+                let now = Instant::now();
+                self.members = roster::present(&rows);
+                self.departed = crate::cleanup::departed(&rows)
+                    .into_iter()
+                    .map(|r| (r.key.clone(), r.counter))
+                    .collect();
+                for row in rows.iter().filter(|r| roster::is_present(r)) {
+                    self.seen_member(row.key.shard(), row.counter, now);
+                }
+                let members = &self.members;
+                self.member_seen.retain(|m, _| members.contains(m));
+                true
+            }
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "listing the roster failed");
+                false
+            }
+        }
+    }
+
+    /// Records `member`'s row counter as seen at `now`; returns since when it stood still.
+    fn seen_member(&mut self, member: &str, counter: u64, now: Instant) -> Instant {
+        let seen = self
+            .member_seen
+            .entry(member.to_owned())
+            .or_insert((counter, now));
+        if seen.0 != counter {
+            *seen = (counter, now);
+        }
+        seen.1
+    }
+
+    /// Every list interval: reads the roster's epoch (listing the roster when it moved) and
+    /// the member row of the member this instance watches; a member whose row stood still for
+    /// a lease is found dead.
+    async fn watch(&mut self) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let now = Instant::now();
+        self.watch_at = now + config.list_interval;
+        let members = roster::members_stream(&config.stream);
+        match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
+            Ok(epoch) if Some(epoch) != self.roster_epoch => {
+                if self.list_roster().await {
+                    self.roster_epoch = Some(epoch);
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+            }
+        }
+        let Some(watched) = roster::successor(&self.members, &config.owner).map(str::to_owned)
+        else {
+            return;
+        };
+        let Ok(key) = member_key(&config.stream, &watched) else {
+            return;
+        };
+        let row = match bounded(&shared, "read", shared.store.read(&key)).await {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::warn!(member = %watched, error = %ErrorChain(&error), "reading the watched member failed");
+                return;
+            }
+        };
+        let now = Instant::now();
+        match row {
+            Some(row) if roster::is_present(&row) => {
+                let since = self.seen_member(&watched, row.counter, now);
+                if roster::is_dead(now.duration_since(since), config.lease_duration) {
+                    self.bury(&key, &watched, row.counter).await;
+                } else {
+                    self.watch_at = self.watch_at.min(since + config.lease_duration);
+                }
+            }
+            // This instance's take of it landed, though its answer was lost.
+            Some(row) if row.is_held_by(&config.owner) => {
+                self.buried(&key, &watched, row.counter).await;
+            }
+            // It left, or another instance found it dead: the roster changed.
+            _ => {
+                self.list_roster().await;
+                self.relist_now();
+            }
+        }
+    }
+
+    /// Takes the member row of `member`, found dead, fenced on the `counter` that stood still
+    /// for a lease: no renewal of it can land later, so none of its keepers can go on. Then
+    /// frees it and tells the others, whose next listing may take its rows at once.
+    async fn bury(&mut self, key: &kinesis_lease_core::LeaseKey, member: &str, counter: u64) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let holder = Holder::new(config.owner.clone(), roster::new_token());
+        let take = Take::fenced(config.lease_duration, counter);
+        match bounded(&shared, "take", shared.store.take(key, &holder, &take)).await {
+            Ok(Outcome::Written(taken)) => self.buried(key, member, taken.counter).await,
+            Ok(Outcome::Lost(_)) => {}
+            Err(error) => {
+                tracing::warn!(%member, error = %ErrorChain(&error), "taking a dead member's row failed; the next watch sees whether it landed");
+            }
+        }
+    }
+
+    /// After this instance took the member row of `member`, found dead (at `counter` now):
+    /// deletes it and tells the others, whose next listing may take its rows at once.
+    async fn buried(&mut self, key: &kinesis_lease_core::LeaseKey, member: &str, counter: u64) {
+        let shared = self.shared.clone();
+        tracing::warn!(%member, "member found dead (its row stood still for a lease); its shards are free");
+        shared.metrics.member_found_dead();
+        if let Err(error) = bounded(&shared, "delete", shared.store.delete(key, counter)).await {
+            tracing::debug!(%member, error = %ErrorChain(&error), "deleting a dead member's row failed (it counts as absent anyway)");
+        }
+        if let Err(error) = shared.store.bump_epoch(key.stream()).await {
+            tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch");
+        }
+        shared.bump_epoch("a member found dead").await;
+        self.list_roster().await;
+        self.relist_now();
+    }
+
+    /// Every take interval: watch the roster when due, and list the rows when the epoch moved
+    /// or a listing is due.
     async fn tick(&mut self) {
         let shared = self.shared.clone();
         if self.sync_failed {
@@ -286,10 +502,18 @@ impl State {
             // whole shard-sync interval.
             self.sync_shards().await;
         }
-        let due = self
-            .listed
-            .is_none_or(|at| at.elapsed() >= shared.config.list_interval)
-            || self.next_expiry.is_some_and(|at| Instant::now() >= at);
+        if shared
+            .bump_owed
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            shared.bump_epoch("owed").await;
+        }
+        if Instant::now() >= self.watch_at {
+            self.watch().await;
+        }
+        let now = Instant::now();
+        let due = self.relist_at.is_some_and(|at| now >= at)
+            || self.next_expiry.is_some_and(|at| now >= at);
         let epoch = match bounded(&shared, "epoch", shared.store.epoch(&shared.config.stream)).await
         {
             Ok(epoch) => Some(epoch),
@@ -349,8 +573,15 @@ impl State {
                 tokens.retain(|t| row.token.as_deref() == Some(t.as_str()) || held.contains(shard));
             }
         }
+        for row in rows {
+            self.first_seen
+                .entry(row.key.shard().to_owned())
+                .or_insert(now);
+        }
         let listed: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
         self.observed
+            .retain(|shard, _| listed.contains(shard.as_str()));
+        self.first_seen
             .retain(|shard, _| listed.contains(shard.as_str()));
         self.tokens
             .retain(|shard, tokens| !tokens.is_empty() && listed.contains(shard.as_str()));
@@ -366,7 +597,13 @@ impl State {
             };
             if row.is_held_with(&pending.holder) {
                 tracing::info!(%shard, "a take whose response was lost had landed; reading");
-                self.start(row.clone(), pending.holder, pending.plan, pending.sent);
+                self.start(
+                    row.clone(),
+                    pending.holder,
+                    pending.plan,
+                    pending.sent,
+                    pending.incarnation,
+                );
             }
             // Otherwise it did not land (a landed take writes its token, and nobody may take
             // the row again within a lease): the row is considered afresh below.
@@ -379,17 +616,40 @@ impl State {
         let rows = match bounded(&shared, "list", shared.store.list(&config.stream)).await {
             Ok(rows) => rows,
             Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "listing leases failed; retrying at the next round");
+                tracing::warn!(error = %ErrorChain(&error), "listing leases failed; retrying at the next tick");
+                self.relist_now();
                 return;
             }
         };
         let now = Instant::now();
-        self.listed = Some(now);
+        self.relist_at = None;
         if let Err(error) = self.observe(&rows, now) {
             shared.fail(error);
             return;
         }
         self.adopt_pending(&rows);
+        // The roster, read after the rows: an owner absent from it held nothing, when the rows
+        // were read, that it could still act on (see `roster`).
+        if !self.list_roster().await {
+            self.relist_now();
+            return;
+        }
+        if !shared.member.borrow().is_live() {
+            // Not a member now (joining again after being found dead, or renewals failing):
+            // take nothing until the membership is back.
+            self.relist_by(now + config.take_interval);
+            return;
+        }
+        // Rows written before the roster expire only by standing still: watch them.
+        let legacy = rows.iter().any(|r| {
+            !r.is_held_by(&config.owner)
+                && r.token
+                    .as_deref()
+                    .is_some_and(|t| !roster::is_roster_token(t))
+        });
+        if legacy {
+            self.relist_by(now + config.list_interval);
+        }
         let still: HashMap<String, std::time::Duration> = self
             .observed
             .iter()
@@ -399,18 +659,23 @@ impl State {
         let pending: HashSet<String> = self.pending.keys().cloned().collect();
         let readable = take_plan::readable(&rows, |parent| self.stream_shards.contains_key(parent));
         let first_round = !self.took_a_round;
+        if first_round {
+            // The second round comes a list interval later, seeing who joined meanwhile.
+            self.relist_by(now + config.list_interval);
+        }
         let view = take_plan::View {
             me: &config.owner,
             still: &still,
             held: &held,
             pending: &pending,
             lease: config.lease_duration,
-            list_interval: config.list_interval,
             first_round,
             left: &self.left_free,
+            members: &self.members,
         };
         self.took_a_round = true;
         let plan = take_plan::plan(readable, &view);
+        tracing::debug!(members = ?self.members, target = plan.target, room = plan.room, candidates = plan.candidates.len(), "take round");
         self.next_expiry = plan.next_expiry.map(|left| now + left);
         let ttl = config.lease_duration;
         let mut room = plan.room;
@@ -418,8 +683,8 @@ impl State {
         let mut took_any = false;
         let mut left_free = HashSet::new();
         for (rank, row) in plan.candidates {
-            // Rows handed over to us are always taken.
-            if room == 0 && rank != take_plan::Rank::HandedToMe {
+            // Rows handed over to us, and our own rows whose keeper ended, are always taken.
+            if room == 0 && !rank.past_share() {
                 left_over = true;
                 left_free.insert(row.key.shard().to_owned());
                 continue;
@@ -435,7 +700,8 @@ impl State {
             let mut take = Take::fenced(ttl, row.counter);
             take.checkpoint = plan.checkpoint.clone();
             take.repositioned = plan.marker.clone();
-            let holder = Holder::new(config.owner.clone(), new_token());
+            let holder = Holder::new(config.owner.clone(), roster::new_token());
+            let incarnation = shared.member.borrow().incarnation;
             let shard = row.key.shard().to_owned();
             self.tokens
                 .entry(shard.clone())
@@ -449,14 +715,23 @@ impl State {
                     if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
                         self.asked = None;
                     }
-                    self.start(lease, holder, plan, sent);
+                    self.start(lease, holder, plan, sent, incarnation);
                 }
                 Ok(Outcome::Lost(lost)) => {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
                 }
                 Err(error) => {
-                    tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted later if it landed");
-                    self.pending.insert(shard, Pending { holder, plan, sent });
+                    tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted at the next listing if it landed");
+                    self.relist_now();
+                    self.pending.insert(
+                        shard,
+                        Pending {
+                            holder,
+                            plan,
+                            sent,
+                            incarnation,
+                        },
+                    );
                 }
             }
         }
@@ -466,22 +741,71 @@ impl State {
         } else {
             left_free
         };
-        if (left_over || took_any) && shared.held().len() < plan.target {
+        let held_now = shared.held().len();
+        if held_now + 1 < plan.target {
+            // Well below the fair share (the rows may be held by a member that will hand them
+            // over, or freed by a change whose notice was lost): look again in a while.
+            self.relist_by(now + config.lease_duration);
+        }
+        if (left_over || took_any) && held_now < plan.target {
             // Rows this round left free for the others (see `take_plan`), or rows lost to
             // others' takes while more may have been freed since: list again at the next take
-            // tick rather than a list interval from now. A round that takes nothing and leaves
-            // nothing waits for the list interval, so a stable share never relists faster.
-            self.listed = None;
+            // tick. A round that takes nothing and leaves nothing waits for the epoch to move.
+            self.relist_now();
         }
         self.ask_for_one(&plan.readable, &plan.live, plan.target)
             .await;
+        self.clean_up(&rows).await;
+    }
+
+    /// The janitor's part of a take round: deletes the rows nothing needs any more (see
+    /// `cleanup`), each fenced on the counter this round saw.
+    async fn clean_up(&mut self, rows: &[Lease]) {
+        let shared = self.shared.clone();
+        if !crate::cleanup::is_janitor(&self.members, &shared.config.owner) {
+            return;
+        }
+        let mut doomed = std::mem::take(&mut self.departed);
+        // Only against a listing of the stream's shards: none (or an empty one) would make
+        // every finished row look unlisted.
+        if let (false, Some(synced_at)) = (self.stream_shards.is_empty(), self.synced_at) {
+            let shards = &self.stream_shards;
+            let first_seen = &self.first_seen;
+            // Gone from a ListShards sent after the row was first seen: surely gone, not just
+            // newer than the listing.
+            let listed = |s: &str| {
+                shards.contains_key(s) || first_seen.get(s).is_none_or(|seen| *seen >= synced_at)
+            };
+            let children = |parent: &str| {
+                shards
+                    .values()
+                    .filter(|s| s.parents().iter().any(|p| p == parent))
+                    .map(|s| s.id.clone())
+                    .collect()
+            };
+            doomed.extend(
+                crate::cleanup::finished(rows, listed, children)
+                    .into_iter()
+                    .map(|r| (r.key.clone(), r.counter)),
+            );
+        }
+        for (key, counter) in doomed {
+            match bounded(&shared, "delete", shared.store.delete(&key, counter)).await {
+                Ok(true) => tracing::debug!(row = %key, "deleted a row nothing needs any more"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying at a later round")
+                }
+            }
+        }
     }
 
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
     /// shard, if it holds at least two more than this instance. Owners one apart do not move
     /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
     async fn ask_for_one(&mut self, readable: &[&Lease], live: &HashSet<String>, target: usize) {
-        let config = &self.shared.config;
+        let shared = self.shared.clone();
+        let config = &shared.config;
         // One request at a time: while a row is marked wanted by this instance, or for as
         // long as its owner may take to hand it over (two leases to let deliveries settle and
         // one to wait for running handlers).
@@ -489,10 +813,15 @@ impl State {
             .iter()
             .any(|r| r.wanted_by.as_deref() == Some(config.owner.as_str()))
         {
+            // Look again if the row has not come by then (its owner may have gone).
+            self.relist_by(Instant::now() + config.lease_duration * 3);
             return;
         }
         if let Some((_, at)) = &self.asked {
-            if at.elapsed() < config.lease_duration * 3 {
+            let until = *at + config.lease_duration * 3;
+            if Instant::now() < until {
+                // Ask again then if the row has not come by.
+                self.relist_by(until);
                 return;
             }
             self.asked = None;
@@ -511,7 +840,9 @@ impl State {
         {
             Ok(Outcome::Written(_)) => {
                 tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
-                self.asked = Some((row.key.shard().to_owned(), Instant::now()));
+                let now = Instant::now();
+                self.asked = Some((row.key.shard().to_owned(), now));
+                self.relist_by(now + config.lease_duration * 3);
             }
             Ok(Outcome::Lost(_)) => {}
             Err(error) => {
@@ -521,7 +852,14 @@ impl State {
     }
 
     /// Starts the keeper and reader of a freshly taken shard.
-    fn start(&mut self, lease: Lease, holder: Holder, plan: StartPlan, sent: Instant) {
+    fn start(
+        &mut self,
+        lease: Lease,
+        holder: Holder,
+        plan: StartPlan,
+        sent: Instant,
+        incarnation: u64,
+    ) {
         let shared = self.shared.clone();
         let config = &shared.config;
         let shard = lease.key.shard().to_owned();
@@ -549,6 +887,7 @@ impl State {
             signal: signal_tx,
             written,
             taken_at: sent,
+            incarnation,
             counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
         };
         let reader = Reader {
@@ -640,9 +979,4 @@ async fn bounded<T>(
                 source: "no answer within a lease duration".into(),
             })
         })
-}
-
-/// A token for one take: random, so no two holdings share one.
-fn new_token() -> String {
-    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }

@@ -1,0 +1,236 @@
+//! This instance's member row (see `roster`): taken before any shard is, renewed every renew
+//! interval in a task of its own, and released once every keeper has finished.
+//!
+//! The task publishes a [`MemberState`]: the incarnation (which holding of the member row)
+//! and the time until which keepers may go on, `sent + lease - renew` of the last member
+//! write that landed. A keeper stops when that time passes or the incarnation changes, so a
+//! member row that stood still for a lease on another instance's clock proves that every
+//! keeper of this instance has stopped.
+
+use std::sync::Arc;
+
+use kinesis_lease_core::{Backoff, ErrorChain, Holder, Lease, LeaseKey, Outcome, Take};
+use tokio::sync::oneshot;
+use tokio::time::{interval_at, sleep, timeout, Instant, MissedTickBehavior};
+
+use crate::roster;
+use crate::shared::Shared;
+use crate::ReaderError;
+
+/// What keepers need to know of this instance's membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemberState {
+    /// Bumped by every join: keepers started under another incarnation stop.
+    pub(crate) incarnation: u64,
+    /// Keepers of this incarnation may go on until then.
+    pub(crate) deadline: Instant,
+}
+
+impl MemberState {
+    /// Not joined: every keeper stops.
+    pub(crate) fn outside() -> Self {
+        Self {
+            incarnation: 0,
+            deadline: Instant::now(),
+        }
+    }
+
+    /// True while keepers of this incarnation may go on.
+    pub(crate) fn is_live(&self) -> bool {
+        self.incarnation != 0 && Instant::now() < self.deadline
+    }
+}
+
+/// This instance's holding of its member row.
+#[derive(Debug)]
+pub(crate) struct Member {
+    shared: Arc<Shared>,
+    key: LeaseKey,
+    holder: Holder,
+}
+
+/// The key of `owner`'s member row for `stream`.
+pub(crate) fn member_key(stream: &str, owner: &str) -> Result<LeaseKey, ReaderError> {
+    LeaseKey::new(roster::members_stream(stream), owner).map_err(|source| ReaderError::Lease {
+        stream: stream.to_owned(),
+        shard: String::new(),
+        source,
+    })
+}
+
+impl Member {
+    /// Takes this instance's member row, retrying store failures until it lands or the
+    /// subscription stops running (`Ok(None)`).
+    ///
+    /// A member row held by this owner id with a token this instance did not write belongs to
+    /// another live process with the same id (or to a crashed earlier run): it is watched for
+    /// a lease duration, and taken once its counter stood still that long.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::OwnerInUse`] when the row was renewed meanwhile.
+    pub(crate) async fn join(shared: &Arc<Shared>) -> Result<Option<Self>, ReaderError> {
+        let config = &shared.config;
+        let key = member_key(&config.stream, &config.owner)?;
+        let mut phase = shared.phase.subscribe();
+        let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        // (counter, since) of a row held by this id with a foreign token.
+        let mut foreign: Option<(u64, Instant)> = None;
+        loop {
+            if *phase.borrow_and_update() != crate::shared::Phase::Running {
+                return Ok(None);
+            }
+            let row = match shared.store.read(&key).await {
+                Ok(Some(row)) => row,
+                Ok(None) => {
+                    if let Err(error) = shared
+                        .store
+                        .create(&Lease::new(key.clone(), Vec::new()))
+                        .await
+                    {
+                        tracing::warn!(error = %ErrorChain(&error), "creating the member row failed; retrying");
+                        sleep(backoff.next_delay()).await;
+                    }
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "reading the member row failed; retrying");
+                    sleep(backoff.next_delay()).await;
+                    continue;
+                }
+            };
+            if roster::is_present(&row) {
+                let now = Instant::now();
+                match foreign {
+                    Some((counter, _)) if counter != row.counter => {
+                        return Err(ReaderError::OwnerInUse {
+                            owner: config.owner.clone(),
+                            stream: config.stream.clone(),
+                            shard: key.to_string(),
+                        });
+                    }
+                    Some((_, since)) if roster::is_dead(now - since, config.lease_duration) => {}
+                    Some(_) => {
+                        sleep(config.renew_interval).await;
+                        continue;
+                    }
+                    None => {
+                        tracing::info!(stream = %config.stream, owner = %config.owner, "the member row names this owner id: checking for a lease that no live process renews it");
+                        foreign = Some((row.counter, now));
+                        sleep(config.renew_interval).await;
+                        continue;
+                    }
+                }
+            }
+            let holder = Holder::new(config.owner.clone(), roster::new_token());
+            let sent = Instant::now();
+            let take = Take::fenced(config.lease_duration, row.counter);
+            match shared.store.take(&key, &holder, &take).await {
+                Ok(Outcome::Written(_)) => {
+                    shared.member.send_modify(|state| {
+                        state.incarnation += 1;
+                        state.deadline = sent + config.keep_for();
+                    });
+                    tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
+                    if let Err(error) = shared.store.bump_epoch(key.stream()).await {
+                        tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch after joining");
+                    }
+                    return Ok(Some(Self {
+                        shared: shared.clone(),
+                        key,
+                        holder,
+                    }));
+                }
+                Ok(Outcome::Lost(_)) => foreign = None,
+                Err(error) => {
+                    // A take whose response was lost: the next read shows this token if it
+                    // landed, and the row is then taken again (fenced) with a fresh one.
+                    tracing::warn!(error = %ErrorChain(&error), "taking the member row failed; retrying");
+                    sleep(backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
+    /// Renews the member row every renew interval until `stop` fires, then releases it. A lost
+    /// renewal (another instance found this one dead) stops every keeper at once and joins
+    /// again.
+    pub(crate) async fn run(mut self, mut stop: oneshot::Receiver<()>) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let every = config.renew_interval;
+        let mut tick = interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                _ = tick.tick() => {
+                    let sent = Instant::now();
+                    let call = shared.store.renew(&self.key, &self.holder, config.lease_duration, None);
+                    match timeout(config.keep_for(), call).await {
+                        Ok(Ok(Outcome::Written(_))) => shared.member.send_modify(|state| {
+                            state.deadline = state.deadline.max(sent + config.keep_for());
+                        }),
+                        Ok(Ok(Outcome::Lost(lost))) => {
+                            tracing::warn!(holder = ?lost.holder, "the member row was taken: this instance was found dead; every keeper stops");
+                            shared.member.send_modify(|state| {
+                                state.incarnation += 1;
+                                state.deadline = Instant::now();
+                            });
+                            let joined = tokio::select! {
+                                biased;
+                                _ = &mut stop => return,
+                                joined = Self::join(&shared) => joined,
+                            };
+                            match joined {
+                                Ok(Some(member)) => self = member,
+                                Ok(None) => return,
+                                Err(error) => {
+                                    shared.fail(error);
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(Err(error)) => tracing::warn!(error = %ErrorChain(&error), "renewing the member row failed"),
+                        Err(_) => tracing::warn!("renewing the member row took longer than lease - renew"),
+                    }
+                }
+            }
+        }
+        self.leave().await;
+    }
+
+    /// Releases the member row (every keeper has finished) and tells the others.
+    async fn leave(self) {
+        let shared = &self.shared;
+        shared.member.send_replace(MemberState::outside());
+        let call = shared.store.release(&self.key, &self.holder, None);
+        match timeout(shared.config.lease_duration, call).await {
+            Ok(Ok(Outcome::Written(row))) => {
+                tracing::info!("left the roster");
+                // Nothing needs the row now; an instance that comes back with this id creates
+                // it again. Fenced on the release's counter, so a rejoin that landed since wins.
+                if let Err(error) = shared.store.delete(&self.key, row.counter).await {
+                    tracing::debug!(error = %ErrorChain(&error), "deleting the member row failed; the janitor deletes it later");
+                }
+                // No later tick retries a failed bump: retry here, for at most a lease.
+                let mut backoff = Backoff::new(
+                    shared.config.renew_interval / 30,
+                    shared.config.renew_interval,
+                );
+                let until = Instant::now() + shared.config.lease_duration;
+                while shared.store.bump_epoch(self.key.stream()).await.is_err()
+                    && Instant::now() < until
+                {
+                    sleep(backoff.next_delay()).await;
+                }
+            }
+            Ok(Ok(Outcome::Lost(_))) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(error = %ErrorChain(&error), "releasing the member row failed; the others find it dead a lease from now");
+            }
+            Err(_) => tracing::warn!("releasing the member row took longer than a lease"),
+        }
+    }
+}

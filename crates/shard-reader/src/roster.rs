@@ -1,0 +1,165 @@
+//! The roster: which instances of a subscription are alive, so no instance has to read every
+//! shard row to find out.
+//!
+//! Pure: no store, no clock, no tokio. The I/O lives in `member.rs` (joining, renewing) and in
+//! the coordinator (watching, listing).
+//!
+//! # Why a roster
+//!
+//! Without one, an instance learns that another has crashed only by seeing each of that
+//! instance's shard rows stand still for a lease duration, so every instance must read every
+//! row all the time: reads grow with shards times instances. With a roster, each instance holds
+//! one *member row* (stream `<stream>@members`, shard its owner id), taken with a fenced take
+//! and renewed every renew interval, and every shard keeper stops when its instance's member
+//! row has not been renewed within `lease - renew` (as it does for its own row). So:
+//!
+//! - **A member row that stood still for a lease proves that all of its instance's keepers
+//!   stopped.** The member watching it (its successor in a ring of owner ids) then takes the
+//!   member row, fenced on the counter it saw, so no late renewal can land and revive them,
+//!   and tells the others (the roster epoch and the rows epoch).
+//! - **A shard row whose owner is not a member may be taken at once**, fenced on the counter
+//!   seen in a listing made *before* the roster listing that showed the owner absent: an owner
+//!   joins before it takes any row, so an owner absent after the listing held nothing then that
+//!   it could still act on (it left after its keepers finished, or its keepers had stopped
+//!   before its member row was taken).
+//! - **A shard row whose owner is a member is that member's business**: the others never take
+//!   it without a hand-over.
+//!
+//! Steady state then costs each instance two small reads per list interval (the roster epoch
+//! and the member row it watches) and one per take interval (the rows epoch), whatever the
+//! number of shards; shard rows are listed only when something changed.
+//!
+//! # Rows from before the roster
+//!
+//! Tokens written under the roster start with [`TOKEN_PREFIX`]. A row held with any other token
+//! was taken by an instance that has no member row and whose keepers ignore it, so it may only
+//! be taken once its counter stood still for a lease, as before; while such rows exist the
+//! coordinator lists every list interval.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use kinesis_lease_core::Lease;
+
+/// The start of every token written by an instance that runs the roster.
+pub(crate) const TOKEN_PREFIX: &str = "r1.";
+
+/// The pseudo-stream holding `stream`'s member rows. `@` is never part of a stream name, so it
+/// cannot collide with a stream.
+pub(crate) fn members_stream(stream: &str) -> String {
+    format!("{stream}@members")
+}
+
+/// A fresh token for one holding: random, so no two holdings share one, and marked as written
+/// under the roster.
+pub(crate) fn new_token() -> String {
+    format!(
+        "{TOKEN_PREFIX}{:016x}{:016x}",
+        fastrand::u64(..),
+        fastrand::u64(..)
+    )
+}
+
+/// True when `token` was written by an instance that runs the roster.
+pub(crate) fn is_roster_token(token: &str) -> bool {
+    token.starts_with(TOKEN_PREFIX)
+}
+
+/// True when `row` (a member row) says its instance is a member: held by the owner id it is
+/// keyed by, with a token. A member row held by another id was taken from a dead member; a
+/// free one was left by a member that left.
+pub(crate) fn is_present(row: &Lease) -> bool {
+    row.owner.as_deref() == Some(row.key.shard()) && row.token.is_some()
+}
+
+/// The owner ids of the members present in a listing of member rows.
+pub(crate) fn present(rows: &[Lease]) -> HashSet<String> {
+    rows.iter()
+        .filter(|r| is_present(r))
+        .map(|r| r.key.shard().to_owned())
+        .collect()
+}
+
+/// The member `me` watches: the next owner id after `me` in sorted order, wrapping around, so
+/// every member is watched by exactly one other while all see the same roster. `None` when
+/// `me` is alone.
+pub(crate) fn successor<'a>(members: &'a HashSet<String>, me: &str) -> Option<&'a str> {
+    let mut others: Vec<&str> = members
+        .iter()
+        .map(String::as_str)
+        .filter(|m| *m != me)
+        .collect();
+    others.sort_unstable();
+    others
+        .iter()
+        .find(|m| **m > me)
+        .or_else(|| others.first())
+        .copied()
+}
+
+/// Whether a member whose row's counter has stood still for `still` (on the watcher's clock,
+/// since the watcher first saw that counter) is dead: it stood still for a whole lease.
+pub(crate) fn is_dead(still: Duration, lease: Duration) -> bool {
+    still >= lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinesis_lease_core::LeaseKey;
+
+    fn member(id: &str, owner: Option<&str>, token: Option<&str>) -> Lease {
+        let mut row = Lease::new(LeaseKey::new("s@members", id).unwrap(), Vec::new());
+        row.owner = owner.map(str::to_owned);
+        row.token = token.map(str::to_owned);
+        row
+    }
+
+    fn set(ids: &[&str]) -> HashSet<String> {
+        ids.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_member_is_present_only_while_it_holds_its_own_row() {
+        let rows = vec![
+            member("a", Some("a"), Some("r1.x")),
+            // Taken from a dead member by `c`.
+            member("b", Some("c"), Some("r1.y")),
+            // Left.
+            member("d", None, None),
+            // Handed (no token): not a holding.
+            member("e", Some("e"), None),
+        ];
+        assert_eq!(present(&rows), set(&["a"]));
+    }
+
+    #[test]
+    fn every_member_is_watched_by_exactly_one_other() {
+        let members = set(&["d", "a", "c", "b"]);
+        let watched: Vec<&str> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|m| successor(&members, m).unwrap())
+            .collect();
+        assert_eq!(watched, ["b", "c", "d", "a"]);
+        assert_eq!(successor(&set(&["a"]), "a"), None);
+        assert_eq!(successor(&set(&["a", "b"]), "b"), Some("a"));
+        // A member not yet in the roster it read still watches someone.
+        assert_eq!(successor(&set(&["a", "c"]), "b"), Some("c"));
+    }
+
+    #[test]
+    fn tokens_say_whether_they_were_written_under_the_roster() {
+        let token = new_token();
+        assert!(is_roster_token(&token));
+        assert_ne!(token, new_token());
+        assert!(!is_roster_token("0123456789abcdef0123456789abcdef"));
+        assert_eq!(members_stream("orders"), "orders@members");
+    }
+
+    #[test]
+    fn dead_after_a_whole_lease_of_standing_still() {
+        let lease = Duration::from_secs(10);
+        assert!(!is_dead(Duration::from_millis(9_999), lease));
+        assert!(is_dead(lease, lease));
+    }
+}
