@@ -7,8 +7,10 @@
 //! test fails loudly, naming the command to use.
 
 mod proxy;
+mod read_meter;
 
 pub use proxy::FaultProxy;
+pub use read_meter::Reads;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -73,6 +73,7 @@ struct State {
     faulted: AtomicU64,
     refused: AtomicU64,
     dropped: AtomicU64,
+    reads: crate::read_meter::ReadMeter,
 }
 
 /// A fault-injecting proxy; see the module docs. Dropping it stops it.
@@ -215,6 +216,12 @@ impl FaultProxy {
         });
     }
 
+    /// What DynamoDB would bill for the reads answered through this proxy so far, counted from
+    /// the responses (see [`Reads`](crate::Reads)).
+    pub fn reads(&self) -> crate::Reads {
+        self.state.reads.reads()
+    }
+
     /// How many calls were forwarded and then left unanswered so far (they also count as
     /// forwarded in [`counts`](Self::counts)).
     pub fn dropped(&self) -> u64 {
@@ -343,6 +350,16 @@ async fn serve(
             upstream_conn.read_to_end(&mut response).await?;
             state.dropped.fetch_add(1, Ordering::SeqCst);
             return Ok(());
+        }
+        if target.ends_with("GetItem") {
+            // Reads are relayed whole, to bill them from the response's items.
+            let mut response = Vec::new();
+            upstream_conn.read_to_end(&mut response).await?;
+            if let Some(at) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+                state.reads.bill(&target, &body, &response[at + 4..]);
+            }
+            client.write_all(&response).await?;
+            return client.shutdown().await;
         }
         tokio::io::copy(&mut upstream_conn, &mut client).await?;
         client.shutdown().await

@@ -17,6 +17,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("kpl_deaggregate", false),
     ("drain", true),
     ("dynamo_cost", true),
+    ("dynamo_reads", true),
     ("failover", true),
     ("fan_out", true),
 ];

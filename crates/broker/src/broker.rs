@@ -254,7 +254,7 @@ impl BrokerBuilder {
     /// # Errors
     ///
     /// [`BrokerError::InvalidConfig`] for a zero interval or duration, a renew interval not
-    /// shorter than the lease, or an empty owner id; [`BrokerError::StoreAlreadyMounted`] when
+    /// shorter than the lease, or an empty owner id or one starting with `*`; [`BrokerError::StoreAlreadyMounted`] when
     /// the store instance belongs to another broker.
     pub fn build(self) -> Result<Broker, BrokerError> {
         self.timings.validate()?;
@@ -262,6 +262,14 @@ impl BrokerBuilder {
             return Err(BrokerError::InvalidConfig {
                 setting: "owner_id",
                 reason: "an owner id is not empty".into(),
+            });
+        }
+        if self.owner.as_deref().is_some_and(|o| o.starts_with('*')) {
+            // The member row `stream@members:<owner>` would collide with the roster's own
+            // index (`:*`) and epoch (`:*epoch`) rows.
+            return Err(BrokerError::InvalidConfig {
+                setting: "owner_id",
+                reason: "an owner id does not start with `*`, which the lease table keeps for its own rows".into(),
             });
         }
         let owner = self.owner.unwrap_or_else(default_owner_id);

@@ -210,8 +210,11 @@ async fn fifty_reshards_leave_a_row_per_listed_shard_and_lose_nothing() {
     a.shutdown().await;
     b.shutdown().await;
     assert!(
-        rows(&table, &format!("{STREAM}@members")).await.is_empty(),
-        "an instance that left deletes its member row"
+        rows(&table, &format!("{STREAM}@members"))
+            .await
+            .iter()
+            .all(|r| r.owner.is_none()),
+        "an instance that left releases its member row"
     );
 }
 
@@ -232,10 +235,11 @@ async fn member_rows_of_crashed_instances_go_and_restarts_leave_none_behind() {
             drop(other);
         }
     }
-    // A crashed member is found dead a lease after its last renewal, then deleted.
+    // A crashed member is found dead a lease after its last renewal; the rows of members that
+    // left or died are deleted once they stood still for ten leases.
     let members = format!("{STREAM}@members");
     assert!(
-        eventually(Duration::from_secs(30), || {
+        eventually(Duration::from_secs(150), || {
             futures_now(rows(&table, &members)).is_some_and(|m| m.len() == 1)
         })
         .await,

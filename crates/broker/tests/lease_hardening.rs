@@ -620,6 +620,27 @@ async fn build_refuses_zero_intervals_and_renew_not_shorter_than_the_lease() {
         .expect("renew shorter than the lease is fine");
 }
 
+/// An owner id starting with `*` would name the member row `stream@members:*`, which is the
+/// roster's own index row in DynamoDB: refused by `build()`.
+#[tokio::test]
+async fn build_refuses_an_owner_id_the_lease_table_keeps_for_itself() {
+    for owner in ["*", "*epoch", ""] {
+        let Err(err) = Broker::builder()
+            .kinesis(MemoryStream::new())
+            .owner_id(owner)
+            .build()
+        else {
+            panic!("owner id `{owner}` accepted");
+        };
+        assert!(is_invalid_config(&err, "owner_id"), "{owner}: {err}");
+    }
+    Broker::builder()
+        .kinesis(MemoryStream::new())
+        .owner_id("a*b")
+        .build()
+        .expect("a `*` elsewhere is fine");
+}
+
 /// Defect 9: a subscription cannot start or reposition at a sequence number (it names a
 /// record of one shard): refused with `InvalidConfig` when the subscription is registered.
 #[tokio::test]

@@ -12,9 +12,9 @@
 //! | `list` | consistent GetItem of the index row, consistent BatchGetItem of every row | the index row's units, plus each row's own, each rounded up to 4 KB |
 //! | `epoch` | consistent GetItem of the epoch row | 1 (a small item of its own) |
 //! | `take`, `renew`, `checkpoint`, `release`, `request`, `hand_over` | conditional UpdateItem | the row's size / 1 KB rounded up, written or not (a failed condition is billed too) |
-//! | `create` | UpdateItem of the index row (ADD), PutItem of the row | each item's size / 1 KB rounded up |
+//! | `create` | UpdateItem of the index row (ADD), PutItem of the row, UpdateItem of the index row again | each item's size / 1 KB rounded up |
 //! | `bump_epoch` | UpdateItem of the epoch row | 1 |
-//! | `delete` | conditional DeleteItem of the row, then UpdateItem of the index row (DELETE) | each item's size / 1 KB rounded up (the index only when the row went) |
+//! | `delete` | TransactWriteItems: conditional Delete of the row, Update of the index row (DELETE) | twice each item's size / 1 KB rounded up (a transaction bills two units per KB; the index only when the row went) |
 //!
 //! Retries are not counted: a throttled request is not billed, and the decorator cannot see a
 //! lost response. The index row's size follows the shard ids the decorated stores created.
@@ -237,13 +237,16 @@ impl LeaseStore for BilledStore {
             let deleted = self.inner.delete(key, observed).await;
             if let Ok(deleted) = &deleted {
                 let mut meter = self.meter();
-                // DeleteItem is billed by the item's size, refused or not.
-                meter.write_item(before.as_ref().map_or(0, row_size));
+                // A transactional write is billed twice per KB, refused or not.
+                let row = before.as_ref().map_or(0, row_size);
+                meter.write_item(row);
+                meter.write_item(row);
                 if *deleted {
                     if let Some(shards) = meter.index.get_mut(key.stream()) {
                         shards.remove(key.shard());
                     }
                     let size = meter.index_size(key.stream());
+                    meter.write_item(size);
                     meter.write_item(size);
                 }
             }
@@ -260,6 +263,9 @@ impl LeaseStore for BilledStore {
                 let mut fresh = row.clone();
                 fresh.counter = 1;
                 meter.write_item(row_size(&fresh));
+                if *created.as_ref().unwrap_or(&false) {
+                    meter.add_to_index(&row.key);
+                }
             }
             created
         })

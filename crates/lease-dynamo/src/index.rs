@@ -49,26 +49,6 @@ impl DynamoLeaseStore {
             .await
     }
 
-    /// Removes `key`'s shard from its stream's index row (idempotent).
-    pub(crate) async fn index_remove(&self, key: &LeaseKey) -> LeaseResult<()> {
-        let index = index_key(key.stream());
-        let resource = self.resource(&index);
-        let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
-        retrying(self.retry, &self.table, "UpdateItem", &resource, || {
-            self.count(&self.calls.writes);
-            self.client
-                .update_item()
-                .table_name(&*self.table)
-                .key(KEY, s(index.clone()))
-                .update_expression(format!("DELETE {SHARDS} :shard"))
-                .expression_attribute_values(":shard", shard.clone())
-                .send()
-        })
-        .await?
-        .map_err(|e| refused("UpdateItem", &resource, e))?;
-        Ok(())
-    }
-
     /// Bumps `stream`'s epoch: rows were freed or moved.
     pub(crate) async fn bump(&self, stream: &str) -> LeaseResult<()> {
         self.add_to_index(epoch_key(stream), EPOCH, n(1)).await

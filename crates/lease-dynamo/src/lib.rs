@@ -43,9 +43,11 @@
 //! - request: `lease_counter = :observed AND attribute_exists(lease_owner) AND
 //!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`.
 //!
-//! [`delete`](kinesis_lease_core::LeaseStore::delete) is one `DeleteItem` conditioned on
-//! `lease_counter = :observed`, then an `UpdateItem` that takes the shard out of the index row
-//! (`DELETE shards :shard`).
+//! [`delete`](kinesis_lease_core::LeaseStore::delete) is one `TransactWriteItems`: a
+//! `Delete` of the row conditioned on `lease_counter = :observed` and an `Update` that takes
+//! the shard out of the index row (`DELETE shards :shard`), so no create can land between them
+//! and leave a row the index does not name. `create` adds the shard to the index again after
+//! its put, for a delete of an earlier row that landed between its first add and the put.
 //!
 //! No condition reads a clock. A lost condition comes back with the row's old image, so
 //! [`Outcome::Lost`](kinesis_lease_core::Outcome::Lost) needs no second read, except when that

@@ -7,10 +7,11 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{Delete, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use kinesis_lease_core::{
     duration_ms, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseResult,
@@ -19,8 +20,8 @@ use kinesis_lease_core::{
 
 use crate::condition::{self, Cond};
 use crate::item::{
-    lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
-    REPOSITIONED, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
+    REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::retry::{retrying, RetryPolicy};
 use crate::update::Expr;
@@ -248,26 +249,46 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(async move {
             let raw_key = key.to_string();
             let resource = self.resource(&raw_key);
-            let out = retrying(self.retry, &self.table, "DeleteItem", &resource, || {
-                self.count(&self.calls.writes);
-                self.client
-                    .delete_item()
-                    .table_name(&*self.table)
-                    .key(KEY, s(raw_key.clone()))
-                    .condition_expression(format!("{COUNTER} = :observed"))
-                    .expression_attribute_values(":observed", n(observed))
-                    .send()
-            })
+            // The row and its index entry go in one transaction: apart, a create landing
+            // between them would leave a row the index does not name, which no listing returns
+            // (and a retry after a lost response would skip the index).
+            let delete = Delete::builder()
+                .table_name(&*self.table)
+                .key(KEY, s(raw_key.clone()))
+                .condition_expression(format!("{COUNTER} = :observed"))
+                .expression_attribute_values(":observed", n(observed))
+                .build()
+                .map_err(|e| refused("TransactWriteItems", &resource, e))?;
+            let unlist = Update::builder()
+                .table_name(&*self.table)
+                .key(KEY, s(index_key(key.stream())))
+                .update_expression(format!("DELETE {SHARDS} :shard"))
+                .expression_attribute_values(
+                    ":shard",
+                    AttributeValue::Ss(vec![key.shard().to_owned()]),
+                )
+                .build()
+                .map_err(|e| refused("TransactWriteItems", &resource, e))?;
+            let out = retrying(
+                self.retry,
+                &self.table,
+                "TransactWriteItems",
+                &resource,
+                || {
+                    self.count(&self.calls.writes);
+                    self.client
+                        .transact_write_items()
+                        .transact_items(TransactWriteItem::builder().delete(delete.clone()).build())
+                        .transact_items(TransactWriteItem::builder().update(unlist.clone()).build())
+                        .send()
+                },
+            )
             .await?;
             match out {
-                // Row first, index second: the index may name a row that is gone (a listing
-                // skips it), never miss one that exists.
-                Ok(_) => {
-                    self.index_remove(key).await?;
-                    Ok(true)
-                }
-                Err(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                Err(other) => Err(refused("DeleteItem", &resource, other)),
+                Ok(_) => Ok(true),
+                // The condition failed (the row was written since, or is gone): nothing done.
+                Err(TransactWriteItemsError::TransactionCanceledException(_)) => Ok(false),
+                Err(other) => Err(refused("TransactWriteItems", &resource, other)),
             }
         })
     }
@@ -305,7 +326,12 @@ impl LeaseStore for DynamoLeaseStore {
             })
             .await?;
             match out {
-                Ok(_) => Ok(true),
+                Ok(_) => {
+                    // Again after the row: a delete of an earlier row with this key may have
+                    // taken the shard out of the index between the first add and the put.
+                    self.index_add(key).await?;
+                    Ok(true)
+                }
                 Err(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
                 Err(other) => Err(refused("PutItem", &resource, other)),
             }

@@ -123,6 +123,13 @@ impl ReaderConfig {
                 ));
             }
         }
+        if self.owner.is_empty() || self.owner.starts_with('*') {
+            return Err(invalid(
+                "owner id",
+                self.owner.clone(),
+                "must not be empty nor start with `*` (kept for the table's own rows)",
+            ));
+        }
         if self.renew_interval >= self.lease_duration {
             return Err(invalid(
                 "renew interval",

@@ -76,6 +76,8 @@ impl Member {
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         // (counter, since) of a row held by this id with a foreign token.
         let mut foreign: Option<(u64, Instant)> = None;
+        // The last take sent, and when: a take whose answer was lost is adopted if it landed.
+        let mut tried: Option<(Holder, Instant)> = None;
         loop {
             if *phase.borrow_and_update() != crate::shared::Phase::Running {
                 return Ok(None);
@@ -99,6 +101,11 @@ impl Member {
                     continue;
                 }
             };
+            if let Some((holder, sent)) = tried.take() {
+                if row.is_held_with(&holder) {
+                    return Ok(Some(Self::joined(shared, key, holder, sent).await));
+                }
+            }
             if roster::is_present(&row) {
                 let now = Instant::now();
                 match foreign {
@@ -127,28 +134,39 @@ impl Member {
             let take = Take::fenced(config.lease_duration, row.counter);
             match shared.store.take(&key, &holder, &take).await {
                 Ok(Outcome::Written(_)) => {
-                    shared.member.send_modify(|state| {
-                        state.incarnation += 1;
-                        state.deadline = sent + config.keep_for();
-                    });
-                    tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
-                    if let Err(error) = shared.store.bump_epoch(key.stream()).await {
-                        tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch after joining");
-                    }
-                    return Ok(Some(Self {
-                        shared: shared.clone(),
-                        key,
-                        holder,
-                    }));
+                    return Ok(Some(Self::joined(shared, key, holder, sent).await));
                 }
                 Ok(Outcome::Lost(_)) => foreign = None,
                 Err(error) => {
-                    // A take whose response was lost: the next read shows this token if it
-                    // landed, and the row is then taken again (fenced) with a fresh one.
+                    // A take whose response was lost: adopted at the next read if the row
+                    // carries its token.
                     tracing::warn!(error = %ErrorChain(&error), "taking the member row failed; retrying");
+                    tried = Some((holder, sent));
                     sleep(backoff.next_delay()).await;
                 }
             }
+        }
+    }
+
+    /// The member row is held with `holder`, taken by a write sent at `sent`: a new
+    /// incarnation begins, and the others are told.
+    async fn joined(shared: &Arc<Shared>, key: LeaseKey, holder: Holder, sent: Instant) -> Self {
+        let config = &shared.config;
+        shared.member.send_modify(|state| {
+            state.incarnation += 1;
+            state.deadline = sent + config.keep_for();
+        });
+        tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
+        if let Err(error) = shared.store.bump_epoch(key.stream()).await {
+            tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch after joining; retrying at the next renewal");
+            shared
+                .roster_bump_owed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Self {
+            shared: shared.clone(),
+            key,
+            holder,
         }
     }
 
@@ -166,6 +184,13 @@ impl Member {
                 biased;
                 _ = &mut stop => break,
                 _ = tick.tick() => {
+                    if shared.roster_bump_owed.swap(false, std::sync::atomic::Ordering::SeqCst)
+                        && shared.store.bump_epoch(self.key.stream()).await.is_err()
+                    {
+                        shared
+                            .roster_bump_owed
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     let sent = Instant::now();
                     let call = shared.store.renew(&self.key, &self.holder, config.lease_duration, None);
                     match timeout(config.keep_for(), call).await {
@@ -207,13 +232,10 @@ impl Member {
         shared.member.send_replace(MemberState::outside());
         let call = shared.store.release(&self.key, &self.holder, None);
         match timeout(shared.config.lease_duration, call).await {
-            Ok(Ok(Outcome::Written(row))) => {
+            // The row stays (free, so this instance counts as gone): the janitor deletes it
+            // once it stood still for long enough that nobody acts on an old reading of it.
+            Ok(Ok(Outcome::Written(_))) => {
                 tracing::info!("left the roster");
-                // Nothing needs the row now; an instance that comes back with this id creates
-                // it again. Fenced on the release's counter, so a rejoin that landed since wins.
-                if let Err(error) = shared.store.delete(&self.key, row.counter).await {
-                    tracing::debug!(error = %ErrorChain(&error), "deleting the member row failed; the janitor deletes it later");
-                }
                 // No later tick retries a failed bump: retry here, for at most a lease.
                 let mut backoff = Backoff::new(
                     shared.config.renew_interval / 30,

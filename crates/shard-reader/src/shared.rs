@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     /// An epoch bump that failed and is owed: the coordinator retries it at its next tick, so
     /// freed rows are never left unnoticed by the others.
     pub(crate) bump_owed: std::sync::atomic::AtomicBool,
+    /// The same for the roster's epoch after this instance joined: retried by the member task
+    /// at its next renewal, so the others always come to watch it.
+    pub(crate) roster_bump_owed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

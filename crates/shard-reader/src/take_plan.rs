@@ -30,6 +30,10 @@ pub(crate) struct View<'a> {
     pub(crate) left: &'a HashSet<String>,
     /// The owner ids the roster lists as members (read after the rows; see `roster`).
     pub(crate) members: &'a HashSet<String>,
+    /// The owner ids whose member row the roster lists as not held by them (left or buried).
+    pub(crate) departed: &'a HashSet<String>,
+    /// The list interval.
+    pub(crate) list_interval: Duration,
 }
 
 /// Why a row may be taken, in the order rows are taken.
@@ -99,7 +103,9 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .filter(|r| match liveness(r, view) {
             Liveness::Member => true,
             Liveness::Legacy => legacy_live(r),
-            Liveness::Orphan | Liveness::Absent | Liveness::Free => false,
+            Liveness::Orphan | Liveness::Absent | Liveness::Free | Liveness::HandedElsewhere => {
+                false
+            }
         })
         .map(|r| r.key.shard().to_owned())
         .collect();
@@ -157,7 +163,18 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
                     // Its owner is not a member: nothing of it still acts on the row.
                     Liveness::Absent => Rank::Expired,
                     Liveness::Legacy if !is_live(row) => Rank::Expired,
-                    Liveness::Legacy | Liveness::Member | Liveness::Free => return None,
+                    // Handed to an instance that never had a member row (one of an earlier
+                    // release, during an upgrade): its to take, unless it has not within a list
+                    // interval (it may have shut down since it asked).
+                    Liveness::HandedElsewhere
+                        if still(row).is_some_and(|s| s >= view.list_interval) =>
+                    {
+                        Rank::Expired
+                    }
+                    Liveness::Legacy
+                    | Liveness::Member
+                    | Liveness::Free
+                    | Liveness::HandedElsewhere => return None,
                 },
             };
             Some((rank, row))
@@ -196,6 +213,9 @@ enum Liveness {
     Absent,
     /// Held with a token written before the roster: live while its counter moves.
     Legacy,
+    /// Handed over to an owner that has no member row at all (an instance of an earlier
+    /// release): taken by it, or by anyone once it stood still for a list interval.
+    HandedElsewhere,
 }
 
 fn liveness(row: &Lease, view: &View<'_>) -> Liveness {
@@ -217,6 +237,8 @@ fn liveness(row: &Lease, view: &View<'_>) -> Liveness {
         }
     } else if view.members.contains(owner) {
         Liveness::Member
+    } else if row.token.is_none() && !view.departed.contains(owner) {
+        Liveness::HandedElsewhere
     } else {
         Liveness::Absent
     }
@@ -290,6 +312,7 @@ mod tests {
     use kinesis_lease_core::{Checkpoint, LeaseKey};
 
     const LEASE: Duration = Duration::from_secs(10);
+    const LIST: Duration = Duration::from_secs(2);
 
     fn row(shard: &str, owner: Option<&str>, token: Option<&str>) -> Lease {
         let mut row = Lease::new(LeaseKey::new("s", shard).unwrap(), Vec::new());
@@ -313,6 +336,7 @@ mod tests {
         pending: HashSet<String>,
         left: HashSet<String>,
         members: HashSet<String>,
+        departed: HashSet<String>,
     }
 
     impl Fixture {
@@ -326,6 +350,7 @@ mod tests {
                 pending: HashSet::new(),
                 left: HashSet::new(),
                 members: HashSet::new(),
+                departed: HashSet::new(),
             }
         }
 
@@ -339,6 +364,8 @@ mod tests {
                 first_round: false,
                 left: &self.left,
                 members: &self.members,
+                departed: &self.departed,
+                list_interval: LIST,
             }
         }
     }
@@ -408,8 +435,21 @@ mod tests {
         assert_eq!((plan.target, plan.room), (5, 2));
         assert_eq!(names(&plan)[0], (Rank::HandedToMe, "shard-03".to_owned()));
         assert!(
-            names(&plan).contains(&(Rank::Expired, "shard-04".to_owned())),
-            "handed to b, which is not a member: nobody will take it but another"
+            !names(&plan).iter().any(|(_, s)| s == "shard-04"),
+            "handed to b, which never had a member row (an earlier release): b's to take"
+        );
+        fixture.still.insert("shard-04".into(), LIST);
+        let later = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(
+            names(&later).contains(&(Rank::Expired, "shard-04".to_owned())),
+            "not taken by b within a list interval: anyone's"
+        );
+        fixture.still.insert("shard-04".into(), Duration::ZERO);
+        fixture.departed.insert("b".into());
+        let left = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(
+            names(&left).contains(&(Rank::Expired, "shard-04".to_owned())),
+            "handed to b, which left the roster: taken at once"
         );
         fixture.members.insert("b".into());
         let member = super::plan(readable(&rows, |_| false), &fixture.view("a"));

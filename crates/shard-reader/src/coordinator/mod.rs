@@ -138,6 +138,7 @@ impl Coordinator {
             consumer_arn: std::sync::OnceLock::new(),
             member: watch::Sender::new(MemberState::outside()),
             bump_owed: std::sync::atomic::AtomicBool::new(false),
+            roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
         });
         let state = State {
             shared: shared.clone(),
@@ -155,7 +156,7 @@ impl Coordinator {
             member_seen: HashMap::new(),
             watch_at: Instant::now(),
             member: None,
-            departed: Vec::new(),
+            departed: HashMap::new(),
             synced_at: None,
             first_seen: HashMap::new(),
             took_a_round: false,
@@ -214,14 +215,15 @@ struct State {
     /// The members the roster listed last (this instance included once joined).
     members: HashSet<String>,
     /// Per member: the counter of its member row last seen, and since when it stood still.
-    member_seen: HashMap<String, (u64, Instant)>,
+    member_seen: HashMap<String, (Seen, Instant)>,
     /// When the watched member is read next.
     watch_at: Instant,
     /// The task renewing this instance's member row, and what stops it.
     member: Option<(tokio::sync::oneshot::Sender<()>, AbortOnDrop)>,
-    /// Member rows of instances that left or were found dead, with their counters, from the
-    /// last roster listing: deleted by the janitor (see `cleanup`).
-    departed: Vec<(kinesis_lease_core::LeaseKey, u64)>,
+    /// Member rows of instances that left or were found dead, by owner id: the row's key and
+    /// counter, and since when this instance has seen that counter. The janitor deletes them
+    /// once they stood still for [`DEPARTED_FOR`] leases (see `cleanup`).
+    departed: HashMap<String, (kinesis_lease_core::LeaseKey, u64, Instant)>,
     /// When the last ListShards that succeeded was sent.
     synced_at: Option<Instant>,
     /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
@@ -373,12 +375,21 @@ impl State {
             Ok(rows) => {
                 let now = Instant::now();
                 self.members = roster::present(&rows);
-                self.departed = crate::cleanup::departed(&rows)
-                    .into_iter()
-                    .map(|r| (r.key.clone(), r.counter))
-                    .collect();
+                let departed = crate::cleanup::departed(&rows);
+                self.departed
+                    .retain(|id, _| departed.iter().any(|r| r.key.shard() == id));
+                for row in departed {
+                    let entry = self.departed.entry(row.key.shard().to_owned()).or_insert((
+                        row.key.clone(),
+                        row.counter,
+                        now,
+                    ));
+                    if entry.1 != row.counter {
+                        *entry = (row.key.clone(), row.counter, now);
+                    }
+                }
                 for row in rows.iter().filter(|r| roster::is_present(r)) {
-                    self.seen_member(row.key.shard(), row.counter, now);
+                    self.seen_member(row, now);
                 }
                 let members = &self.members;
                 self.member_seen.retain(|m, _| members.contains(m));
@@ -391,16 +402,24 @@ impl State {
         }
     }
 
-    /// Records `member`'s row counter as seen at `now`; returns since when it stood still.
-    fn seen_member(&mut self, member: &str, counter: u64, now: Instant) -> Instant {
-        let seen = self
+    /// Records a member row as seen at `now`; returns since when its counter (and token) stood
+    /// still. A new token is a new holding whose counter may repeat an old one's (a row
+    /// deleted and created again starts over), so it starts over too.
+    fn seen_member(&mut self, row: &Lease, now: Instant) -> Instant {
+        let seen = Seen {
+            counter: row.counter,
+            owner: row.owner.clone(),
+            token: row.token.clone(),
+            since: now,
+        };
+        let entry = self
             .member_seen
-            .entry(member.to_owned())
-            .or_insert((counter, now));
-        if seen.0 != counter {
-            *seen = (counter, now);
+            .entry(row.key.shard().to_owned())
+            .or_insert((seen.clone(), now));
+        if entry.0.counter != seen.counter || entry.0.token != seen.token {
+            *entry = (seen, now);
         }
-        seen.1
+        entry.1
     }
 
     /// Every list interval: reads the roster's epoch (listing the roster when it moved) and
@@ -423,6 +442,7 @@ impl State {
                 tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
             }
         }
+        self.delete_departed().await;
         let Some(watched) = roster::successor(&self.members, &config.owner).map(str::to_owned)
         else {
             return;
@@ -440,7 +460,7 @@ impl State {
         let now = Instant::now();
         match row {
             Some(row) if roster::is_present(&row) => {
-                let since = self.seen_member(&watched, row.counter, now);
+                let since = self.seen_member(&row, now);
                 if roster::is_dead(now.duration_since(since), config.lease_duration) {
                     self.bury(&key, &watched, row.counter).await;
                 } else {
@@ -451,8 +471,10 @@ impl State {
             Some(row) if row.is_held_by(&config.owner) => {
                 self.buried(&key, &watched, row.counter).await;
             }
-            // It left, or another instance found it dead: the roster changed.
+            // It left, or another instance found it dead: the roster changed. Its leave bumped
+            // the epoch, unless that failed; bump it (again) so nobody misses its rows.
             _ => {
+                shared.bump_epoch("a member left").await;
                 self.list_roster().await;
                 self.relist_now();
             }
@@ -480,11 +502,10 @@ impl State {
     /// deletes it and tells the others, whose next listing may take its rows at once.
     async fn buried(&mut self, key: &kinesis_lease_core::LeaseKey, member: &str, counter: u64) {
         let shared = self.shared.clone();
-        tracing::warn!(%member, "member found dead (its row stood still for a lease); its shards are free");
+        tracing::warn!(%member, counter, "member found dead (its row stood still for a lease); its shards are free");
         shared.metrics.member_found_dead();
-        if let Err(error) = bounded(&shared, "delete", shared.store.delete(key, counter)).await {
-            tracing::debug!(%member, error = %ErrorChain(&error), "deleting a dead member's row failed (it counts as absent anyway)");
-        }
+        // The row stays, held by this instance (so its counter never starts over while anyone
+        // may still watch it); the janitor deletes it much later.
         if let Err(error) = shared.store.bump_epoch(key.stream()).await {
             tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch");
         }
@@ -659,6 +680,16 @@ impl State {
         let pending: HashSet<String> = self.pending.keys().cloned().collect();
         let readable = take_plan::readable(&rows, |parent| self.stream_shards.contains_key(parent));
         let first_round = !self.took_a_round;
+        let departed: HashSet<String> = self.departed.keys().cloned().collect();
+        if rows.iter().any(|r| {
+            r.token.is_none()
+                && r.owner.as_deref().is_some_and(|o| {
+                    o != config.owner && !self.members.contains(o) && !departed.contains(o)
+                })
+        }) {
+            // A row handed to an instance of an earlier release: see whether it took it.
+            self.relist_by(now + config.list_interval);
+        }
         if first_round {
             // The second round comes a list interval later, seeing who joined meanwhile.
             self.relist_by(now + config.list_interval);
@@ -672,6 +703,8 @@ impl State {
             first_round,
             left: &self.left_free,
             members: &self.members,
+            departed: &departed,
+            list_interval: config.list_interval,
         };
         self.took_a_round = true;
         let plan = take_plan::plan(readable, &view);
@@ -736,11 +769,17 @@ impl State {
             }
         }
         // What a first round withheld was to make this instance visible, not others' shares.
-        self.left_free = if first_round {
+        let left_free = if first_round {
             HashSet::new()
         } else {
             left_free
         };
+        if !left_free.is_empty() && !left_free.is_subset(&self.left_free) {
+            // Rows left to the others that they may not know are free (the notice of whatever
+            // freed them may have been lost): tell them, once per new row left.
+            shared.bump_epoch("rows left to the others").await;
+        }
+        self.left_free = left_free;
         let held_now = shared.held().len();
         if held_now + 1 < plan.target {
             // Well below the fair share (the rows may be held by a member that will hand them
@@ -765,7 +804,7 @@ impl State {
         if !crate::cleanup::is_janitor(&self.members, &shared.config.owner) {
             return;
         }
-        let mut doomed = std::mem::take(&mut self.departed);
+        let mut doomed = Vec::new();
         // Only against a listing of the stream's shards: none (or an empty one) would make
         // every finished row look unlisted.
         if let (false, Some(synced_at)) = (self.stream_shards.is_empty(), self.synced_at) {
@@ -789,15 +828,29 @@ impl State {
                     .map(|r| (r.key.clone(), r.counter)),
             );
         }
-        for (key, counter) in doomed {
-            match bounded(&shared, "delete", shared.store.delete(&key, counter)).await {
-                Ok(true) => tracing::debug!(row = %key, "deleted a row nothing needs any more"),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying at a later round")
-                }
-            }
+        delete_rows(&shared, doomed).await;
+    }
+
+    /// The janitor's part of a watch: deletes the member rows of instances that left or were
+    /// buried once this instance has seen them stand still for [`DEPARTED_FOR`] leases: by then
+    /// nobody still acts on an old reading of them (a row deleted and created again starts
+    /// its counter over).
+    async fn delete_departed(&mut self) {
+        let shared = self.shared.clone();
+        if !crate::cleanup::is_janitor(&self.members, &shared.config.owner) {
+            return;
         }
+        let lease = shared.config.lease_duration;
+        let doomed: Vec<(kinesis_lease_core::LeaseKey, u64)> = self
+            .departed
+            .values()
+            .filter(|(_, _, since)| since.elapsed() >= lease * DEPARTED_FOR)
+            .map(|(key, counter, _)| (key.clone(), *counter))
+            .collect();
+        for (key, _) in &doomed {
+            self.departed.remove(key.shard());
+        }
+        delete_rows(&shared, doomed).await;
     }
 
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
@@ -961,6 +1014,22 @@ impl State {
         );
     }
 }
+
+/// Deletes each row, fenced on the counter seen; a row written since stays.
+async fn delete_rows(shared: &Shared, rows: Vec<(kinesis_lease_core::LeaseKey, u64)>) {
+    for (key, counter) in rows {
+        match bounded(shared, "delete", shared.store.delete(&key, counter)).await {
+            Ok(true) => tracing::debug!(row = %key, "deleted a row nothing needs any more"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying later")
+            }
+        }
+    }
+}
+
+/// How many leases a departed member row stands still before the janitor deletes it.
+const DEPARTED_FOR: u32 = 10;
 
 /// Runs a coordinator's store call for at most a lease duration: a store that hangs must not
 /// stall the coordinator (nor its shutdown). A call cut short counts as failed; a take cut
