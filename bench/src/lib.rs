@@ -13,6 +13,15 @@ use kinesis_dispatch::{
 };
 use kinesis_lease_core::SequenceNumber;
 
+/// The runtime every scenario runs on: two worker threads, as the machine has two cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// Prints one figure as `FIGURE<TAB>name<TAB>value<TAB>target<TAB>met`, the line
 /// `cargo xtask bench` collects.
 pub fn figure(name: &str, value: &str, target: &str, met: Option<bool>) {

@@ -41,11 +41,7 @@ async fn bare() -> Duration {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         let modes: [(&str, Workers, Option<usize>); 4] = [
             ("serial", Workers::Serial, None),

@@ -123,11 +123,7 @@ async fn broker_run(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         let (config, client) = kinesis_client(&unique_account()).await;
         let stream = unique_name("drain");

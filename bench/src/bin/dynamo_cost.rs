@@ -17,11 +17,7 @@ const SHARDS: u32 = 4;
 const WINDOW: Duration = Duration::from_secs(60);
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         let config = sdk_config(Service::Dynamodb).await;
         let store = DynamoLeaseStore::new(&config, unique_name("cost-leases"));

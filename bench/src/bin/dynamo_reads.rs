@@ -66,11 +66,7 @@ async fn measure(shards: u32) -> (f64, f64) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         let (items16, units16) = measure(16).await;
         let (items64, units64) = measure(64).await;

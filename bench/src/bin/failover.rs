@@ -51,11 +51,7 @@ async fn until_holding(
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     if let [flag, account, table, stream] = &args[..] {
         if flag == "--child" {
             // The broker that gets killed: runs until SIGKILL.

@@ -204,11 +204,7 @@ fn report(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         origin();
         // In process.

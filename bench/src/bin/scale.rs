@@ -9,11 +9,7 @@ use kinesis_broker::{testing::MemoryStream, Broker, Delivery, StartAt};
 const SHARDS: u32 = 1_000;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
         let kinesis = MemoryStream::new();
         kinesis.create_stream("scale", SHARDS).expect("stream");

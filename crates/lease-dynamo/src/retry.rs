@@ -60,7 +60,9 @@ where
         }
         SdkError::ServiceError(ctx) => {
             let code = ctx.err().code().unwrap_or_default();
-            if code == CONDITION_FAILED {
+            // A cancelled transaction is the caller's to read: its reasons say whether a
+            // condition failed.
+            if code == CONDITION_FAILED || code == "TransactionCanceledException" {
                 Class::ConditionFailed
             } else if code == "ResourceNotFoundException" {
                 Class::TableMissing

@@ -287,7 +287,21 @@ impl LeaseStore for DynamoLeaseStore {
             match out {
                 Ok(_) => Ok(true),
                 // The condition failed (the row was written since, or is gone): nothing done.
-                Err(TransactWriteItemsError::TransactionCanceledException(_)) => Ok(false),
+                Err(TransactWriteItemsError::TransactionCanceledException(e))
+                    if e.cancellation_reasons()
+                        .iter()
+                        .any(|r| r.code() == Some("ConditionalCheckFailed")) =>
+                {
+                    Ok(false)
+                }
+                // Cancelled for another reason (a conflicting transaction): nothing done.
+                Err(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                    Err(LeaseError::Unavailable {
+                        operation: "delete",
+                        resource,
+                        source: Box::new(e),
+                    })
+                }
                 Err(other) => Err(refused("TransactWriteItems", &resource, other)),
             }
         })
