@@ -177,26 +177,33 @@ impl Member {
         let shared = self.shared.clone();
         let config = &shared.config;
         let every = config.renew_interval;
-        let mut tick = interval_at(Instant::now() + every, every);
+        // The first renewal at once: a join adopted after a lost answer may have been sent a
+        // while ago, and its deadline counts from then.
+        let mut tick = interval_at(Instant::now(), every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
                 _ = tick.tick() => {
-                    if shared.roster_bump_owed.swap(false, std::sync::atomic::Ordering::SeqCst)
-                        && shared.store.bump_epoch(self.key.stream()).await.is_err()
-                    {
-                        shared
-                            .roster_bump_owed
-                            .store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
                     let sent = Instant::now();
                     let call = shared.store.renew(&self.key, &self.holder, config.lease_duration, None);
                     match timeout(config.keep_for(), call).await {
-                        Ok(Ok(Outcome::Written(_))) => shared.member.send_modify(|state| {
-                            state.deadline = state.deadline.max(sent + config.keep_for());
-                        }),
+                        Ok(Ok(Outcome::Written(_))) => {
+                            shared.member.send_modify(|state| {
+                                state.deadline = state.deadline.max(sent + config.keep_for());
+                            });
+                            // After the renewal, never before it: a slow bump must not delay
+                            // what keeps the keepers going.
+                            if shared.roster_bump_owed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                                let bump = shared.store.bump_epoch(self.key.stream());
+                                if !matches!(timeout(config.renew_interval, bump).await, Ok(Ok(()))) {
+                                    shared
+                                        .roster_bump_owed
+                                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                                }
+                            }
+                        }
                         Ok(Ok(Outcome::Lost(lost))) => {
                             tracing::warn!(holder = ?lost.holder, "the member row was taken: this instance was found dead; every keeper stops");
                             shared.member.send_modify(|state| {

@@ -474,6 +474,8 @@ impl State {
             // It left, or another instance found it dead: the roster changed. Its leave bumped
             // the epoch, unless that failed; bump it (again) so nobody misses its rows.
             _ => {
+                // Once per departure: it is not watched again, even if the listing fails.
+                self.members.remove(&watched);
                 shared.bump_epoch("a member left").await;
                 self.list_roster().await;
                 self.relist_now();
@@ -504,6 +506,8 @@ impl State {
         let shared = self.shared.clone();
         tracing::warn!(%member, counter, "member found dead (its row stood still for a lease); its shards are free");
         shared.metrics.member_found_dead();
+        // Once per burial: it is not watched again, even if the listing below fails.
+        self.members.remove(member);
         // The row stays, held by this instance (so its counter never starts over while anyone
         // may still watch it); the janitor deletes it much later.
         if let Err(error) = shared.store.bump_epoch(key.stream()).await {
