@@ -243,17 +243,9 @@ impl Member {
             // once it stood still for long enough that nobody acts on an old reading of it.
             Ok(Ok(Outcome::Written(_))) => {
                 tracing::info!("left the roster");
-                // No later tick retries a failed bump: retry here, for at most a lease.
-                let mut backoff = Backoff::new(
-                    shared.config.renew_interval / 30,
-                    shared.config.renew_interval,
-                );
-                let until = Instant::now() + shared.config.lease_duration;
-                while shared.store.bump_epoch(self.key.stream()).await.is_err()
-                    && Instant::now() < until
-                {
-                    sleep(backoff.next_delay()).await;
-                }
+                shared
+                    .bump_epoch_leaving(self.key.stream(), "left the roster")
+                    .await;
             }
             Ok(Ok(Outcome::Lost(_))) => {}
             Ok(Err(error)) => {

@@ -119,6 +119,23 @@ impl Shared {
         }
     }
 
+    /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
+    /// most a lease: for the last bump of an instance that is leaving, which no later tick of
+    /// its own would retry.
+    pub(crate) async fn bump_epoch_leaving(&self, stream: &str, why: &'static str) {
+        let config = &self.config;
+        let mut backoff =
+            kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
+        let until = tokio::time::Instant::now() + config.lease_duration;
+        while let Err(error) = self.store.bump_epoch(stream).await {
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(why, %stream, error = %ErrorChain(&error), "could not bump the epoch; the others notice at their next listing or watch");
+                return;
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
     /// Records a fatal error (the first one wins) for the subscription to surface.
     pub(crate) fn fail(&self, error: ReaderError) {
         tracing::error!(stream = %self.config.stream, error = %ErrorChain(&error), "subscription failed");

@@ -325,17 +325,9 @@ impl State {
             let _ = stop.send(());
             let _ = tokio::time::timeout(config.lease_duration * 2, &mut task.0).await;
         }
-        // No later tick retries a failed bump: retry here, for at most a lease.
-        let mut backoff =
-            kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
-        let until = Instant::now() + config.lease_duration;
-        while let Err(error) = shared.store.bump_epoch(&config.stream).await {
-            if Instant::now() >= until {
-                tracing::warn!(error = %ErrorChain(&error), "could not bump the stream's epoch after releasing; the others see the released rows at their next listing");
-                break;
-            }
-            tokio::time::sleep(backoff.next_delay()).await;
-        }
+        shared
+            .bump_epoch_leaving(&config.stream, "rows released")
+            .await;
     }
 
     async fn on_report(&mut self, report: Report) {
