@@ -15,6 +15,42 @@ use kinesis_broker::{
 use kinesis_lease_core::{BoxFuture, Holder, LeaseResult, Take};
 use tokio::time::Instant;
 
+/// An instance frozen until a time (a GC pause, a stopped container): its store and Kinesis
+/// calls, and its handlers, wait for the freeze to end, in both directions (a response that
+/// arrived during the freeze is seen after it). Tokio's timers of the instance still fire: one
+/// runtime runs the whole fleet, so the freeze stops the instance's I/O and handlers, not its
+/// timers (its keepers' own stop timers go on, as a kernel's would for a process that resumes).
+#[derive(Debug, Default)]
+pub struct Freeze {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Freeze {
+    /// Freezes the instance until `until`.
+    pub fn until(&self, until: Instant) {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
+    }
+
+    /// True while frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|u| u > Instant::now())
+    }
+
+    /// Waits for the freeze to end (at once when not frozen).
+    pub async fn wait(&self) {
+        loop {
+            let until = *self.until.lock().unwrap_or_else(|p| p.into_inner());
+            match until {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+}
+
 /// What one instance's lease-store connection does wrong, switched by the scenario.
 #[derive(Debug, Default)]
 pub struct StoreFaults {
@@ -33,15 +69,18 @@ struct FaultState {
     /// Cut off from the table until then: calls fail (or hang until then, and fail).
     cut_until: Option<Instant>,
     hang: bool,
+    /// Delays, failures and lost responses stop then.
+    faults_until: Option<Instant>,
 }
 
 impl StoreFaults {
-    /// Delays, failures and lost responses from now on (zeros switch them off).
-    pub fn set(&self, max_delay_ms: u64, fail_per_mille: u32, lose_per_mille: u32) {
+    /// Delays, failures and lost responses from now until `until` (zeros switch them off).
+    pub fn set(&self, max_delay_ms: u64, fail_per_mille: u32, lose_per_mille: u32, until: Instant) {
         let mut s = self.lock();
         s.max_delay_ms = max_delay_ms;
         s.fail_per_mille = fail_per_mille;
         s.lose_per_mille = lose_per_mille;
+        s.faults_until = Some(until);
     }
 
     /// Cuts the instance off the table until `until`; `hang`: calls wait for the cut to end
@@ -67,6 +106,7 @@ impl StoreFaults {
 pub struct FaultyStore {
     inner: MemoryLeaseStore,
     faults: Arc<StoreFaults>,
+    freeze: Arc<Freeze>,
     rng: Arc<Mutex<fastrand::Rng>>,
     /// Calls that failed or lost their response, for the report.
     pub injected: Arc<AtomicU64>,
@@ -82,11 +122,17 @@ fn injected(operation: &'static str, what: &str) -> LeaseError {
 
 impl FaultyStore {
     /// `inner` (a memory store over the shared table, on this instance's skewed clock) behind
-    /// `faults`, drawing from a generator seeded with `seed`.
-    pub fn new(inner: MemoryLeaseStore, faults: Arc<StoreFaults>, seed: u64) -> Self {
+    /// `faults` and `freeze`, drawing from a generator seeded with `seed`.
+    pub fn new(
+        inner: MemoryLeaseStore,
+        faults: Arc<StoreFaults>,
+        freeze: Arc<Freeze>,
+        seed: u64,
+    ) -> Self {
         Self {
             inner,
             faults,
+            freeze,
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
             injected: Arc::default(),
         }
@@ -104,7 +150,11 @@ impl FaultyStore {
 
     /// Before the call reaches the table: the cut, a delay, a failure.
     async fn before(&self, operation: &'static str) -> LeaseResult<FaultState> {
-        let state = self.faults.lock().clone();
+        self.freeze.wait().await;
+        let mut state = self.faults.lock().clone();
+        if state.faults_until.is_some_and(|u| u <= Instant::now()) {
+            (state.max_delay_ms, state.fail_per_mille, state.lose_per_mille) = (0, 0, 0);
+        }
         if let Some(until) = state.cut_until.filter(|u| *u > Instant::now()) {
             if state.hang {
                 tokio::time::sleep_until(until).await;
@@ -135,6 +185,7 @@ impl FaultyStore {
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
+        self.freeze.wait().await;
         if write && result.is_ok() && self.draw(1000) < u64::from(state.lose_per_mille) {
             self.injected.fetch_add(1, Ordering::Relaxed);
             return Err(injected(operation, "response lost (the write landed)"));
@@ -260,6 +311,8 @@ pub struct SimKinesis {
     first_open: Arc<Mutex<BTreeMap<String, u64>>>,
     latency_ms: Arc<AtomicU64>,
     rng: Arc<Mutex<fastrand::Rng>>,
+    /// The instance this view belongs to is frozen (none: the producer's and monitor's view).
+    freeze: Option<Arc<Freeze>>,
 }
 
 impl SimKinesis {
@@ -271,6 +324,15 @@ impl SimKinesis {
             first_open: Arc::default(),
             latency_ms: Arc::default(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
+            freeze: None,
+        }
+    }
+
+    /// The same stream as one instance sees it: its calls wait while `freeze` holds.
+    pub fn for_instance(&self, freeze: Arc<Freeze>) -> Self {
+        Self {
+            freeze: Some(freeze),
+            ..self.clone()
         }
     }
 
@@ -288,6 +350,9 @@ impl SimKinesis {
     }
 
     async fn latency(&self) {
+        if let Some(freeze) = &self.freeze {
+            freeze.wait().await;
+        }
         let max = self.latency_ms.load(Ordering::Relaxed);
         if max > 0 {
             let ms = self

@@ -31,6 +31,7 @@
 
 pub mod clock;
 pub mod faults;
+pub mod liveness;
 pub mod plan;
 pub mod record;
 mod world;

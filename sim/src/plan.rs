@@ -35,11 +35,24 @@ pub enum Fault {
     KinesisFaults,
     /// Handlers that fail and panic (retried in place).
     HandlerFaults,
+    /// Handlers that sometimes take 1 to 15 s, so drains overlap crashes and watches.
+    SlowHandlers,
+    /// One instance frozen for 5 to 25 s (a GC pause, a stopped container): its store and
+    /// Kinesis calls and its handlers stop, then resume, its wall clock jumping on resume.
+    Freeze,
+    /// The instance watching another in the roster shuts down (draining slow handlers) while
+    /// the one it watches crashes.
+    WatcherLeaves,
+    /// An instance crashes and restarts with the same owner id while a new one joins.
+    CrashRestart,
+    /// The fan-out consumer is deregistered (DELETING for a while), then registered again under
+    /// a new ARN (polling seeds: the consumer is not used, nothing happens).
+    Deregister,
 }
 
 impl Fault {
     /// Every kind, in a fixed order.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 19] = [
         Fault::StoreDelay,
         Fault::StoreFail,
         Fault::LostResponse,
@@ -54,6 +67,11 @@ impl Fault {
         Fault::ExpireIterators,
         Fault::KinesisFaults,
         Fault::HandlerFaults,
+        Fault::SlowHandlers,
+        Fault::Freeze,
+        Fault::WatcherLeaves,
+        Fault::CrashRestart,
+        Fault::Deregister,
     ];
 
     /// True for faults after which a record may be handled twice (at least once): anything
@@ -68,6 +86,9 @@ impl Fault {
                 | Fault::Crash
                 | Fault::ReusedId
                 | Fault::Twin
+                | Fault::Freeze
+                | Fault::WatcherLeaves
+                | Fault::CrashRestart
         )
     }
 }
@@ -96,6 +117,14 @@ pub enum Mode {
     Batch,
     /// `batch(10)` on `workers(2)`.
     BatchWorkers,
+}
+
+impl Mode {
+    /// True when each partition key's records are handled in order (serial, lanes by key,
+    /// serial batches).
+    pub fn is_ordered(self) -> bool {
+        matches!(self, Mode::Serial | Mode::ByKey | Mode::Batch)
+    }
 }
 
 /// One seed's scenario.
@@ -128,8 +157,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan of `seed`. Seed `n` always includes fault kind `n % 14` (unless it is a calm
-    /// seed and the kind is unplanned), so any 28 consecutive seeds cover every kind; the
+    /// The plan of `seed`. Seed `n` always includes fault kind `n % 19` (unless it is a calm
+    /// seed and the kind is unplanned), so any 38 consecutive seeds cover every kind; the
     /// others are drawn at random.
     pub fn of(seed: u64) -> Self {
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x05ee_d0ff_1ee7);
@@ -211,10 +240,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plans_are_repeatable_and_cover_every_fault_in_twenty_eight_seeds() {
+    fn plans_are_repeatable_and_cover_every_fault_in_thirty_eight_seeds() {
         assert_eq!(format!("{}", Plan::of(7)), format!("{}", Plan::of(7)));
         let mut covered = BTreeSet::new();
-        for seed in 0..28 {
+        for seed in 0..38 {
             covered.extend(Plan::of(seed).faults);
         }
         assert_eq!(covered.len(), Fault::ALL.len());

@@ -4,12 +4,20 @@
 //!   at every handler entry).
 //! - Checkpoints (sampled from the table every 250 ms): never move back, and never pass an
 //!   expected record that no handler completed.
+//! - Order (serial, lanes by key, serial batches): each partition key's expected records
+//!   complete in put order; a redelivery may repeat a prefix, never reorder (checked at every
+//!   completion). Parents first (every mode): no record of a child shard enters a handler
+//!   before every expected record of its parents completed (checked at every entry).
+//! - Liveness (see `liveness`): every readable shard with unhandled records makes progress
+//!   within its bound (checked at every sample).
 //! - At the end: every expected record completed at least once; in calm seeds, none twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use kinesis_broker::{lease::Lease, Checkpoint, SequenceNumber};
+
+use crate::liveness::{Liveness, ShardNow, Stall};
 
 /// One record put into the stream.
 #[derive(Debug, Clone)]
@@ -22,6 +30,28 @@ pub struct Put {
     pub event: u64,
     /// Simulated ms since the start when it was put.
     pub at_ms: u64,
+    /// Its partition key.
+    pub key: String,
+    /// True when it must be handled (put after the subscription's start position).
+    pub expected: bool,
+}
+
+/// What the recorder keeps of one expected record.
+#[derive(Debug, Clone)]
+struct Expected {
+    key: String,
+    /// Its place among its key's expected records, in put order.
+    place: usize,
+    at_ms: u64,
+}
+
+/// One key's expected records in put order, and how many of the first have completed.
+#[derive(Debug, Default)]
+struct KeyOrder {
+    records: Vec<(String, SequenceNumber)>,
+    done: Vec<bool>,
+    /// Every record before this place has completed.
+    prefix: usize,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +70,25 @@ struct State {
     /// The last checkpoint seen per shard.
     checkpoints: BTreeMap<String, Checkpoint>,
     handled: u64,
+    /// Per expected record: its key, place and put time.
+    info: BTreeMap<(String, SequenceNumber), Expected>,
+    /// Per key: the order of its expected records.
+    keys: BTreeMap<String, KeyOrder>,
+    /// Per shard: expected records not completed yet.
+    outstanding: BTreeMap<String, BTreeSet<SequenceNumber>>,
+    /// Per shard: when its last outstanding record completed (its children may start).
+    drained_at: BTreeMap<String, u64>,
+    /// Per shard: its parents, as the stream lists them.
+    parents: BTreeMap<String, Vec<String>>,
+    /// Check per-key order (serial, lanes by key, serial batches).
+    ordered: bool,
+    /// Per shard: its last handler entry or completion.
+    progress: BTreeMap<String, u64>,
+    /// Slow handler attempts (a second or more) running now, per instance.
+    slow: BTreeMap<String, u32>,
+    liveness: Liveness,
+    /// Tags of violations reported once.
+    reported: BTreeSet<String>,
 }
 
 /// The shared recorder of one run.
@@ -55,11 +104,38 @@ pub struct Running {
     recorder: Recorder,
     instance: String,
     shard: String,
+    slow: bool,
+}
+
+impl Running {
+    /// Marks this attempt as slow (a second or more): it holds its instance's lanes, which
+    /// counts as progress for every shard the instance holds.
+    pub fn slow(&mut self) {
+        if !self.slow {
+            self.slow = true;
+            *self
+                .recorder
+                .lock()
+                .slow
+                .entry(self.instance.clone())
+                .or_default() += 1;
+        }
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
+        let now = self.recorder.now_ms();
         let mut state = self.recorder.lock();
+        state.progress.insert(self.shard.clone(), now);
+        if self.slow {
+            if let Some(n) = state.slow.get_mut(&self.instance) {
+                *n -= 1;
+                if *n == 0 {
+                    state.slow.remove(&self.instance);
+                }
+            }
+        }
         if let Some(by) = state.running.get_mut(&self.shard) {
             if let Some(n) = by.get_mut(&self.instance) {
                 *n -= 1;
@@ -101,6 +177,18 @@ impl Recorder {
         self.lock().history.push(line);
     }
 
+    /// Fault time within `[from, to]` ms (see `liveness`).
+    pub fn excused(&self, from: u64, to: u64) -> u64 {
+        self.lock().liveness.excused(from, to)
+    }
+
+    /// Records a broken invariant once per `tag`.
+    pub fn violate_once(&self, tag: &str, what: impl AsRef<str>) {
+        if self.lock().reported.insert(tag.to_owned()) {
+            self.violate(what);
+        }
+    }
+
     /// Records a broken invariant (and notes it).
     pub fn violate(&self, what: impl AsRef<str>) {
         let line = format!(
@@ -113,23 +201,116 @@ impl Recorder {
         state.violations.push(line);
     }
 
-    /// Records a put.
+    /// Records a put (and, when it is expected, that it must be handled).
     pub fn put(&self, put: Put) {
-        self.lock().puts.push(put);
+        let mut state = self.lock();
+        if put.expected {
+            let record = (put.shard.clone(), put.sequence.clone());
+            let order = state.keys.entry(put.key.clone()).or_default();
+            let place = order.records.len();
+            order.records.push(record.clone());
+            order.done.push(false);
+            state.info.insert(
+                record,
+                Expected {
+                    key: put.key.clone(),
+                    place,
+                    at_ms: put.at_ms,
+                },
+            );
+            state
+                .expected
+                .entry(put.shard.clone())
+                .or_default()
+                .insert(put.sequence.clone());
+            state
+                .outstanding
+                .entry(put.shard.clone())
+                .or_default()
+                .insert(put.sequence.clone());
+        }
+        state.puts.push(put);
+    }
+
+    /// Checks per-key order from now on (serial, lanes by key, serial batches).
+    pub fn check_order(&self) {
+        self.lock().ordered = true;
+    }
+
+    /// The stream lists `shard` with these parents.
+    pub fn parents(&self, shard: &str, parents: Vec<String>) {
+        self.lock().parents.insert(shard.to_owned(), parents);
+    }
+
+    /// A fault that legitimately delays reading runs from now for `ms`.
+    pub fn delaying_fault(&self, ms: u64) {
+        let now = self.now_ms();
+        self.lock().liveness.fault(now, now.saturating_add(ms));
+    }
+
+    /// `shard`'s holder began a graceful shutdown.
+    pub fn draining(&self, shard: &str) {
+        self.lock().liveness.draining(shard);
+    }
+
+    /// `shard` waits for a takeover whose clock starts at `at` ms (its holder crashed, or the
+    /// crashed holder's watcher changed then).
+    pub fn hold_back(&self, shard: &str, at: u64) {
+        self.lock().liveness.hold_back(shard, at);
+    }
+
+    /// `shard`'s holder finished its graceful shutdown now.
+    pub fn left(&self, shard: &str) {
+        let now = self.now_ms();
+        self.lock().liveness.left(shard, now);
+    }
+
+    /// The shards that stall now beyond `bound` ms (see `liveness`), given which instance
+    /// holds which shard at this sample.
+    pub fn stalls(&self, bound: u64, holders: &BTreeMap<String, String>) -> Vec<Stall> {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let mut shards = BTreeMap::new();
+        for (shard, open) in &state.outstanding {
+            let Some(oldest) = open.first() else {
+                continue;
+            };
+            let parents = state.parents.get(shard).cloned().unwrap_or_default();
+            if parents
+                .iter()
+                .any(|p| state.outstanding.get(p).is_some_and(|o| !o.is_empty()))
+            {
+                continue; // not readable yet
+            }
+            let parents_done = parents
+                .iter()
+                .filter_map(|p| state.drained_at.get(p))
+                .max()
+                .copied()
+                .unwrap_or(0);
+            let put = state
+                .info
+                .get(&(shard.clone(), oldest.clone()))
+                .map_or(0, |e| e.at_ms);
+            let busy = state.running.get(shard).is_some_and(|by| !by.is_empty())
+                || holders
+                    .get(shard)
+                    .is_some_and(|h| state.slow.contains_key(h));
+            shards.insert(
+                shard.clone(),
+                ShardNow {
+                    due: put.max(parents_done),
+                    progress: state.progress.get(shard).copied(),
+                    busy,
+                },
+            );
+        }
+        state.liveness.check(now, bound, &shards)
     }
 
     /// Every put so far.
     pub fn puts(&self) -> Vec<Put> {
         self.lock().puts.clone()
-    }
-
-    /// Marks which records must be handled.
-    pub fn expect(&self, shard: &str, sequence: SequenceNumber) {
-        self.lock()
-            .expected
-            .entry(shard.to_owned())
-            .or_default()
-            .insert(sequence);
     }
 
     /// A handler attempt starts on `instance` for a record of `shard`; returns its attempt
@@ -153,7 +334,28 @@ impl Recorder {
             .or_default();
         *attempt += 1;
         let attempt = *attempt;
+        let now = self.now_ms();
+        state.progress.insert(shard.to_owned(), now);
+        state.liveness.progressed(shard, now);
+        let early: Vec<String> = state
+            .parents
+            .get(shard)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let open = state.outstanding.get(p)?;
+                open.first().map(|first| {
+                    format!("{p} ({} unhandled, first {first})", open.len())
+                })
+            })
+            .collect();
         drop(state);
+        if !early.is_empty() {
+            self.violate(format!(
+                "{instance} entered record {sequence} of child {shard} before its parents were handled: {}",
+                early.join(", ")
+            ));
+        }
         if !others.is_empty() {
             self.violate(format!(
                 "two instances run handlers on {shard}: {instance} (record {sequence}) while {others:?} still run"
@@ -165,19 +367,51 @@ impl Recorder {
                 recorder: self.clone(),
                 instance: instance.to_owned(),
                 shard: shard.to_owned(),
+                slow: false,
             },
         )
     }
 
     /// A handler completed a record.
     pub fn completed(&self, instance: &str, shard: &str, sequence: &SequenceNumber) {
+        let now = self.now_ms();
         let mut state = self.lock();
         state.handled += 1;
+        state.progress.insert(shard.to_owned(), now);
+        state.liveness.progressed(shard, now);
+        let record = (shard.to_owned(), sequence.clone());
         state
             .completed
-            .entry((shard.to_owned(), sequence.clone()))
+            .entry(record.clone())
             .or_default()
             .push(instance.to_owned());
+        let Some(info) = state.info.get(&record).cloned() else {
+            return; // not expected: no order or liveness duty
+        };
+        if let Some(open) = state.outstanding.get_mut(shard) {
+            if open.remove(sequence) && open.is_empty() {
+                state.drained_at.insert(shard.to_owned(), now);
+            }
+        }
+        let ordered = state.ordered;
+        let Some(order) = state.keys.get_mut(&info.key) else {
+            return;
+        };
+        let broken = (ordered && order.prefix < info.place).then(|| {
+            let (s, q) = &order.records[order.prefix];
+            format!(
+                "key {}: {instance} completed {shard}/{sequence} (its #{}) before {s}/{q} (its #{}), which no handler completed",
+                info.key, info.place, order.prefix
+            )
+        });
+        order.done[info.place] = true;
+        while order.prefix < order.done.len() && order.done[order.prefix] {
+            order.prefix += 1;
+        }
+        drop(state);
+        if let Some(broken) = broken {
+            self.violate(broken);
+        }
     }
 
     /// Checks the table's rows against what was handled: checkpoints never move back and

@@ -16,7 +16,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, Instant};
 
 use crate::clock::{SimClock, BASE_MS};
-use crate::faults::{FaultyStore, SimKinesis, StoreFaults};
+use crate::faults::{FaultyStore, Freeze, SimKinesis, StoreFaults};
+use crate::liveness::{CRASH_TAKEOVER_BOUND, HOOK_SLACK, READ_SLACK};
 use crate::plan::{Fault, Mode, Plan, Start};
 use crate::record::{Put, Recorder};
 
@@ -38,13 +39,49 @@ const MAX_OPEN_SHARDS: usize = 8;
 /// The `AT_TIMESTAMP` start, in ms after the simulated epoch.
 const AT_TIMESTAMP_MS: u64 = 3_000;
 
+/// The janitor deletes a departed member row once it stood still this long (ten leases), and
+/// this much more for the janitor's own cadence: member rows never outnumber the live
+/// instances plus the ones departed within this.
+const MEMBER_ROW_GRACE_MS: u64 = 120_000;
+/// A slow handler attempt (planned `SlowHandlers`) takes 1 to 15 s, one attempt in 1,000.
+const SLOW_HANDLER_MS: std::ops::RangeInclusive<u64> = 1_000..=15_000;
+
 /// One broker of the fleet.
 struct Instance {
     id: String,
     running: Option<RunningBroker>,
     faults: Arc<StoreFaults>,
+    freeze: Arc<Freeze>,
+    clock: SimClock,
+    /// Its handlers take 1 to 9 s each until then (a slow drain).
+    slow_until: Arc<std::sync::Mutex<Option<Instant>>>,
     /// The shards it held at the last sample.
     held: BTreeSet<String>,
+}
+
+/// What became of an owner id's processes, for the roster and subscription invariants.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdLife {
+    /// Processes with this id running or shutting down now.
+    live: u32,
+    /// When a process with this id last crashed, or last ended (ms since the start).
+    departed_ms: Option<u64>,
+    /// When one last crashed (ms), no process with the id having started since.
+    crashed_ms: Option<u64>,
+    /// When one last started (ms).
+    started_ms: u64,
+}
+
+/// A crashed member not yet buried: the shards it held, who watches it in the roster, and
+/// since when that watcher has watched it (the crash, or the watcher's change: a watcher that
+/// came later can only judge the row from its own first sight).
+#[derive(Debug, Clone)]
+struct Orphan {
+    shards: Vec<String>,
+    watcher: Option<String>,
+    since_ms: u64,
+    /// The crashed run's member-row token: the orphan is adopted once the row carries another.
+    token: Option<String>,
 }
 
 pub(crate) struct World {
@@ -64,6 +101,12 @@ pub(crate) struct World {
     shutdowns: Vec<JoinHandle<()>>,
     faults_on: bool,
     stats: Stats,
+    /// Per owner id: how many processes use it, and when one last left.
+    ids: Arc<std::sync::Mutex<BTreeMap<String, IdLife>>>,
+    /// The stall bound of this plan (ms): crash takeover, read slack, hooks.
+    stall_bound: u64,
+    /// Crashed members whose rows are still present, by owner id.
+    orphans: BTreeMap<String, Orphan>,
 }
 
 /// Counts for the report.
@@ -88,9 +131,14 @@ pub struct Stats {
 impl World {
     pub(crate) fn new(plan: Plan, rec: Recorder) -> Self {
         let clock = SimClock::new(Instant::now());
-        let kinesis = MemoryStream::new().with_clock(clock);
+        let kinesis = MemoryStream::new().with_clock(clock.clone());
         let events = Arc::new(AtomicU64::new(0));
         let sim_kinesis = SimKinesis::new(kinesis.clone(), events.clone(), plan.seed ^ 0x6b);
+        if plan.mode.is_ordered() {
+            rec.check_order();
+        }
+        let stall_bound =
+            CRASH_TAKEOVER_BOUND + READ_SLACK + if plan.hooks { HOOK_SLACK } else { 0 };
         Self {
             rng: fastrand::Rng::with_seed(plan.seed),
             plan,
@@ -107,6 +155,35 @@ impl World {
             shutdowns: Vec::new(),
             faults_on: true,
             stats: Stats::default(),
+            ids: Arc::default(),
+            stall_bound,
+            orphans: BTreeMap::new(),
+        }
+    }
+
+    fn id_life(&self, id: &str) -> IdLife {
+        self.ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn with_id(&self, id: &str, change: impl FnOnce(&mut IdLife)) {
+        change(
+            self.ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(id.to_owned())
+                .or_default(),
+        );
+    }
+
+    /// Tells the recorder every shard's parents, as the stream lists them now.
+    fn note_parents(&self) {
+        for shard in self.kinesis.shards(STREAM).unwrap_or_default() {
+            self.rec.parents(&shard.id, shard.parents().to_vec());
         }
     }
 
@@ -125,6 +202,7 @@ impl World {
                 .note(format!("resharded before start: split {first}"));
         }
         self.initial_shards = self.open_shards().into_iter().collect();
+        self.note_parents();
         self.rec.note(format!("plan: {}", self.plan));
         for _ in 0..self.plan.brokers {
             self.start_new(None).await;
@@ -291,14 +369,13 @@ impl World {
                 .collect()
         };
         for sequence in records {
-            if expected {
-                self.rec.expect(&shard, sequence.clone());
-            }
             self.rec.put(Put {
                 shard: shard.clone(),
                 sequence,
                 event,
                 at_ms,
+                key: key.clone(),
+                expected,
             });
         }
     }
@@ -315,26 +392,61 @@ impl World {
             0
         };
         let faults = Arc::new(StoreFaults::default());
+        let freeze = Arc::new(Freeze::default());
         let seed = self.plan.seed ^ (self.next_id as u64) << 32 ^ self.rng.u64(..);
         let clock = self.clock.skewed(skew);
         let store = FaultyStore::new(
-            MemoryLeaseStore::over(&self.table).with_clock(clock),
+            MemoryLeaseStore::over(&self.table).with_clock(clock.clone()),
             faults.clone(),
+            freeze.clone(),
             seed,
         );
-        match self.start_broker(&id, store, clock).await {
+        let slow_until = Arc::default();
+        let life = self.id_life(&id);
+        let kinesis = self.sim_kinesis.for_instance(freeze.clone());
+        let started = self
+            .start_broker(&id, store, kinesis, clock.clone(), &freeze, &slow_until)
+            .await;
+        match started {
             Ok(running) => {
                 self.rec
                     .note(format!("{id} started (clock skew {skew} ms)"));
+                let now = self.rec.now_ms();
+                self.with_id(&id, |l| {
+                    l.live += 1;
+                    l.crashed_ms = None;
+                    l.started_ms = now;
+                });
+                // A restart with the id first waits for the crashed run's member row to stand
+                // still for a lease: the takeover clock of the crashed run starts over.
+                if let Some(orphan) = self.orphans.get_mut(&id) {
+                    orphan.since_ms = now;
+                }
                 self.instances.push(Instance {
                     id,
                     running: Some(running),
                     faults,
+                    freeze,
+                    clock,
+                    slow_until,
                     held: BTreeSet::new(),
                 });
             }
             Err(error) => {
-                self.rec.note(format!("{id} refused to start: {error}"));
+                let why = format!(
+                    "{error}: {:?}",
+                    std::error::Error::source(&error).map(ToString::to_string)
+                );
+                // Only a second live process with the id may refuse a start (a twin); a
+                // restart after a crash or a stop must start.
+                let twin = life.live > 0 || self.id_life(&id).live > 0;
+                if twin || !matches!(error, BrokerError::OwnerInUse { .. }) {
+                    self.rec.note(format!("{id} refused to start: {why}"));
+                } else {
+                    self.rec.violate(format!(
+                        "{id} refused to start though no other process uses its id: {why}"
+                    ));
+                }
             }
         }
     }
@@ -343,14 +455,24 @@ impl World {
         &self,
         id: &str,
         store: FaultyStore,
+        kinesis: SimKinesis,
         clock: SimClock,
+        freeze: &Arc<Freeze>,
+        slow_until: &Arc<std::sync::Mutex<Option<Instant>>>,
     ) -> Result<RunningBroker, BrokerError> {
-        let mut broker = Broker::builder()
-            .kinesis(self.sim_kinesis.clone())
+        let builder = Broker::builder()
+            .kinesis(kinesis)
             .lease_store(store)
             .owner_id(id)
-            .wall_clock(clock)
-            .build()?;
+            .wall_clock(clock);
+        // Handlers of up to 15 s: a user with such handlers gives shutdown time to finish them
+        // (the default deadline is 10 s), so a graceful leave re-delivers nothing.
+        let builder = if self.plan.has(Fault::SlowHandlers) {
+            builder.shutdown_deadline(Duration::from_secs(20))
+        } else {
+            builder
+        };
+        let mut broker = builder.build()?;
         let start_at = match self.plan.start {
             Start::Latest => StartAt::Latest,
             Start::TrimHorizon => StartAt::TrimHorizon,
@@ -378,6 +500,9 @@ impl World {
             instance: id.to_owned(),
             seed: self.plan.seed,
             faults: self.plan.has(Fault::HandlerFaults),
+            slow: self.plan.has(Fault::SlowHandlers),
+            freeze: freeze.clone(),
+            slow_until: slow_until.clone(),
         };
         match self.plan.mode {
             Mode::Serial => sub.handle(move |d| handler.clone().one(d))?,
@@ -499,13 +624,20 @@ impl World {
                         Fault::StoreFail => (self.rng.u64(0..300), self.rng.u32(100..600), 0),
                         _ => (self.rng.u64(0..300), 0, self.rng.u32(100..600)),
                     };
+                    let secs = self.rng.u64(5..=30);
                     let instance = &self.instances[i];
-                    instance.faults.set(delay, fail, lose);
+                    instance.faults.set(
+                        delay,
+                        fail,
+                        lose,
+                        Instant::now() + Duration::from_secs(secs),
+                    );
                     let note = format!(
-                        "{}: store faults: delay <= {delay} ms, fail {fail}/1000, lost responses {lose}/1000",
+                        "{}: store faults for {secs} s: delay <= {delay} ms, fail {fail}/1000, lost responses {lose}/1000",
                         instance.id
                     );
                     self.rec.note(note);
+                    self.rec.delaying_fault(secs * 1_000);
                     self.count("store faults");
                 }
             }
@@ -523,6 +655,7 @@ impl World {
                         if hang { "calls hang" } else { "calls fail" }
                     );
                     self.rec.note(note);
+                    self.rec.delaying_fault(secs * 1_000);
                     self.count("cut off");
                 }
             }
@@ -536,13 +669,7 @@ impl World {
             Fault::Crash => {
                 if self.live().len() > 1 || self.rng.bool() {
                     if let Some(i) = self.pick_live() {
-                        let instance = &mut self.instances[i];
-                        drop(instance.running.take());
-                        let id = instance.id.clone();
-                        self.rec
-                            .note(format!("{id} crashed (dropped, no clean-up)"));
-                        self.retired.push(id);
-                        self.count("crash");
+                        self.crash(i).await;
                     }
                 }
             }
@@ -583,6 +710,7 @@ impl World {
             Fault::Reshard => {
                 self.age_out().await;
                 self.reshard();
+                self.note_parents();
             }
             Fault::ExpireIterators => {
                 self.kinesis.expire_iterators();
@@ -601,6 +729,7 @@ impl World {
                 self.rec.note(format!(
                     "Kinesis: every subscription cut; next {n} subscribes throttled or failing"
                 ));
+                self.rec.delaying_fault(5_000);
                 self.count("kinesis faults");
             }
             Fault::KinesisFaults => {
@@ -615,12 +744,64 @@ impl World {
                 self.rec.note(format!(
                     "Kinesis: next {n} {op:?} calls throttled or failing"
                 ));
+                self.rec.delaying_fault(5_000);
                 self.count("kinesis faults");
             }
-            Fault::HandlerFaults => {} // always on in handlers when planned
+            // Always on in handlers when planned.
+            Fault::HandlerFaults | Fault::SlowHandlers => {}
+            Fault::Freeze => {
+                if let Some(i) = self.pick_live() {
+                    let secs = self.rng.u64(5..=25);
+                    let jump = self.rng.i64(-3_000..=3_000);
+                    let instance = &self.instances[i];
+                    let until = Instant::now() + Duration::from_secs(secs);
+                    instance.freeze.until(until);
+                    let (clock, rec, id) =
+                        (instance.clock.clone(), self.rec.clone(), instance.id.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(until).await;
+                        clock.jump(jump);
+                        rec.note(format!("{id} resumes; its clock jumps {jump} ms"));
+                    });
+                    self.rec.note(format!("{id} frozen for {secs} s", id = instance.id));
+                    self.rec.delaying_fault(secs * 1_000);
+                    self.count("freeze");
+                }
+            }
+            Fault::WatcherLeaves => self.watcher_leaves().await,
+            Fault::CrashRestart => {
+                if self.live().len() < MAX_BROKERS {
+                    if let Some(i) = self.pick_live() {
+                        let id = self.instances[i].id.clone();
+                        self.crash(i).await;
+                        self.rec.note(format!(
+                            "restarting {id} at once while a new instance joins"
+                        ));
+                        self.start_new(None).await;
+                        self.retired.retain(|r| *r != id);
+                        self.start_new(Some(id)).await;
+                        self.count("crash restart");
+                    }
+                }
+            }
+            Fault::Deregister => self.deregister().await,
         }
         if self.live().is_empty() {
             self.start_new(None).await;
+        }
+    }
+
+    /// Fan-out seeds: the consumer is deregistered; the readers must register it again and
+    /// read on, ending no shard early.
+    async fn deregister(&mut self) {
+        if !self.plan.fan_out {
+            return;
+        }
+        use kinesis_broker::kinesis::KinesisApi;
+        if self.kinesis.deregister_consumer(STREAM, "sim").await.is_ok() {
+            self.rec.note("the fan-out consumer was deregistered");
+            self.rec.delaying_fault(5_000);
+            self.count("deregistered consumer");
         }
     }
 
@@ -681,8 +862,19 @@ impl World {
             return;
         };
         let id = instance.id.clone();
-        self.rec.note(format!("{id} shutting down gracefully"));
-        let rec = self.rec.clone();
+        // What it holds now: these wait for its drain before anyone may take them.
+        let held: Vec<String> = running
+            .stats()
+            .shards(STREAM)
+            .iter()
+            .map(|s| s.shard.clone())
+            .collect();
+        for shard in &held {
+            self.rec.draining(shard);
+        }
+        self.rec
+            .note(format!("{id} shutting down gracefully (holds {held:?})"));
+        let (rec, ids) = (self.rec.clone(), self.ids.clone());
         self.retired.push(id.clone());
         self.shutdowns.push(tokio::spawn(async move {
             let report = running.shutdown().await;
@@ -690,7 +882,82 @@ impl World {
                 "{id} shut down (handlers finished: {})",
                 report.handlers_finished
             ));
+            for shard in &held {
+                rec.left(shard);
+            }
+            let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
+            let life = ids.entry(id).or_default();
+            life.live = life.live.saturating_sub(1);
+            life.departed_ms = Some(rec.now_ms());
         }));
+    }
+
+    /// Drops an instance's broker: no clean-up.
+    async fn crash(&mut self, i: usize) {
+        let store = MemoryLeaseStore::over(&self.table);
+        let token = match LeaseKey::new(format!("{STREAM}@members"), &self.instances[i].id) {
+            Ok(key) => store.read(&key).await.ok().flatten().and_then(|row| row.token),
+            Err(_) => None,
+        };
+        let instance = &mut self.instances[i];
+        let shards: Vec<String> = instance.running.as_ref().map_or_else(Vec::new, |r| {
+            r.stats()
+                .shards(STREAM)
+                .iter()
+                .map(|s| s.shard.clone())
+                .collect()
+        });
+        drop(instance.running.take());
+        let id = instance.id.clone();
+        let now = self.rec.now_ms();
+        if self.id_life(&id).live <= 1 {
+            self.orphans.insert(
+                id.clone(),
+                Orphan {
+                    shards,
+                    watcher: None,
+                    since_ms: now,
+                    token,
+                },
+            );
+        }
+        self.rec
+            .note(format!("{id} crashed (dropped, no clean-up)"));
+        let now = self.rec.now_ms();
+        self.with_id(&id, |l| {
+            l.live = l.live.saturating_sub(1);
+            l.departed_ms = Some(now);
+            l.crashed_ms = Some(now);
+        });
+        self.retired.push(id);
+        self.count("crash");
+    }
+
+    /// The instance watching another in the roster (the one before it in id order) shuts
+    /// down, its handlers slow (1 to 9 s each), while the one it watches crashes.
+    async fn watcher_leaves(&mut self) {
+        let mut live: Vec<(String, usize)> = self
+            .live()
+            .into_iter()
+            .map(|i| (self.instances[i].id.clone(), i))
+            .collect();
+        if live.len() < 3 {
+            return;
+        }
+        live.sort();
+        let k = self.rng.usize(..live.len());
+        let (watched, watcher) = (live[k].1, live[(k + live.len() - 1) % live.len()].1);
+        *self.instances[watcher]
+            .slow_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + Duration::from_secs(10));
+        self.rec.note(format!(
+            "{} (watching {}) shuts down with slow handlers while {} crashes",
+            self.instances[watcher].id, self.instances[watched].id, self.instances[watched].id
+        ));
+        self.shutdown(watcher);
+        self.crash(watched).await;
+        self.count("watcher leaves");
     }
 
     /// Faults stop: connections heal, no more events; at least one broker runs.
@@ -711,6 +978,7 @@ impl World {
     /// failed subscriptions.
     async fn monitor(&mut self) {
         self.monitor_rows().await;
+        self.monitor_members().await;
         let mut failed = Vec::new();
         for (i, instance) in self.instances.iter_mut().enumerate() {
             let Some(running) = &instance.running else {
@@ -745,17 +1013,124 @@ impl World {
                 "{error}: {:?}",
                 std::error::Error::source(&error).map(ToString::to_string)
             );
-            // Only an owner id live twice may fail a subscription here.
-            if !why.contains("live in another process") {
-                self.rec
-                    .violate(format!("{id}: subscription failed unexpectedly: {why}"));
+            // Only an owner id live twice (a twin: another process with it running or shutting
+            // down) may fail a subscription here; never a restart after a crash.
+            let twin = self.id_life(&id).live > 1;
+            if !twin || !why.contains("live in another process") {
+                self.rec.violate(format!(
+                    "{id}: subscription failed unexpectedly (processes with the id: {}): {why}",
+                    self.id_life(&id).live
+                ));
             } else {
                 self.rec.note(format!("{id}: subscription failed: {why}"));
             }
             self.shutdown(i);
         }
+        let holders: BTreeMap<String, String> = self
+            .instances
+            .iter()
+            .filter(|i| i.running.is_some())
+            .flat_map(|i| i.held.iter().map(|s| (s.clone(), i.id.clone())))
+            .collect();
+        for stall in self.rec.stalls(self.stall_bound, &holders) {
+            self.rec.violate(format!(
+                "{} made no progress for {:.1} s (fault time excluded; bound {:.1} s{}) with records unhandled, since {:.3} s",
+                stall.shard,
+                stall.stalled as f64 / 1000.0,
+                stall.bound as f64 / 1000.0,
+                if stall.after_leave { ", after its holder's graceful leave" } else { "" },
+                stall.since as f64 / 1000.0
+            ));
+        }
         if self.live().is_empty() && !self.faults_on {
             self.start_new(None).await;
+        }
+    }
+
+    /// The roster's rows: never more than the live instances plus those departed within the
+    /// janitor's delay; a crashed member is buried (its row no longer present) within the
+    /// crash-takeover bound, fault time excluded, unless a process with its id runs again.
+    async fn monitor_members(&mut self) {
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(rows) = store.list(&format!("{STREAM}@members")).await else {
+            return;
+        };
+        let now = self.rec.now_ms();
+        let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // The janitor (the first live member by id) counts a departed row's ten leases from its
+        // own first sight of it: a janitor younger than the grace may keep every departed row.
+        let janitor_young = ids
+            .iter()
+            .find(|(_, l)| l.live > 0)
+            .is_some_and(|(_, l)| now.saturating_sub(l.started_ms) <= MEMBER_ROW_GRACE_MS);
+        let allowed = ids
+            .values()
+            .filter(|l| {
+                l.live > 0
+                    || janitor_young
+                    || l
+                        .departed_ms
+                        .is_some_and(|d| now.saturating_sub(d) <= MEMBER_ROW_GRACE_MS)
+            })
+            .count();
+        // Who watches each crashed member: the present member before it in id order.
+        let present: BTreeSet<&str> = rows
+            .iter()
+            .filter(|r| r.owner.as_deref() == Some(r.key.shard()) && r.token.is_some())
+            .map(|r| r.key.shard())
+            .collect();
+        // Buried (not present), or taken by a restarted process with the id (a new token).
+        self.orphans.retain(|id, orphan| {
+            rows.iter().any(|r| {
+                r.key.shard() == id
+                    && r.owner.as_deref() == Some(id.as_str())
+                    && r.token.is_some()
+                    && r.token == orphan.token
+            })
+        });
+        for (id, orphan) in &mut self.orphans {
+            let before = present.iter().rfind(|w| **w < id.as_str());
+            let watcher = before
+                .or_else(|| present.iter().next_back().filter(|w| **w != id.as_str()))
+                .map(|w| (*w).to_owned());
+            if orphan.watcher.is_some() && orphan.watcher != watcher {
+                orphan.since_ms = now;
+            }
+            orphan.watcher = watcher;
+            for shard in &orphan.shards {
+                self.rec.hold_back(shard, orphan.since_ms);
+            }
+        }
+        if rows.len() > allowed {
+            self.rec.violate(format!(
+                "{} member rows, but only {allowed} instances live or departed within {} s: {:?}",
+                rows.len(),
+                MEMBER_ROW_GRACE_MS / 1000,
+                rows.iter().map(|r| r.key.shard()).collect::<Vec<_>>()
+            ));
+        }
+        for row in &rows {
+            let id = row.key.shard();
+            let present = row.owner.as_deref() == Some(id) && row.token.is_some();
+            let Some(life) = ids.get(id) else { continue };
+            let crashed = self.orphans.get(id).map(|o| o.since_ms);
+            if let (true, Some(crashed)) = (present, crashed) {
+                let _ = life;
+                let stalled = now
+                    .saturating_sub(crashed)
+                    .saturating_sub(self.rec.excused(crashed, now));
+                if stalled > CRASH_TAKEOVER_BOUND {
+                    self.rec.violate_once(
+                        &format!("bury {id} {crashed}"),
+                        format!(
+                            "member {id} crashed (or its watcher changed) at {:.3} s and its row is still present {:.1} s later (fault time excluded; bound {} s)",
+                            crashed as f64 / 1000.0,
+                            stalled as f64 / 1000.0,
+                            CRASH_TAKEOVER_BOUND / 1000
+                        ),
+                    );
+                }
+            }
         }
     }
 
@@ -834,6 +1209,11 @@ struct Handling {
     instance: String,
     seed: u64,
     faults: bool,
+    /// One attempt in 1,000 takes 1 to 15 s (planned `SlowHandlers`).
+    slow: bool,
+    freeze: Arc<Freeze>,
+    /// Every attempt takes 1 to 9 s until then (a slow drain).
+    slow_until: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 #[derive(Debug)]
@@ -861,12 +1241,19 @@ impl Handling {
         attempt: u32,
     ) -> (Duration, Verdict) {
         let mut h: u64 = self.seed ^ u64::from(attempt).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        for b in shard.bytes().chain(sequence.number().bytes()) {
+        for b in shard.bytes().chain(sequence.to_string().bytes()) {
             h = h.rotate_left(5) ^ u64::from(b);
             h = h.wrapping_mul(0x100_0000_01b3);
         }
         let mut rng = fastrand::Rng::with_seed(h);
-        let latency = Duration::from_millis(rng.u64(0..100));
+        let mut latency = Duration::from_millis(rng.u64(0..100));
+        if self.slow && rng.u16(..1000) == 0 {
+            latency = Duration::from_millis(rng.u64(SLOW_HANDLER_MS));
+        }
+        let draining = *self.slow_until.lock().unwrap_or_else(|p| p.into_inner());
+        if draining.is_some_and(|until| Instant::now() < until) {
+            latency = latency.max(Duration::from_millis(rng.u64(1_000..9_000)));
+        }
         let verdict = if !self.faults || attempt > 2 {
             Verdict::Ok
         } else {
@@ -880,8 +1267,13 @@ impl Handling {
     }
 
     async fn one(self, d: Delivery) -> Result<(), SimFailure> {
-        let (attempt, _running) = self.rec.enter(&self.instance, d.shard(), d.sequence());
+        // A frozen instance starts no handler until it resumes.
+        self.freeze.wait().await;
+        let (attempt, mut running) = self.rec.enter(&self.instance, d.shard(), d.sequence());
         let (latency, verdict) = self.decide(d.shard(), d.sequence(), attempt);
+        if latency >= Duration::from_secs(1) {
+            running.slow();
+        }
         let debug = std::env::var_os("SIM_DEBUG").is_some();
         if debug {
             self.rec.note(format!(
@@ -892,6 +1284,7 @@ impl Handling {
             ));
         }
         sleep(latency).await;
+        self.freeze.wait().await;
         if debug {
             self.rec.note(format!(
                 "{} slept {} {}",
@@ -911,6 +1304,7 @@ impl Handling {
     }
 
     async fn batch(self, batch: Vec<Delivery>) -> Result<(), BatchFailure> {
+        self.freeze.wait().await;
         let mut guards = Vec::new();
         let mut slowest = Duration::ZERO;
         let mut verdict = Verdict::Ok;
@@ -924,7 +1318,13 @@ impl Handling {
                 other => verdict = other,
             }
         }
+        if slowest >= Duration::from_secs(1) {
+            for guard in &mut guards {
+                guard.slow();
+            }
+        }
         sleep(slowest).await;
+        self.freeze.wait().await;
         match verdict {
             Verdict::Ok => {
                 for d in &batch {

@@ -1,0 +1,236 @@
+//! Liveness: every readable shard with unhandled records makes progress within a bound.
+//!
+//! The bounds are stated once, here, and in docs/reliability.md:
+//!
+//! - [`CRASH_TAKEOVER_BOUND`]: after an instance crashes, is frozen or is cut off, every shard it
+//!   held is read again within lease + renew interval + take interval + slack (10 + 3 + 1 + 1 s)
+//!   of its last landed member renewal.
+//! - [`READ_SLACK`]: from a take to the first handler entry (the first GetRecords or subscribe,
+//!   the dispatch channel); [`HOOK_SLACK`] more when a slow `on_taken` hook runs first.
+//! - [`LEAVE_BOUND`]: after a graceful leave, the shards the leaving instance held are read again
+//!   within this of the end of its shutdown.
+//!
+//! A shard stalls when it has an expected record not yet handled, its parents are handled to
+//! their end, and neither a handler entry nor a completion on it happened for longer than the
+//! bound. The stall clock starts at the latest of: the put of its oldest unhandled record, the
+//! moment its last parent was handled to its end, its last progress, and the end of its
+//! holder's graceful shutdown (a draining holder finishes what it has before anyone may take
+//! the shard). A slow handler (a second or more) running on the shard's holder counts as
+//! progress: it holds the holder's lanes. Faults that legitimately delay reading (a store
+//! episode, a cut-off, a freeze, throttled Kinesis, a consumer being deleted) extend the bound
+//! by the time they were active within the stall, not by a blanket grace.
+//!
+//! Policy only: the recorder feeds it events and asks it, every sample, which shards stall.
+
+use std::collections::BTreeMap;
+
+/// Crash takeover: lease (10 s) + renew interval (3 s) + take interval (1 s) + 1 s of slack, in
+/// ms, from the crashed instance's last landed member renewal.
+pub const CRASH_TAKEOVER_BOUND: u64 = 15_000;
+/// From a take to the first handler entry on the shard, in ms.
+pub const READ_SLACK: u64 = 2_000;
+/// A slow `on_taken` hook runs before the reader starts (the simulation's take up to 2.5 s).
+pub const HOOK_SLACK: u64 = 2_500;
+/// After a graceful leave, the shards it held are read again within this, in ms.
+pub const LEAVE_BOUND: u64 = 5_000;
+
+/// The liveness checker's state: excuses and what was reported.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    /// Intervals (ms since the start) of faults that legitimately delay reading.
+    faults: Vec<(u64, u64)>,
+    /// Per shard: held back until then by its holder's graceful shutdown (`u64::MAX` while the
+    /// shutdown runs).
+    held_back: BTreeMap<String, u64>,
+    /// Per shard: its holder left gracefully at this time; the leave bound applies until the
+    /// shard makes progress.
+    left_at: BTreeMap<String, u64>,
+    /// Per shard: the stall start already reported (one report per stall).
+    reported: BTreeMap<String, u64>,
+}
+
+/// What the recorder knows of one shard at a sample.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardNow {
+    /// When its oldest unhandled expected record became due (put, and its parents done).
+    pub due: u64,
+    /// Its last handler entry or completion, if any.
+    pub progress: Option<u64>,
+    /// A handler runs on it now, or a slow one on its holder.
+    pub busy: bool,
+}
+
+/// A stall found at a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// The shard.
+    pub shard: String,
+    /// Since when it made no progress (ms).
+    pub since: u64,
+    /// How long it stalled, less the excused fault time (ms).
+    pub stalled: u64,
+    /// The bound it broke (ms).
+    pub bound: u64,
+    /// True when the bound was the leave bound.
+    pub after_leave: bool,
+}
+
+impl Liveness {
+    /// A fault that delays reading was active from `from` to `to` (ms).
+    pub fn fault(&mut self, from: u64, to: u64) {
+        if to > from {
+            self.faults.push((from, to));
+        }
+    }
+
+    /// `shard`'s holder began a graceful shutdown: the shard waits for it.
+    pub fn draining(&mut self, shard: &str) {
+        self.held_back.insert(shard.to_owned(), u64::MAX);
+    }
+
+    /// `shard`'s crashed holder is watched since `at`: its stall counts from then at the
+    /// earliest (a graceful drain still under way keeps holding it back).
+    pub fn hold_back(&mut self, shard: &str, at: u64) {
+        let held = self.held_back.entry(shard.to_owned()).or_default();
+        if *held != u64::MAX {
+            *held = (*held).max(at);
+        }
+    }
+
+    /// `shard`'s holder finished its graceful shutdown at `at`.
+    pub fn left(&mut self, shard: &str, at: u64) {
+        self.held_back.insert(shard.to_owned(), at);
+        self.left_at.insert(shard.to_owned(), at);
+    }
+
+    /// `shard` made progress at `at`.
+    pub fn progressed(&mut self, shard: &str, at: u64) {
+        if self.left_at.get(shard).is_some_and(|left| at >= *left) {
+            self.left_at.remove(shard);
+        }
+    }
+
+    /// Fault time within `[from, to]` (the union of the fault intervals).
+    pub fn excused(&self, from: u64, to: u64) -> u64 {
+        let mut spans: Vec<(u64, u64)> = self
+            .faults
+            .iter()
+            .map(|(a, b)| ((*a).max(from), (*b).min(to)))
+            .filter(|(a, b)| b > a)
+            .collect();
+        spans.sort_unstable();
+        let (mut total, mut reach) = (0, from);
+        for (a, b) in spans {
+            let a = a.max(reach);
+            if b > a {
+                total += b - a;
+                reach = b;
+            }
+        }
+        total
+    }
+
+    /// The shards that stall at `now` beyond `bound` (the crash bound with its slack for this
+    /// plan); each stall is reported once.
+    pub fn check(
+        &mut self,
+        now: u64,
+        bound: u64,
+        shards: &BTreeMap<String, ShardNow>,
+    ) -> Vec<Stall> {
+        let mut stalls = Vec::new();
+        for (shard, s) in shards {
+            if s.busy {
+                continue;
+            }
+            let held = self.held_back.get(shard).copied().unwrap_or(0);
+            if held == u64::MAX {
+                continue;
+            }
+            let since = s.due.max(s.progress.unwrap_or(0)).max(held);
+            if since >= now {
+                continue;
+            }
+            let after_leave = self.left_at.get(shard).is_some_and(|left| *left == since);
+            let limit = if after_leave { LEAVE_BOUND } else { bound };
+            let stalled = (now - since).saturating_sub(self.excused(since, now));
+            if stalled > limit && self.reported.get(shard) != Some(&since) {
+                self.reported.insert(shard.clone(), since);
+                stalls.push(Stall {
+                    shard: shard.clone(),
+                    since,
+                    stalled,
+                    bound: limit,
+                    after_leave,
+                });
+            }
+        }
+        stalls
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(due: u64, progress: Option<u64>) -> BTreeMap<String, ShardNow> {
+        BTreeMap::from([(
+            "s".to_owned(),
+            ShardNow {
+                due,
+                progress,
+                busy: false,
+            },
+        )])
+    }
+
+    #[test]
+    fn a_stall_past_the_bound_is_reported_once() {
+        let mut l = Liveness::default();
+        assert!(l.check(16_000, 17_000, &one(0, Some(0))).is_empty());
+        let stalls = l.check(17_500, 17_000, &one(0, Some(0)));
+        assert_eq!(stalls.len(), 1);
+        assert_eq!(stalls[0].stalled, 17_500);
+        assert!(l.check(18_000, 17_000, &one(0, Some(0))).is_empty());
+    }
+
+    #[test]
+    fn faults_extend_the_bound_by_their_own_duration() {
+        let mut l = Liveness::default();
+        l.fault(1_000, 6_000);
+        l.fault(4_000, 8_000); // overlapping: 7 s of fault time in all
+        assert_eq!(l.excused(0, 30_000), 7_000);
+        assert!(l.check(23_000, 17_000, &one(0, None)).is_empty());
+        assert_eq!(l.check(24_500, 17_000, &one(0, None)).len(), 1);
+    }
+
+    #[test]
+    fn a_graceful_leave_holds_back_then_the_leave_bound_applies() {
+        let mut l = Liveness::default();
+        l.draining("s");
+        assert!(l.check(60_000, 17_000, &one(0, Some(0))).is_empty());
+        l.left("s", 60_000);
+        assert!(l.check(64_000, 17_000, &one(0, Some(0))).is_empty());
+        let stalls = l.check(65_500, 17_000, &one(0, Some(0)));
+        assert_eq!(stalls.len(), 1);
+        assert!(stalls[0].after_leave);
+        // Progress after the leave: the crash bound applies again.
+        l.progressed("s", 66_000);
+        assert!(l.check(80_000, 17_000, &one(0, Some(66_000))).is_empty());
+    }
+
+    #[test]
+    fn busy_shards_and_fresh_records_do_not_stall() {
+        let mut l = Liveness::default();
+        let busy = BTreeMap::from([(
+            "s".to_owned(),
+            ShardNow {
+                due: 0,
+                progress: None,
+                busy: true,
+            },
+        )]);
+        assert!(l.check(100_000, 17_000, &busy).is_empty());
+        assert!(l.check(100_000, 17_000, &one(90_000, Some(0))).is_empty());
+    }
+}
