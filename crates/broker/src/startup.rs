@@ -21,9 +21,11 @@ impl Broker {
     /// [`BrokerError::NoSubscriptions`]; [`BrokerError::Stream`] naming a stream that is
     /// invalid or missing; [`BrokerError::LeaseTable`] when the lease table is missing (and
     /// not to be created), has the wrong key, or cannot be reached; [`BrokerError::Dispatch`]
-    /// for invalid worker settings; [`BrokerError::OwnerInUse`] when rows of a stream name
-    /// this owner id and another live process renews them (checked by reading them twice, a
-    /// renew interval and a take interval apart, only when such rows exist).
+    /// for invalid worker settings; [`BrokerError::OwnerInUse`] when rows of a stream (its
+    /// shard rows or this id's member row) name this owner id and another live process
+    /// renews them (checked by reading them twice, a renew interval and a take interval
+    /// apart, only when such rows exist; another instance asking for one of them is no
+    /// renewal).
     pub async fn start(self) -> Result<RunningBroker, BrokerError> {
         if self.subscriptions.is_empty() {
             return Err(BrokerError::NoSubscriptions);

@@ -490,32 +490,86 @@ impl Keeper {
         let shared = self.shared.clone();
         let config = &shared.config;
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        // Whether a release was sent whose answer never came: it may have landed.
+        let mut unanswered = false;
         loop {
             let store = self.shared.store.clone();
             let call = store.release(&self.key, &self.holder, checkpoint.as_ref());
             match self.bounded(deadline, call).await {
                 None => return self.lose("could not release before the lease lapses"),
-                Some(Ok(Outcome::Written(_))) => {
-                    if let Some(cp) = &checkpoint {
-                        self.record_written(cp);
-                    }
-                    let ended = checkpoint == Some(Checkpoint::ShardEnd);
-                    tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
-                    if ended {
-                        // Other instances may read the children now.
-                        shared.bump_epoch("shard end").await;
-                    }
-                    return if ended { Exit::Ended } else { Exit::Released };
+                Some(Ok(Outcome::Written(_))) => return self.released(checkpoint).await,
+                Some(Ok(Outcome::Lost(_)))
+                    if unanswered && self.release_landed(checkpoint.as_ref(), deadline).await =>
+                {
+                    tracing::info!("an earlier release whose answer was lost had landed");
+                    return self.released(checkpoint).await;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {
                     return self.lost_to(lost.holder.as_deref(), "lost before the final checkpoint")
                 }
                 Some(Err(error)) => {
                     tracing::warn!(error = %ErrorChain(&error), "release failed; retrying");
+                    unanswered = true;
                     self.pause(backoff.next_delay(), deadline).await;
                 }
             }
         }
+    }
+
+    /// The release with `checkpoint` landed: record it, and after a shard end tell the others.
+    async fn released(&mut self, checkpoint: Option<Checkpoint>) -> Exit {
+        if let Some(cp) = &checkpoint {
+            self.record_written(cp);
+        }
+        let ended = checkpoint == Some(Checkpoint::ShardEnd);
+        tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
+        if ended {
+            // Other instances may read the children now.
+            self.shared.bump_epoch("shard end").await;
+            Exit::Ended
+        } else {
+            Exit::Released
+        }
+    }
+
+    /// A release retried after one whose answer was lost was refused: reads the row (retrying
+    /// until the deadline) to see whether the earlier release landed. False when the row says
+    /// otherwise or cannot be read in time: the lease then counts as lost.
+    async fn release_landed(&self, checkpoint: Option<&Checkpoint>, deadline: Instant) -> bool {
+        let config = &self.shared.config;
+        let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        loop {
+            let lapse = self.lapse_at(deadline);
+            if Instant::now() >= lapse {
+                return false;
+            }
+            match timeout_at(lapse, self.shared.store.read(&self.key)).await {
+                Err(_) => return false,
+                Ok(Ok(row)) => {
+                    return row.is_some_and(|row| release_landed(&row, &self.holder, checkpoint))
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(error = %ErrorChain(&error), "reading the row after a refused release failed; retrying");
+                    self.pause(backoff.next_delay(), deadline).await;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `row`, read after a release by `holder` with `checkpoint` whose answer was lost
+/// and whose retry was refused, shows that release landed. A finished row (`SHARD_END`) that
+/// `holder` no longer holds was finished by it: only a holder writes `SHARD_END`, and nobody
+/// takes a finished row. Otherwise the row must be free and carry the released checkpoint (a
+/// row taken since by another instance proves nothing either way, and counts as lost).
+fn release_landed(row: &Lease, holder: &Holder, checkpoint: Option<&Checkpoint>) -> bool {
+    if row.is_held_with(holder) {
+        return false;
+    }
+    match checkpoint {
+        Some(Checkpoint::ShardEnd) => row.is_finished(),
+        Some(cp) => row.owner.is_none() && row.checkpoint.as_ref() == Some(cp),
+        None => row.owner.is_none(),
     }
 }
 
@@ -528,4 +582,61 @@ fn after(wait: std::time::Duration) -> Instant {
 
 fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
     shared.metrics.handed_over();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kinesis_lease_core::SequenceNumber;
+
+    fn row(owner: Option<&str>, token: Option<&str>, checkpoint: Option<Checkpoint>) -> Lease {
+        let mut row = Lease::new(LeaseKey::new("s", "shard-1").unwrap(), Vec::new());
+        row.owner = owner.map(str::to_owned);
+        row.token = token.map(str::to_owned);
+        row.checkpoint = checkpoint;
+        row
+    }
+
+    #[test]
+    fn a_finished_row_no_longer_held_is_our_shard_end() {
+        let me = Holder::new("x", "t");
+        let end = Some(&Checkpoint::ShardEnd);
+        assert!(release_landed(
+            &row(None, None, Some(Checkpoint::ShardEnd)),
+            &me,
+            end
+        ));
+        // Not finished: someone took it from us before our release.
+        let seq = Checkpoint::Sequence(SequenceNumber::new("5", None).unwrap());
+        assert!(!release_landed(
+            &row(Some("y"), Some("u"), Some(seq)),
+            &me,
+            end
+        ));
+        assert!(!release_landed(&row(None, None, None), &me, end));
+    }
+
+    #[test]
+    fn a_free_row_with_our_checkpoint_is_our_release() {
+        let me = Holder::new("x", "t");
+        let seq = Checkpoint::Sequence(SequenceNumber::new("5", None).unwrap());
+        let other = Checkpoint::Sequence(SequenceNumber::new("9", None).unwrap());
+        assert!(release_landed(
+            &row(None, None, Some(seq.clone())),
+            &me,
+            Some(&seq)
+        ));
+        assert!(!release_landed(
+            &row(None, None, Some(other)),
+            &me,
+            Some(&seq)
+        ));
+        assert!(!release_landed(
+            &row(Some("y"), Some("u"), Some(seq.clone())),
+            &me,
+            Some(&seq)
+        ));
+        assert!(release_landed(&row(None, None, None), &me, None));
+        assert!(!release_landed(&row(Some("x"), Some("t"), None), &me, None));
+    }
 }

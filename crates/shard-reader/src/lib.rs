@@ -37,6 +37,7 @@ mod roster;
 mod shared;
 mod start;
 mod take_plan;
+mod twin;
 
 pub use aws::AwsKinesis;
 pub use config::ReaderConfig;

@@ -78,7 +78,8 @@ pub(crate) struct Plan<'a> {
 }
 
 /// The rows whose shard is unfinished and whose parents are finished or gone from the stream
-/// (`listed(parent)` says whether the stream still lists a parent).
+/// (`listed(parent)` says whether a parent without a row may still be in the stream: true
+/// unless a listing of the stream's shards proves it gone).
 pub(crate) fn readable(rows: &[Lease], listed: impl Fn(&str) -> bool) -> Vec<&Lease> {
     let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
     rows.iter()

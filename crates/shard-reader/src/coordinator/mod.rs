@@ -4,8 +4,9 @@
 //! shard ends), creates the missing lease rows with their parents and start position, and
 //! every `take_interval` takes rows it may read: free rows, rows handed over to it, and rows
 //! whose holder stopped renewing. Children of a split or merge are taken only once every
-//! parent's checkpoint is `SHARD_END` (or the parent has left the stream), so parents finish
-//! before children.
+//! parent's checkpoint is `SHARD_END` (or the parent has left the stream, as a ListShards
+//! sent after the child existed shows: no listing, or a failed one, proves nothing), so
+//! parents finish before children.
 //!
 //! # Every take is fenced
 //!
@@ -19,9 +20,10 @@
 //! A take writes a token fresh for that take, and the keeper's writes require it. A row that
 //! names this owner id but carries a token this coordinator never wrote belongs to another
 //! process with the same id (or to a crashed earlier run of this one): it is treated as
-//! foreign, and if its counter moves, the id is live elsewhere and the subscription fails with
-//! [`ReaderError::OwnerInUse`] instead of fighting over it. A take whose response was lost is
-//! adopted at the next listing when the row carries its token.
+//! foreign, and if its holder writes it (its counter moves further than another instance's
+//! hand-over request explains, see `twin`), the id is live elsewhere and the subscription
+//! fails with [`ReaderError::OwnerInUse`] instead of fighting over it. A take whose response
+//! was lost is adopted at the next listing when the row carries its token.
 //!
 //! # Reads that do not grow with the stream
 //!
@@ -67,14 +69,16 @@ pub struct Coordinator;
 
 impl Coordinator {
     /// Checks, before starting, that no other live process uses `owner` on `stream`: when
-    /// rows of the stream name this owner id with a token, reads them again after `wait` (a
-    /// renew interval and a little more) and fails if one was renewed meanwhile. Costs nothing
-    /// when no row names the id (fresh, unique ids; or rows released by a clean shutdown).
+    /// rows of the stream (or the id's member row) name this owner id with a token, reads them
+    /// again after `wait` (a renew interval and a little more) and fails if the holder wrote
+    /// one meanwhile (see `twin`: another instance's hand-over request moves a row's counter
+    /// too, and proves nothing). Costs one read when no row names the id (fresh, unique ids;
+    /// or rows released by a clean shutdown).
     ///
     /// # Errors
     ///
-    /// [`ReaderError::OwnerInUse`] naming a shard the other process renewed;
-    /// [`ReaderError::Lease`] when the store fails.
+    /// [`ReaderError::OwnerInUse`] naming a shard (or the member row) the other process
+    /// renewed; [`ReaderError::Lease`] when the store fails.
     pub async fn probe_owner(
         store: &dyn LeaseStore,
         stream: &str,
@@ -86,24 +90,37 @@ impl Coordinator {
             shard: String::new(),
             source,
         };
-        let mine = |rows: Vec<Lease>| -> HashMap<String, (Option<String>, u64)> {
-            rows.into_iter()
-                .filter(|r| r.is_held_by(owner) && r.token.is_some())
-                .map(|r| (r.key.shard().to_owned(), (r.token, r.counter)))
-                .collect()
+        let member = member_key(stream, owner)?;
+        // The rows naming this id with a token, by key: the shard rows and the member row.
+        let read = || async {
+            let mut rows = store.list(stream).await.map_err(lease_error)?;
+            rows.extend(store.read(&member).await.map_err(lease_error)?);
+            Ok::<_, ReaderError>(
+                rows.into_iter()
+                    .filter(|r| r.is_held_by(owner) && r.token.is_some())
+                    .map(|r| (r.key.clone(), r))
+                    .collect::<HashMap<_, _>>(),
+            )
         };
-        let before = mine(store.list(stream).await.map_err(lease_error)?);
+        let before = read().await?;
         if before.is_empty() {
             return Ok(());
         }
         tracing::info!(%stream, %owner, rows = before.len(), ?wait, "rows name this owner id: checking that no live process renews them");
         tokio::time::sleep(wait).await;
-        let after = mine(store.list(stream).await.map_err(lease_error)?);
-        for (shard, (token, counter)) in after {
-            if before
-                .get(&shard)
-                .is_some_and(|(t, c)| *t == token && *c != counter)
-            {
+        let after = read().await?;
+        for (key, row) in after {
+            if before.get(&key).is_some_and(|seen| {
+                crate::twin::holder_wrote(
+                    crate::twin::Sighting::of(seen),
+                    crate::twin::Sighting::of(&row),
+                )
+            }) {
+                let shard = if key == member {
+                    key.to_string()
+                } else {
+                    key.shard().to_owned()
+                };
                 return Err(ReaderError::OwnerInUse {
                     owner: owner.to_owned(),
                     stream: stream.to_owned(),
@@ -179,7 +196,21 @@ struct Seen {
     counter: u64,
     owner: Option<String>,
     token: Option<String>,
+    /// Whether the row was marked wanted (see `twin`).
+    wanted: bool,
     since: Instant,
+}
+
+impl Seen {
+    /// What this sighting showed, for `twin`.
+    fn sighting(&self) -> crate::twin::Sighting<'_> {
+        crate::twin::Sighting {
+            owner: self.owner.as_deref(),
+            token: self.token.as_deref(),
+            counter: self.counter,
+            wanted: self.wanted,
+        }
+    }
 }
 
 /// A take whose outcome is unknown (the store failed or lost the response): adopted if the
@@ -402,6 +433,7 @@ impl State {
             counter: row.counter,
             owner: row.owner.clone(),
             token: row.token.clone(),
+            wanted: row.wanted_by.is_some(),
             since: now,
         };
         let entry = self
@@ -545,6 +577,33 @@ impl State {
         }
     }
 
+    /// The parents of `rows` that a listing of the stream's shards proves gone from the
+    /// stream: a ListShards that succeeded omits them though it was sent after one of their
+    /// children existed (it lists the child, or was sent after the child's row was first seen
+    /// here). A parent is older than its children, so such a listing would list it were it
+    /// still in the stream. Without such a listing (none succeeded yet, or only ones older
+    /// than the children), a parent with no row may be there, its row not created yet: its
+    /// children wait.
+    fn parents_gone(&self, rows: &[Lease]) -> HashSet<String> {
+        let Some(synced_at) = self.synced_at else {
+            return HashSet::new();
+        };
+        let listed = |shard: &str| self.stream_shards.contains_key(shard);
+        rows.iter()
+            .filter(|child| {
+                let shard = child.key.shard();
+                listed(shard)
+                    || self
+                        .first_seen
+                        .get(shard)
+                        .is_some_and(|seen| *seen <= synced_at)
+            })
+            .flat_map(|child| child.parents.iter())
+            .filter(|parent| !listed(parent))
+            .cloned()
+            .collect()
+    }
+
     /// True when this coordinator wrote `token` into `shard`'s row.
     fn is_mine(&self, shard: &str, token: Option<&str>) -> bool {
         token.is_some_and(|t| self.tokens.get(shard).is_some_and(|ts| ts.contains(t)))
@@ -562,10 +621,9 @@ impl State {
                 && row.token.is_some()
                 && !held.contains(shard)
                 && !self.is_mine(shard, row.token.as_deref())
+                // A write only its holder makes, not another instance's request (see `twin`).
                 && previous.is_some_and(|seen| {
-                    seen.owner == row.owner
-                        && seen.token == row.token
-                        && seen.counter != row.counter
+                    crate::twin::holder_wrote(seen.sighting(), crate::twin::Sighting::of(row))
                 });
             if twin {
                 return Err(ReaderError::OwnerInUse {
@@ -581,6 +639,7 @@ impl State {
                         counter: row.counter,
                         owner: row.owner.clone(),
                         token: row.token.clone(),
+                        wanted: row.wanted_by.is_some(),
                         since: now,
                     },
                 );
@@ -674,7 +733,8 @@ impl State {
             .collect();
         let held: HashSet<String> = shared.held().keys().cloned().collect();
         let pending: HashSet<String> = self.pending.keys().cloned().collect();
-        let readable = take_plan::readable(&rows, |parent| self.stream_shards.contains_key(parent));
+        let gone = self.parents_gone(&rows);
+        let readable = take_plan::readable(&rows, |parent| !gone.contains(parent));
         let first_round = !self.took_a_round;
         let departed: HashSet<String> = self.departed.keys().cloned().collect();
         if rows.iter().any(|r| {
