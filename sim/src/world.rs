@@ -78,7 +78,9 @@ struct IdLife {
 #[derive(Debug, Clone)]
 struct Orphan {
     shards: Vec<String>,
-    watcher: Option<String>,
+    /// The watcher's id, member-row token (a restarted watcher is a new process) and whether
+    /// its process is alive (a crashed watcher watches nobody).
+    watcher: Option<(String, Option<String>, bool)>,
     since_ms: u64,
     /// The crashed run's member-row token: the orphan is adopted once the row carries another.
     token: Option<String>,
@@ -1088,12 +1090,21 @@ impl World {
                     && r.token == orphan.token
             })
         });
+        let crashed: BTreeSet<String> = self.orphans.keys().cloned().collect();
         for (id, orphan) in &mut self.orphans {
             let before = present.iter().rfind(|w| **w < id.as_str());
             let watcher = before
                 .or_else(|| present.iter().next_back().filter(|w| **w != id.as_str()))
-                .map(|w| (*w).to_owned());
-            if orphan.watcher.is_some() && orphan.watcher != watcher {
+                .map(|w| {
+                    let token = rows
+                        .iter()
+                        .find(|r| r.key.shard() == *w)
+                        .and_then(|r| r.token.clone());
+                    ((*w).to_owned(), token, !crashed.contains(*w))
+                });
+            // The clock runs only while a live process watches it, from when that one began.
+            let alive = watcher.as_ref().is_some_and(|(_, _, alive)| *alive);
+            if !alive || (orphan.watcher.is_some() && orphan.watcher != watcher) {
                 orphan.since_ms = now;
             }
             orphan.watcher = watcher;
