@@ -114,8 +114,8 @@ pub mod kinesis {
     pub use kinesis_lease_core::{BoxFuture, SequenceNumber};
     #[doc(inline)]
     pub use kinesis_shard_reader::{
-        AwsKinesis, KinesisApi, PutEntry, PutOutcome, ReaderError, RecordsPage, Shard, ShardEvent,
-        ShardSubscription, StartAt, StreamConsumer,
+        AwsKinesis, ConsumerStatus, KinesisApi, PutEntry, PutOutcome, ReaderError, RecordsPage,
+        Shard, ShardEvent, ShardSubscription, StartAt, StreamConsumer,
     };
 }
 
@@ -127,7 +127,7 @@ pub mod testing {
     #[doc(inline)]
     pub use kinesis_lease_core::ManualClock;
     #[doc(inline)]
-    pub use kinesis_shard_reader::{hash_key, MemoryStream, Op, StoredRecord};
+    pub use kinesis_shard_reader::{hash_key, ConsumerDeletion, MemoryStream, Op, StoredRecord};
 }
 
 /// The README's usage example, compiled as a doctest.

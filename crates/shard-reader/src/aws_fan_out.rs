@@ -12,8 +12,20 @@ use kinesis_dispatch::Record;
 use kinesis_lease_core::{BoxFuture, SequenceNumber};
 
 use crate::aws::{classify, to_system_time, AwsKinesis};
-use crate::kinesis::{ShardEvent, ShardSubscription, StartAt, StreamConsumer};
+use crate::kinesis::{
+    ConsumerStatus as Status, ShardEvent, ShardSubscription, StartAt, StreamConsumer,
+};
 use crate::ReaderError;
+
+/// The SDK's consumer status as ours; a status this crate does not know counts as `CREATING`
+/// (not usable, and not a reason to register again).
+fn status_of(status: &ConsumerStatus) -> Status {
+    match status {
+        ConsumerStatus::Active => Status::Active,
+        ConsumerStatus::Deleting => Status::Deleting,
+        _ => Status::Creating,
+    }
+}
 
 impl AwsKinesis {
     async fn stream_arn(&self, stream: &str) -> Result<String, ReaderError> {
@@ -46,10 +58,10 @@ impl AwsKinesis {
         match registered {
             Ok(out) => {
                 let c = out.consumer();
-                Ok(StreamConsumer::new(
+                Ok(StreamConsumer::with_status(
                     c.map_or(name, |c| c.consumer_name()),
                     c.map_or("", |c| c.consumer_arn()),
-                    c.is_some_and(|c| *c.consumer_status() == ConsumerStatus::Active),
+                    c.map_or(Status::Creating, |c| status_of(c.consumer_status())),
                 ))
             }
             Err(error) => match classify(
@@ -103,10 +115,10 @@ impl AwsKinesis {
                 resource: format!("{stream}/consumer/{name}"),
                 source: "no consumer in the response".into(),
             })?;
-        Ok(StreamConsumer::new(
+        Ok(StreamConsumer::with_status(
             c.consumer_name(),
             c.consumer_arn(),
-            *c.consumer_status() == ConsumerStatus::Active,
+            status_of(c.consumer_status()),
         ))
     }
 

@@ -15,9 +15,15 @@
 //!   limit; one silent for 30 s (Kinesis sends an event at least every 5 s) is taken for a dead
 //!   connection and renewed;
 //! - ResourceNotFound on a subscription means the shard, or the consumer, is gone: the consumer
-//!   is described first, and registered again (with its new ARN) if it is gone; only with the
-//!   consumer in place does the reader ask ListShards whether the shard ended, as polling does;
-//! - the last event of an ended shard has no continuation: the shard ends as with polling.
+//!   is described first. Unless it is `ACTIVE` under the reader's ARN (after a
+//!   DeregisterStreamConsumer AWS describes it, same ARN, as `DELETING` for a while), the
+//!   reader waits for it and registers it again, one reader of the subscription at a time,
+//!   retrying with backoff; the new ARN is shared, so readers started later subscribe with it
+//!   at once. A consumer not in place never ends a shard. Only with the consumer in place does
+//!   the reader ask ListShards, as polling does, and even then a shard ends only if ListShards
+//!   no longer has it (aged out) or the reader delivered its ending sequence number;
+//! - the last event of an ended shard has no continuation and names the children: the shard
+//!   ends as with polling. That, or one of the two proofs above, is the only way it ends.
 //!
 //! The consumer itself is registered by the coordinator before it takes any shard
 //! (`register_consumer`).
@@ -29,6 +35,7 @@ use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::time::Instant;
 
 use crate::keeper::KeeperCmd;
+use crate::kinesis::ConsumerStatus;
 use crate::reader::{Delivered, Reader, Stop};
 use crate::shared::Shared;
 use crate::start::StartPlan;
@@ -83,7 +90,7 @@ impl Reader {
                 Err(Stop::Stopped) => return,
                 Ok(Ok(subscription)) => subscription,
                 Ok(Err(error)) => match self
-                    .subscription_failed(error, &mut arn, &mut backoff)
+                    .subscription_failed(error, &mut arn, &mut backoff, at.last_delivered.clone())
                     .await
                 {
                     Next::Resubscribe => continue,
@@ -100,8 +107,9 @@ impl Reader {
                     Ok(Ok(Ok(None))) => break,
                     Ok(Ok(Err(error))) => {
                         drop(subscription);
+                        let last = at.last_delivered.clone();
                         match self
-                            .subscription_failed(error, &mut arn, &mut backoff)
+                            .subscription_failed(error, &mut arn, &mut backoff, last)
                             .await
                         {
                             Next::Resubscribe => break,
@@ -138,60 +146,135 @@ impl Reader {
     }
 
     /// A subscribe or an event failed. ResourceNotFound (`ShardNotFound`) is ambiguous on a
-    /// subscription: the consumer may be what is gone (deregistered, or registered again with
-    /// a new ARN). It is described first; gone, it is registered again and the reader goes on
-    /// with its new ARN. Only with the consumer in place is the error the polling reader's.
+    /// subscription: the consumer may be what is gone (deregistered, still `DELETING`, or
+    /// registered again with a new ARN). Unless the consumer is `ACTIVE` under this reader's
+    /// ARN, the reader waits for it (registering it again, see `consumer_again`) and
+    /// subscribes again; never does it take the error for the shard's end then. Only with the
+    /// consumer in place is the error the polling reader's (`Reader::failed`), which still
+    /// ends the shard only if ListShards no longer has it or it was read to its end.
     async fn subscription_failed(
         &mut self,
         error: ReaderError,
         arn: &mut String,
         backoff: &mut Backoff,
+        last_delivered: Option<SequenceNumber>,
     ) -> Next {
         if let ReaderError::ShardNotFound { .. } = error {
-            let shared = self.shared.clone();
-            let name = shared.config.fan_out.clone().unwrap_or_default();
-            let described = self
-                .or_stop(
-                    shared
-                        .kinesis
-                        .describe_consumer(&shared.config.stream, &name),
-                )
-                .await;
-            match described {
+            match self.consumer_in_place(arn, backoff).await {
                 Err(Stop::Stopped) => return Next::Stop,
-                Ok(Ok(consumer)) if consumer.arn == *arn => {}
-                Ok(Ok(_)) | Ok(Err(ReaderError::ConsumerNotFound { .. })) => {
-                    tracing::warn!(consumer = %name, "the fan-out consumer is gone or was replaced; registering it again");
-                    let registered = self.or_stop(register_consumer(&shared, &name)).await;
-                    return match registered {
-                        Err(Stop::Stopped) => Next::Stop,
-                        Ok(Ok(new)) => {
-                            *arn = new;
-                            Next::Resubscribe
-                        }
-                        Ok(Err(error)) => {
-                            shared.fail(error);
-                            let _ = self.keeper.send(KeeperCmd::Release).await;
-                            Next::Stop
-                        }
-                    };
-                }
-                // Cannot tell now: never conclude that the shard ended; try again later.
-                Ok(Err(other)) => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!(error = %ErrorChain(&other), ?delay, "subscription not found and the consumer could not be described; retrying");
-                    return match self.pause(delay).await {
-                        Ok(()) => Next::Resubscribe,
-                        Err(Stop::Stopped) => Next::Stop,
-                    };
-                }
+                Ok(false) => return Next::Resubscribe,
+                Ok(true) => {}
             }
         }
-        match self.failed(error, backoff).await {
+        match self.failed(error, backoff, last_delivered).await {
             Ok(()) => Next::Resubscribe,
             Err(Stop::Stopped) => Next::Stop,
         }
     }
+
+    /// After ResourceNotFound on a subscription: `Ok(true)` if the consumer is `ACTIVE` under
+    /// `arn` (so the shard is what Kinesis did not find); `Ok(false)` once the reader has the
+    /// consumer's current ARN in `arn` (another reader's re-registration, another instance's,
+    /// or its own), or after a pause when the consumer could not be described: subscribe again.
+    async fn consumer_in_place(
+        &mut self,
+        arn: &mut String,
+        backoff: &mut Backoff,
+    ) -> Result<bool, Stop> {
+        let shared = self.shared.clone();
+        // Another reader of this subscription registered it again meanwhile.
+        if let Some(known) = shared.consumer_arn.get().filter(|known| known != arn) {
+            tracing::info!(arn = %known, "the fan-out consumer was registered again; subscribing with its new ARN");
+            *arn = known;
+            return Ok(false);
+        }
+        let name = shared.config.fan_out.clone().unwrap_or_default();
+        let described = self
+            .or_stop(
+                shared
+                    .kinesis
+                    .describe_consumer(&shared.config.stream, &name),
+            )
+            .await?;
+        match described {
+            Ok(consumer) if consumer.status == ConsumerStatus::Active && consumer.arn == *arn => {
+                Ok(true)
+            }
+            // Registered again by another instance: use it.
+            Ok(consumer) if consumer.status == ConsumerStatus::Active => {
+                tracing::info!(consumer = %name, arn = %consumer.arn, "the fan-out consumer was registered again; subscribing with its new ARN");
+                shared.consumer_arn.replace(arn, consumer.arn.clone());
+                *arn = consumer.arn;
+                Ok(false)
+            }
+            // Being deleted, gone, or being created under a new ARN: wait for it.
+            Ok(consumer) => {
+                tracing::warn!(consumer = %name, status = ?consumer.status, arn = %consumer.arn, "the fan-out consumer is not ACTIVE; waiting for it and registering it again");
+                self.consumer_again(arn).await.map(|()| false)
+            }
+            Err(ReaderError::ConsumerNotFound { .. }) => {
+                tracing::warn!(consumer = %name, "the fan-out consumer is gone; registering it again");
+                self.consumer_again(arn).await.map(|()| false)
+            }
+            Err(error @ ReaderError::StreamNotFound { .. }) => {
+                self.failed(error, backoff, None).await.map(|()| false)
+            }
+            // Cannot tell now: never conclude that the shard ended; try again later.
+            Err(other) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %ErrorChain(&other), ?delay, "subscription not found and the consumer could not be described; retrying");
+                self.pause(delay).await.map(|()| false)
+            }
+        }
+    }
+
+    /// Registers the consumer again (waiting while it is `DELETING`, then until the new one is
+    /// `ACTIVE`) and puts its ARN in `arn` and in the subscription's shared ARN, so readers
+    /// started later subscribe with it at once. One reader of the subscription does it at a
+    /// time; the others wait and take its ARN. A registration that fails is retried with
+    /// backoff for as long as the reader runs; only a permanent error (the stream gone, a
+    /// refusal such as access denied) fails the subscription.
+    async fn consumer_again(&mut self, arn: &mut String) -> Result<(), Stop> {
+        let shared = self.shared.clone();
+        let _one_at_a_time = self.or_stop(shared.consumer_arn.renewing()).await?;
+        if let Some(known) = shared.consumer_arn.get().filter(|known| known != arn) {
+            tracing::info!(arn = %known, "the fan-out consumer was registered again; subscribing with its new ARN");
+            *arn = known;
+            return Ok(());
+        }
+        let name = shared.config.fan_out.clone().unwrap_or_default();
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        loop {
+            match self.or_stop(register_consumer(&shared, &name)).await? {
+                Ok(new) => {
+                    tracing::info!(consumer = %name, arn = %new, "fan-out consumer registered again");
+                    shared.consumer_arn.set(new.clone());
+                    *arn = new;
+                    return Ok(());
+                }
+                Err(error) if permanent(&error) => {
+                    shared.fail(error);
+                    let _ = self.keeper.send(KeeperCmd::Release).await;
+                    return Err(Stop::Stopped);
+                }
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %ErrorChain(&error), ?delay, consumer = %name, "registering the fan-out consumer again failed; retrying");
+                    self.pause(delay).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Errors of registering a consumer that no retry can mend: they fail the subscription.
+fn permanent(error: &ReaderError) -> bool {
+    matches!(
+        error,
+        ReaderError::StreamNotFound { .. }
+            | ReaderError::Refused { .. }
+            | ReaderError::Invalid { .. }
+    )
 }
 
 /// How long the coordinator waits for a new consumer to become `ACTIVE`.
@@ -209,8 +292,9 @@ pub(crate) async fn register_consumer(shared: &Shared, name: &str) -> Result<Str
         operation: "DescribeStreamConsumer",
         resource: format!("{stream}/consumer/{name} (not ACTIVE within {ACTIVE_WITHIN:?})"),
     };
-    // Register (or find), then describe until ACTIVE; a consumer that vanishes meanwhile (it
-    // was being deleted) is registered again.
+    // Register (or find), then describe until ACTIVE. One still `DELETING` (registering its
+    // name finds it so) is described until it is gone, then registered again: a new consumer,
+    // with a new ARN.
     'register: loop {
         if Instant::now() >= deadline {
             return Err(late());

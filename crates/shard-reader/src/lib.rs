@@ -47,8 +47,10 @@ pub use error::{validate_stream_name, ReaderError};
 pub use handle::{CoordinatorHandle, ShardStats};
 pub use hooks::{Hooks, Release, ShardInfo, DEFAULT_HOOK_BOUND};
 pub use kinesis::{
-    KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent, ShardSubscription, StartAt,
-    StreamConsumer,
+    ConsumerStatus, KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent,
+    ShardSubscription, StartAt, StreamConsumer,
 };
+#[cfg(feature = "testing")]
+pub use memory_fan_out::ConsumerDeletion;
 #[cfg(feature = "testing")]
 pub use memory_stream::{hash_key, MemoryStream, Op, StoredRecord};

@@ -7,9 +7,15 @@
 //! - one subscribe per second per consumer and shard (`Throttled` otherwise: LimitExceeded);
 //!   a second subscription within 5 s of a successful one is refused (`InUse`), and one after
 //!   that takes over: the first fails with `InUse` at its next event;
-//! - a subscribe (or an event) through a consumer that no longer exists answers
+//! - a deregistered consumer is `DELETING` for a while (see [`ConsumerDeletion`]): described
+//!   by name it still answers, with its ARN and status `DELETING`, and RegisterStreamConsumer
+//!   of its name answers that description too (the AWS client finds it so, after
+//!   ResourceInUse); once the deletion is over it is gone (`ConsumerNotFound`), and
+//!   registering the name again makes a new consumer with a new ARN (AWS puts the creation
+//!   time in it);
+//! - a subscribe (or an event) through a consumer that is `DELETING` or gone answers
 //!   ResourceNotFound, as Kinesis does, which readers cannot tell from a shard gone
-//!   (`ShardNotFound`); describing it answers `ConsumerNotFound`;
+//!   (`ShardNotFound`);
 //! - a subscription ends after 5 minutes (tokio time, so paused clocks reach it);
 //! - an event carries up to 10,000 records, the continuation sequence number and
 //!   MillisBehindLatest; at the tip an empty event comes every 5 s;
@@ -17,6 +23,9 @@
 //!
 //! [`MemoryStream::cut_subscriptions`] drops every live connection: each subscription's next
 //! event fails with `Transient`, as a reset connection does.
+//! [`MemoryStream::deregister_consumer_for`] deregisters a consumer with a `DELETING` period of
+//! the test's choice; [`MemoryStream::set_consumer_deletion`] sets the period of
+//! `KinesisApi::deregister_consumer` (by default 5 s, as AWS takes seconds).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,7 +33,7 @@ use std::time::Duration;
 use kinesis_lease_core::BoxFuture;
 use tokio::time::Instant;
 
-use crate::kinesis::{ShardEvent, ShardSubscription, StartAt, StreamConsumer};
+use crate::kinesis::{ConsumerStatus, ShardEvent, ShardSubscription, StartAt, StreamConsumer};
 use crate::memory_stream::{
     invalid, not_found, sequence_text, shard_not_found, MemoryStream, Op, State,
 };
@@ -39,18 +48,90 @@ const EVENT_RECORDS: usize = 10_000;
 /// Subscribes allowed per consumer and shard: one a second.
 const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);
 
+/// How long a deregistered consumer of a [`MemoryStream`] stays `DELETING` (described, with
+/// its ARN, but not usable) before it is gone and its name can be registered again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsumerDeletion {
+    /// For this many answers describing it: DescribeStreamConsumer, and RegisterStreamConsumer
+    /// of its name (which answers with its description). `Describes(3)`: the first three
+    /// answer `DELETING`, the fourth finds it gone. `Describes(0)`: gone at once.
+    Describes(u32),
+    /// For this long, in tokio time (so paused clocks reach the end).
+    For(Duration),
+}
+
+impl Default for ConsumerDeletion {
+    /// 5 s: AWS takes seconds to delete a consumer.
+    fn default() -> Self {
+        Self::For(Duration::from_secs(5))
+    }
+}
+
+/// Where a registered consumer is in its life.
+#[derive(Debug, Clone, Copy)]
+enum Life {
+    /// Until it is first described.
+    Creating,
+    Active,
+    /// Answers `DELETING` while describes are left, or until the instant.
+    Deleting(Left),
+}
+
+/// What is left of a deletion.
+#[derive(Debug, Clone, Copy)]
+enum Left {
+    Describes(u32),
+    Until(Instant),
+}
+
 /// A registered consumer.
 #[derive(Debug, Clone)]
 struct Consumer {
     arn: String,
-    active: bool,
+    life: Life,
+}
+
+impl Consumer {
+    /// True once a deletion is over: the consumer is gone.
+    fn gone(&self) -> bool {
+        match self.life {
+            Life::Deleting(Left::Describes(n)) => n == 0,
+            Life::Deleting(Left::Until(at)) => Instant::now() >= at,
+            Life::Creating | Life::Active => false,
+        }
+    }
+
+    /// How it is described now; one describe of a deletion counted by describes is used up.
+    fn describe(&mut self, name: &str) -> StreamConsumer {
+        let status = match &mut self.life {
+            // CREATING the first time it is seen, ACTIVE from then on.
+            life @ Life::Creating => {
+                *life = Life::Active;
+                ConsumerStatus::Creating
+            }
+            Life::Active => ConsumerStatus::Active,
+            Life::Deleting(left) => {
+                if let Left::Describes(n) = left {
+                    *n = n.saturating_sub(1);
+                }
+                ConsumerStatus::Deleting
+            }
+        };
+        StreamConsumer::with_status(name, self.arn.clone(), status)
+    }
 }
 
 /// Consumers and live subscriptions of a [`MemoryStream`].
 #[derive(Debug, Default)]
 pub(crate) struct FanOutState {
-    /// (stream, consumer name) -> consumer.
+    /// (stream, consumer name) -> consumer, `DELETING` ones included until they are gone.
     consumers: BTreeMap<(String, String), Consumer>,
+    /// The creation stamp of the last registration: each new consumer's ARN ends with a larger
+    /// one.
+    last_creation: u64,
+    /// How long `KinesisApi::deregister_consumer` leaves a consumer `DELETING`.
+    deletion: ConsumerDeletion,
     /// (consumer ARN, shard) of live subscriptions, with the id of the one that holds it.
     live: BTreeMap<(String, String), u64>,
     /// The id of the next subscription.
@@ -62,8 +143,20 @@ pub(crate) struct FanOutState {
 }
 
 impl FanOutState {
+    /// The usable (not `DELETING`) consumer of ARN `arn`.
     fn consumer_by_arn(&self, arn: &str) -> Option<&Consumer> {
-        self.consumers.values().find(|c| c.arn == arn)
+        self.consumers
+            .values()
+            .find(|c| c.arn == arn && !matches!(c.life, Life::Deleting(_)))
+    }
+
+    /// The consumer `name` of `stream`, dropping it first if its deletion is over.
+    fn consumer(&mut self, stream: &str, name: &str) -> Option<&mut Consumer> {
+        let key = (stream.to_owned(), name.to_owned());
+        if self.consumers.get(&key).is_some_and(Consumer::gone) {
+            self.consumers.remove(&key);
+        }
+        self.consumers.get_mut(&key)
     }
 }
 
@@ -101,20 +194,39 @@ impl MemoryStream {
         if !state.streams.contains_key(stream) {
             return Err(not_found(stream, "RegisterStreamConsumer"));
         }
-        let consumer = state
-            .fan_out
-            .consumers
-            .entry((stream.to_owned(), name.to_owned()))
-            .or_insert_with(|| Consumer {
-                arn: format!(
-                    "arn:aws:kinesis:us-east-1:000000000000:stream/{stream}/consumer/{name}:1"
+        let fan_out = &mut state.fan_out;
+        if let Some(consumer) = fan_out.consumer(stream, name) {
+            // Registered already (or still being deleted): its description, as the AWS client
+            // answers after ResourceInUse.
+            return Ok(match consumer.life {
+                Life::Deleting(_) => consumer.describe(name),
+                Life::Creating => StreamConsumer::with_status(
+                    name,
+                    consumer.arn.clone(),
+                    ConsumerStatus::Creating,
                 ),
-                active: false,
+                Life::Active => {
+                    StreamConsumer::with_status(name, consumer.arn.clone(), ConsumerStatus::Active)
+                }
             });
-        Ok(StreamConsumer::new(
+        }
+        // A new consumer: its ARN carries its creation stamp (seconds, as in AWS, made unique).
+        let creation = (self.clock.now_ms() / 1_000).max(fan_out.last_creation + 1);
+        fan_out.last_creation = creation;
+        let arn = format!(
+            "arn:aws:kinesis:us-east-1:000000000000:stream/{stream}/consumer/{name}:{creation}"
+        );
+        fan_out.consumers.insert(
+            (stream.to_owned(), name.to_owned()),
+            Consumer {
+                arn: arn.clone(),
+                life: Life::Creating,
+            },
+        );
+        Ok(StreamConsumer::with_status(
             name,
-            consumer.arn.clone(),
-            consumer.active,
+            arn,
+            ConsumerStatus::Creating,
         ))
     }
 
@@ -127,13 +239,9 @@ impl MemoryStream {
         self.enter(&mut state, Op::Consumers, stream)?;
         let consumer = state
             .fan_out
-            .consumers
-            .get_mut(&(stream.to_owned(), name.to_owned()))
+            .consumer(stream, name)
             .ok_or_else(|| consumer_not_found(stream, name, "DescribeStreamConsumer"))?;
-        // CREATING the first time it is seen, ACTIVE from then on.
-        let described = StreamConsumer::new(name, consumer.arn.clone(), consumer.active);
-        consumer.active = true;
-        Ok(described)
+        Ok(consumer.describe(name))
     }
 
     pub(crate) fn deregister_consumer_now(
@@ -141,15 +249,51 @@ impl MemoryStream {
         stream: &str,
         name: &str,
     ) -> Result<(), ReaderError> {
+        let deletion = self.state().fan_out.deletion;
+        self.deregister_consumer_for(stream, name, deletion)
+    }
+
+    /// Deregisters the consumer `name` of `stream`, as DeregisterStreamConsumer does, leaving
+    /// it `DELETING` for `deletion`: meanwhile it is described (and RegisterStreamConsumer of
+    /// its name answers) with its ARN and status `DELETING`, and subscribes and live
+    /// subscriptions through it answer ResourceNotFound (`ShardNotFound`); then it is gone,
+    /// and registering the name again makes a consumer with a new ARN. Lets tests (and
+    /// simulations) take the consumer away from running readers.
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::ConsumerNotFound`] when no such consumer is registered;
+    /// [`ReaderError::InUse`] when it is already being deleted.
+    pub fn deregister_consumer_for(
+        &self,
+        stream: &str,
+        name: &str,
+        deletion: ConsumerDeletion,
+    ) -> Result<(), ReaderError> {
         let mut state = self.state();
-        state
+        let consumer = state
             .fan_out
-            .consumers
-            .remove(&(stream.to_owned(), name.to_owned()))
+            .consumer(stream, name)
             .ok_or_else(|| consumer_not_found(stream, name, "DeregisterStreamConsumer"))?;
+        if matches!(consumer.life, Life::Deleting(_)) {
+            return Err(ReaderError::InUse {
+                operation: "DeregisterStreamConsumer",
+                resource: consumer.arn.clone(),
+            });
+        }
+        consumer.life = Life::Deleting(match deletion {
+            ConsumerDeletion::Describes(n) => Left::Describes(n),
+            ConsumerDeletion::For(deleting) => Left::Until(Instant::now() + deleting),
+        });
         drop(state);
         self.changed.notify_waiters();
         Ok(())
+    }
+
+    /// Sets how long `KinesisApi::deregister_consumer` leaves a consumer `DELETING` (by
+    /// default [`ConsumerDeletion::For`] 5 s).
+    pub fn set_consumer_deletion(&self, deletion: ConsumerDeletion) {
+        self.state().fan_out.deletion = deletion;
     }
 
     /// Drops every live subscription's connection: each one's next event fails with
@@ -182,7 +326,9 @@ impl MemoryStream {
             // ResourceNotFoundException, as for a shard gone.
             return Err(shard_not_found(stream, shard, "SubscribeToShard"));
         };
-        if !consumer.active || !arn.contains(&format!(":stream/{stream}/consumer/")) {
+        if !matches!(consumer.life, Life::Active)
+            || !arn.contains(&format!(":stream/{stream}/consumer/"))
+        {
             return Err(ReaderError::InUse {
                 operation: "SubscribeToShard",
                 resource: arn.to_owned(),
@@ -285,7 +431,8 @@ impl MemorySubscription {
             });
         }
         if state.fan_out.consumer_by_arn(&self.arn).is_none() {
-            // Deregistered: ResourceNotFoundException, as for a shard gone.
+            // Deregistered (being deleted or gone): ResourceNotFoundException, as for a shard
+            // gone.
             self.done = true;
             return Err(shard_not_found(
                 &self.stream,

@@ -9,10 +9,12 @@
 //! failing: an expired iterator is reopened just after the last record it delivered (no
 //! duplicate, even inside an aggregate), throttling and
 //! transient failures back off with jitter, a deleted stream becomes the subscription's error
-//! and the lease is released. A shard Kinesis no longer knows (ResourceNotFound for a closed
-//! shard past retention) has ended: ListShards decides between that and a deleted stream. At
-//! the end of a closed shard it waits until every delivery of the shard has settled and has the
-//! keeper write `SHARD_END`. A shard whose settlement window is full (a record that never
+//! and the lease is released. A shard ends only on proof that nothing of it is left to read:
+//! the read that reached its end (no next iterator), or, after ResourceNotFound, ListShards no
+//! longer listing it (a closed shard past retention; ListShards also tells a deleted stream)
+//! or the reader having delivered its ending sequence number. A shard merely listed as closed
+//! is no proof: the reader retries it. At the end of a closed shard it waits until every
+//! delivery of the shard has settled and has the keeper write `SHARD_END`. A shard whose settlement window is full (a record that never
 //! settles) is not read further until it drains, and its stuck record is logged.
 
 use std::future::Future;
@@ -126,7 +128,7 @@ impl Reader {
     }
 
     pub(crate) async fn run(mut self, plan: StartPlan) {
-        if let Some(arn) = self.shared.consumer_arn.get().cloned() {
+        if let Some(arn) = self.shared.consumer_arn.get() {
             return self.run_fan_out(plan, arn).await;
         }
         let StartPlan {
@@ -155,7 +157,8 @@ impl Reader {
                         Err(Stop::Stopped) => return,
                         Ok(Ok(it)) => it,
                         Ok(Err(error)) => {
-                            if self.failed(error, &mut backoff).await.is_err() {
+                            let last = at.last_delivered.clone();
+                            if self.failed(error, &mut backoff, last).await.is_err() {
                                 return;
                             }
                             continue;
@@ -185,7 +188,8 @@ impl Reader {
                     if !matches!(error, ReaderError::Refused { .. }) {
                         iterator = Some(it);
                     }
-                    if self.failed(error, &mut backoff).await.is_err() {
+                    let last = at.last_delivered.clone();
+                    if self.failed(error, &mut backoff, last).await.is_err() {
                         return;
                     }
                     continue;
@@ -284,10 +288,17 @@ impl Reader {
 
     /// Handles a failed call: backs off for retryable ones, fails the subscription for a
     /// deleted stream, ends a shard Kinesis no longer has. `Err` when the reader must stop.
+    ///
+    /// ResourceNotFound (`ShardNotFound`) ends the shard only on proof that nothing of it is
+    /// left to read: ListShards no longer lists it (it aged out past retention), or
+    /// `last_delivered` (the last record this reader delivered) is its ending sequence number.
+    /// A shard ListShards shows closed is no such proof: the reader may be anywhere in it (and
+    /// on a fan-out subscription the error may come from the consumer), so it retries.
     pub(crate) async fn failed(
         &mut self,
         error: ReaderError,
         backoff: &mut Backoff,
+        last_delivered: Option<SequenceNumber>,
     ) -> Result<(), Stop> {
         match error {
             ReaderError::ShardNotFound { .. } => {
@@ -300,12 +311,7 @@ impl Reader {
                         let _ = self.keeper.send(KeeperCmd::Release).await;
                         Err(Stop::Stopped)
                     }
-                    Ok(shards)
-                        if shards
-                            .iter()
-                            .find(|s| s.id == self.shard)
-                            .is_none_or(|s| s.ending_sequence.is_some()) =>
-                    {
+                    Ok(shards) if !shards.iter().any(|s| s.id == self.shard) => {
                         tracing::error!(error = %ErrorChain(&error), "shard gone (past retention): it has ended; records not read before it aged out are lost to every consumer");
                         let settlement = self.settlement.clone();
                         if self.or_stop(settlement.all_settled()).await.is_ok() {
@@ -313,10 +319,24 @@ impl Reader {
                         }
                         Err(Stop::Stopped)
                     }
-                    // Listed and open, or the listing failed: retry after a pause.
+                    Ok(shards)
+                        if shards.iter().any(|s| {
+                            s.id == self.shard
+                                && read_to_end(
+                                    s.ending_sequence.as_deref(),
+                                    last_delivered.as_ref(),
+                                )
+                        }) =>
+                    {
+                        tracing::warn!(error = %ErrorChain(&error), "shard not found after its last record was delivered: it has ended");
+                        self.shard_ended(Vec::new()).await;
+                        Err(Stop::Stopped)
+                    }
+                    // Listed (open, or closed and not read to its end), or the listing failed:
+                    // retry after a pause.
                     _ => {
                         let delay = backoff.next_delay();
-                        tracing::warn!(error = %ErrorChain(&error), ?delay, "shard not found but listed as open; retrying");
+                        tracing::warn!(error = %ErrorChain(&error), ?delay, "shard not found but still listed; retrying");
                         self.pause(delay).await
                     }
                 }
@@ -337,4 +357,19 @@ impl Reader {
             }
         }
     }
+}
+
+/// True when `last_delivered` is the shard's last record: at (or past) `ending`, the ending
+/// sequence number of a closed shard. A sub-record of a KPL aggregate at the ending sequence
+/// number is no proof (more sub-records of it may follow); neither is an ending sequence
+/// number that is not one (kinesis-local gives `i64::MAX`, which no record reaches anyway).
+fn read_to_end(ending: Option<&str>, last_delivered: Option<&SequenceNumber>) -> bool {
+    let (Some(ending), Some(last)) = (ending, last_delivered) else {
+        return false;
+    };
+    let Ok(ending) = SequenceNumber::new(ending, None) else {
+        return false;
+    };
+    let record = SequenceNumber::new(last.number(), None).unwrap_or_else(|_| last.clone());
+    record > ending || (record == ending && last.subsequence().is_none())
 }

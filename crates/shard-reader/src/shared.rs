@@ -82,8 +82,8 @@ pub(crate) struct Shared {
     pub(crate) reports: mpsc::UnboundedSender<Report>,
     pub(crate) held: Mutex<HashMap<String, Held>>,
     /// The fan-out consumer's ARN, once registered (`ReaderConfig::fan_out`): readers then
-    /// subscribe instead of polling.
-    pub(crate) consumer_arn: std::sync::OnceLock<String>,
+    /// subscribe instead of polling. Updated when a reader registers it again.
+    pub(crate) consumer_arn: ConsumerArn,
     /// The subscription's metric handles (nothing without the `metrics` feature).
     pub(crate) metrics: crate::metrics::StreamMetrics,
     /// This instance's membership (see `member`): keepers stop when it lapses.
@@ -147,6 +147,51 @@ impl Shared {
                 false
             }
         });
+    }
+}
+
+/// The fan-out consumer's ARN as this instance last learned it: set by the coordinator's first
+/// registration, and again by a reader that registered the consumer again (after it was
+/// deregistered) or found it registered again under a new ARN, so readers started later
+/// subscribe with the current ARN at once instead of failing first.
+#[derive(Debug, Default)]
+pub(crate) struct ConsumerArn {
+    arn: Mutex<Option<String>>,
+    /// Held by the one reader registering the consumer again: the others wait, then take the
+    /// ARN it found.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+impl ConsumerArn {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// The ARN, once registered (`None`: the subscription polls).
+    pub(crate) fn get(&self) -> Option<String> {
+        self.lock().clone()
+    }
+
+    /// Sets the ARN; returns the one it replaces.
+    pub(crate) fn set(&self, arn: String) -> Option<String> {
+        self.lock().replace(arn)
+    }
+
+    /// Sets `new` if the ARN is still `old` (a later one, set meanwhile, stays).
+    pub(crate) fn replace(&self, old: &str, new: String) {
+        let mut arn = self.lock();
+        if arn.as_deref() == Some(old) {
+            *arn = Some(new);
+        }
+    }
+
+    /// The right to register the consumer again, one reader at a time.
+    pub(crate) async fn renewing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.renewing.lock().await
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<String>> {
+        self.arn.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

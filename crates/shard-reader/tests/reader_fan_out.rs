@@ -12,7 +12,11 @@ use common::*;
 use kinesis_dispatch::Workers;
 use kinesis_lease_core::LeaseStore;
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
-use kinesis_shard_reader::{KinesisApi, MemoryStream, Op, ReaderConfig, ReaderError, StartAt};
+use kinesis_shard_reader::{
+    ConsumerDeletion, ConsumerStatus, KinesisApi, MemoryStream, Op, ReaderConfig, ReaderError,
+    StartAt,
+};
+use tokio::time::timeout;
 
 fn fan_out(mut config: ReaderConfig) -> ReaderConfig {
     config.fan_out = Some("app".to_owned());
@@ -331,7 +335,10 @@ async fn fan_out_over_an_api_without_it_is_a_typed_error_and_takes_nothing() {
 
 /// A consumer deregistered while a closed parent shard is still being read: ResourceNotFound
 /// on the subscription means the consumer is gone, not the shard. It is registered again and
-/// the rest of the parent is read; concluding the shard ended would lose its tail.
+/// the rest of the parent is read; concluding the shard ended would lose its tail. Through
+/// `KinesisApi::deregister_consumer`, so the consumer is `DELETING` for `MemoryStream`'s
+/// default 5 s (failed, after `MemoryStream` learned `DELETING` and before the reader's fix:
+/// 10,100 of 10,600 handled).
 #[tokio::test(start_paused = true)]
 async fn a_deregistered_consumer_is_registered_again_and_nothing_is_lost() {
     let kinesis = MemoryStream::new();
@@ -545,4 +552,468 @@ async fn a_later_subscription_takes_the_shard_over() {
         1,
         "the first's drop frees nothing of the second"
     );
+}
+
+const PARENT: &str = "shardId-000000000000";
+
+/// The model of a consumer's deletion: after DeregisterStreamConsumer it is described (and
+/// registering its name answers) with the same ARN and status `DELETING` for a while, every
+/// subscription through it answers ResourceNotFound, and once it is gone its name is
+/// registered again under a new ARN.
+#[tokio::test(start_paused = true)]
+async fn a_deregistered_consumer_is_deleting_for_a_while_then_registered_anew() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let first = kinesis.register_consumer("s", "app").await.unwrap();
+    assert_eq!(first.status, ConsumerStatus::Creating);
+    // CREATING when first described, ACTIVE from then on.
+    kinesis.describe_consumer("s", "app").await.unwrap();
+    assert!(kinesis.describe_consumer("s", "app").await.unwrap().active);
+    let mut live = kinesis
+        .subscribe_to_shard("s", &first.arn, PARENT, &StartAt::TrimHorizon)
+        .await
+        .unwrap();
+    kinesis
+        .deregister_consumer_for("s", "app", ConsumerDeletion::Describes(2))
+        .unwrap();
+    assert!(matches!(
+        live.next_event().await,
+        Err(ReaderError::ShardNotFound { .. })
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(matches!(
+        kinesis
+            .subscribe_to_shard("s", &first.arn, PARENT, &StartAt::TrimHorizon)
+            .await,
+        Err(ReaderError::ShardNotFound { .. })
+    ));
+    assert!(matches!(
+        kinesis.deregister_consumer_for("s", "app", ConsumerDeletion::Describes(0)),
+        Err(ReaderError::InUse { .. })
+    ));
+    // Two answers describe it as DELETING, with its ARN: a registration, then a describe.
+    let registering = kinesis.register_consumer("s", "app").await.unwrap();
+    let described = kinesis.describe_consumer("s", "app").await.unwrap();
+    for deleting in [&registering, &described] {
+        assert_eq!(deleting.status, ConsumerStatus::Deleting);
+        assert_eq!(deleting.arn, first.arn);
+        assert!(!deleting.active);
+    }
+    assert!(matches!(
+        kinesis.describe_consumer("s", "app").await,
+        Err(ReaderError::ConsumerNotFound { .. })
+    ));
+    let second = kinesis.register_consumer("s", "app").await.unwrap();
+    assert_eq!(second.status, ConsumerStatus::Creating);
+    assert_ne!(second.arn, first.arn, "a new consumer has a new ARN");
+    // By time: DELETING for 10 s however often it is described.
+    kinesis.describe_consumer("s", "app").await.unwrap();
+    assert!(kinesis.describe_consumer("s", "app").await.unwrap().active);
+    kinesis
+        .deregister_consumer_for("s", "app", ConsumerDeletion::For(Duration::from_secs(10)))
+        .unwrap();
+    for _ in 0..5 {
+        let deleting = kinesis.describe_consumer("s", "app").await.unwrap();
+        assert_eq!(deleting.status, ConsumerStatus::Deleting);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(kinesis.describe_consumer("s", "app").await.is_err());
+    // `KinesisApi::deregister_consumer`: DELETING for 5 s by default.
+    let third = kinesis.register_consumer("s", "app").await.unwrap();
+    assert_ne!(third.arn, second.arn);
+    kinesis.deregister_consumer("s", "app").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        kinesis.describe_consumer("s", "app").await.unwrap().status,
+        ConsumerStatus::Deleting
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(kinesis.describe_consumer("s", "app").await.is_err());
+}
+
+/// Defect 3 of issue 28: a consumer being deleted must never end a shard early. The reader
+/// is inside the first 10,000-record event of a closed parent of 10,500 records when the
+/// consumer is deregistered; it is described (same ARN) as `DELETING` for three describes and
+/// subscribes answer ResourceNotFound. Every record is handled, and the parent's row gets
+/// `SHARD_END` only once all of its records were handled.
+///
+/// Failed before the fix: 10,100 of 10,600 records handled; the parent's row said `SHARD_END`
+/// with 10,000 of its 10,500 records handled (the "consumer in place" check compared only the
+/// ARN, and the reader took the closed parent, listed by ListShards, as ended).
+#[tokio::test(start_paused = true)]
+async fn a_consumer_being_deleted_never_ends_a_closed_parent_early() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    put_many(&kinesis, "s", 17, 0, 10_500);
+    kinesis.split_evenly("s", PARENT).unwrap();
+    put_many(&kinesis, "s", 17, 10_500, 100);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    // Payloads handled, and how many of them came from the parent.
+    let seen = Arc::new(std::sync::Mutex::new((
+        std::collections::HashSet::new(),
+        0usize,
+    )));
+    let (g, s) = (gate.clone(), seen.clone());
+    let handler = kinesis_dispatch::Handler::one(move |d: kinesis_dispatch::Delivery| {
+        let (g, s) = (g.clone(), s.clone());
+        async move {
+            // The first record waits until the test has deregistered the consumer.
+            let first = s.lock().unwrap().0.is_empty();
+            if first {
+                g.acquire().await.unwrap().forget();
+            }
+            let mut seen = s.lock().unwrap();
+            if seen
+                .0
+                .insert(String::from_utf8_lossy(d.payload()).into_owned())
+                && d.shard() == PARENT
+            {
+                seen.1 += 1;
+            }
+            Ok::<(), std::io::Error>(())
+        }
+    });
+    let (sender, receiver) = kinesis_dispatch::channel(64);
+    let dispatch =
+        kinesis_dispatch::Dispatcher::spawn(receiver, handler, Default::default()).unwrap();
+    let store = Arc::new(MemoryLeaseStore::new());
+    let coordinator = kinesis_shard_reader::Coordinator::spawn(
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
+        Arc::new(kinesis.clone()),
+        store.clone(),
+        sender,
+    );
+    // The reader is inside the parent's first event.
+    while kinesis.live_subscriptions() == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let old = kinesis.describe_consumer("s", "app").await.unwrap().arn;
+    kinesis
+        .deregister_consumer_for("s", "app", ConsumerDeletion::Describes(3))
+        .unwrap();
+    gate.add_permits(1);
+    let parent_ended = || async {
+        store.list("s").await.unwrap().iter().any(|l| {
+            l.key.shard() == PARENT
+                && l.checkpoint == Some(kinesis_lease_core::Checkpoint::ShardEnd)
+        })
+    };
+    // The parent's records handled when its row was first seen with SHARD_END.
+    let mut ended_with = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let handled = loop {
+        let (handled, of_parent) = {
+            let seen = seen.lock().unwrap();
+            (seen.0.len(), seen.1)
+        };
+        if ended_with.is_none() && parent_ended().await {
+            ended_with = Some(of_parent);
+        }
+        if handled >= 10_600 || tokio::time::Instant::now() >= deadline {
+            break handled;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        handled == 10_600 && ended_with.is_none_or(|n| n == 10_500),
+        "{handled} of 10,600 records handled; the parent's row had SHARD_END with {ended_with:?} of its 10,500 handled"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(parent_ended().await, "the parent ends once read to its end");
+    assert_eq!(coordinator.held().len(), 2, "both children are held");
+    let new = kinesis.describe_consumer("s", "app").await.unwrap();
+    assert!(new.active, "registered again");
+    assert_ne!(new.arn, old, "under a new ARN");
+    assert!(timeout(Duration::ZERO, coordinator.failed()).await.is_err());
+    coordinator.stop_reading();
+    dispatch.shutdown(Duration::from_secs(5)).await;
+    coordinator.release_all().await;
+}
+
+/// A `MemoryStream` that counts the subscribes answered ResourceNotFound, and can refuse
+/// registrations for a while (LimitExceeded, as when many instances register at once).
+#[derive(Debug)]
+struct Watched {
+    inner: MemoryStream,
+    subscribes_not_found: std::sync::atomic::AtomicU64,
+    refuse_registrations_until: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Watched {
+    fn new(inner: &MemoryStream) -> Self {
+        Self {
+            inner: inner.clone(),
+            subscribes_not_found: Default::default(),
+            refuse_registrations_until: Default::default(),
+        }
+    }
+
+    fn not_found(&self) -> u64 {
+        self.subscribes_not_found
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl KinesisApi for Watched {
+    forward_polling!(inner);
+    fn register_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::StreamConsumer, ReaderError>>
+    {
+        Box::pin(async move {
+            let until = *self.refuse_registrations_until.lock().unwrap();
+            if until.is_some_and(|until| tokio::time::Instant::now() < until) {
+                return Err(ReaderError::Throttled {
+                    operation: "RegisterStreamConsumer",
+                    resource: format!("{stream}/consumer/{name}"),
+                });
+            }
+            self.inner.register_consumer(stream, name).await
+        })
+    }
+    fn describe_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::StreamConsumer, ReaderError>>
+    {
+        self.inner.describe_consumer(stream, name)
+    }
+    fn deregister_consumer<'a>(
+        &'a self,
+        stream: &'a str,
+        name: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<(), ReaderError>> {
+        self.inner.deregister_consumer(stream, name)
+    }
+    fn subscribe_to_shard<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer_arn: &'a str,
+        shard: &'a str,
+        position: &'a StartAt,
+    ) -> kinesis_lease_core::BoxFuture<
+        'a,
+        Result<Box<dyn kinesis_shard_reader::ShardSubscription>, ReaderError>,
+    > {
+        Box::pin(async move {
+            let subscribed = self
+                .inner
+                .subscribe_to_shard(stream, consumer_arn, shard, position)
+                .await;
+            if let Err(ReaderError::ShardNotFound { .. }) = &subscribed {
+                self.subscribes_not_found
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            subscribed
+        })
+    }
+}
+
+/// Suspicion F1 of issue 28: after a reader registers the consumer again, the readers of the
+/// subscription use its new ARN. Four shards read by fan-out; the consumer is deregistered
+/// (`DELETING` for three describes) and registered again; then every shard splits, and the
+/// eight children's readers start. At most one subscribe answers ResourceNotFound per
+/// re-registration, not one per reader.
+///
+/// Failed before the fix: 11 subscribes answered ResourceNotFound: 3 while the consumer was
+/// being deleted and registered again, then one by each of the 8 children's readers, which
+/// started with the ARN the coordinator kept from the first registration.
+#[tokio::test(start_paused = true)]
+async fn readers_started_after_a_re_registration_subscribe_with_the_new_arn() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 4).unwrap();
+    let watched = Arc::new(Watched::new(&kinesis));
+    let log = Log::default();
+    let consumer = start_over(
+        watched.clone(),
+        Arc::new(MemoryLeaseStore::new()),
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
+        Workers::ByKey(4),
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 11, 0, 400);
+    wait_for_count(&consumer.log, 400, Duration::from_secs(30)).await;
+    assert_eq!(kinesis.live_subscriptions(), 4);
+    let old = kinesis.describe_consumer("s", "app").await.unwrap().arn;
+    kinesis
+        .deregister_consumer_for("s", "app", ConsumerDeletion::Describes(3))
+        .unwrap();
+    put_many(&kinesis, "s", 11, 400, 400);
+    wait_for_count(&consumer.log, 800, Duration::from_secs(120)).await;
+    let during = watched.not_found();
+    // Every shard splits: eight readers start after the re-registration.
+    for shard in kinesis.shards("s").unwrap() {
+        kinesis.split_evenly("s", &shard.id).unwrap();
+    }
+    put_many(&kinesis, "s", 11, 800, 400);
+    wait_for_count(&consumer.log, 1_200, Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_exactly_once(&consumer.log, 1_200);
+    assert_eq!(consumer.coordinator.held().len(), 8);
+    let after = watched.not_found() - during;
+    assert!(
+        during + after <= 1,
+        "{} subscribes answered ResourceNotFound: {during} during the re-registration, {after} by readers started after it",
+        during + after
+    );
+    let new = kinesis.describe_consumer("s", "app").await.unwrap();
+    assert_ne!(new.arn, old);
+    consumer.stop().await;
+}
+
+/// Suspicion F2 of issue 28: a reader whose registration of the consumer fails for a while
+/// (refused as throttled for 4 minutes, past the 3 minutes `register_consumer` waits) retries
+/// it with backoff; the subscription does not fail, and once registrations go through again
+/// every record is read. The consumer is deregistered by `KinesisApi::deregister_consumer`
+/// (DELETING for the default 5 s).
+///
+/// Failed before the fix: the whole subscription failed (`InUse` from DescribeStreamConsumer:
+/// "not ACTIVE within 180s"), both shards' readers stopped.
+#[tokio::test(start_paused = true)]
+async fn a_re_registration_refused_for_minutes_is_retried_and_fails_nothing() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let watched = Arc::new(Watched::new(&kinesis));
+    let log = Log::default();
+    let consumer = start_over(
+        watched.clone(),
+        Arc::new(MemoryLeaseStore::new()),
+        fan_out(config("s", "a", StartAt::TrimHorizon)),
+        Workers::ByKey(2),
+        log.clone(),
+    );
+    put_many(&kinesis, "s", 7, 0, 200);
+    wait_for_count(&consumer.log, 200, Duration::from_secs(30)).await;
+    *watched.refuse_registrations_until.lock().unwrap() =
+        Some(tokio::time::Instant::now() + Duration::from_secs(240));
+    watched.deregister_consumer("s", "app").await.unwrap();
+    put_many(&kinesis, "s", 7, 200, 200);
+    let failed = timeout(Duration::from_secs(250), consumer.coordinator.failed()).await;
+    assert!(failed.is_err(), "the subscription failed: {failed:?}");
+    wait_for_count(&consumer.log, 400, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_exactly_once(&consumer.log, 400);
+    assert_eq!(consumer.coordinator.held().len(), 2);
+    consumer.stop().await;
+}
+
+/// A `MemoryStream` whose GetRecords of shard `shard` answers ResourceNotFound for `left`
+/// calls once one of them succeeded (Kinesis and its listing disagreeing for a moment).
+#[derive(Debug)]
+struct NotFoundAWhile {
+    inner: MemoryStream,
+    shard: &'static str,
+    read: std::sync::atomic::AtomicBool,
+    left: std::sync::atomic::AtomicU32,
+}
+
+impl KinesisApi for NotFoundAWhile {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::Shard>, ReaderError>>
+    {
+        self.inner.list_shards(stream)
+    }
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        position: &'a StartAt,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
+        self.inner.shard_iterator(stream, shard, position)
+    }
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            if shard == self.shard
+                && self.read.load(SeqCst)
+                && self
+                    .left
+                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err(ReaderError::ShardNotFound {
+                    stream: stream.to_owned(),
+                    shard: shard.to_owned(),
+                    operation: "GetRecords",
+                });
+            }
+            let page = self.inner.get_records(stream, shard, iterator, limit).await;
+            if shard == self.shard && page.is_ok() {
+                self.read.store(true, SeqCst);
+            }
+            page
+        })
+    }
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [kinesis_shard_reader::PutEntry],
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
+    {
+        self.inner.put_records(stream, entries)
+    }
+}
+
+/// Issue 28, the polling side of defect 3: ResourceNotFound for a shard that ListShards shows
+/// closed is no proof that the reader read it to its end. A polling reader (default config:
+/// 1,000 records a read) is in a closed parent of 2,500 records when GetRecords answers
+/// ResourceNotFound three times; it retries, reads the parent to its end (no next iterator),
+/// and only then the parent's row gets `SHARD_END` and its children are read.
+///
+/// Failed before the fix: 1,100 of 2,600 records handled (the parent ended after its first
+/// read; its last 1,500 records were never delivered).
+#[tokio::test(start_paused = true)]
+async fn polling_never_ends_a_shard_listed_as_closed_on_resource_not_found() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    put_many(&kinesis, "s", 9, 0, 2_500);
+    kinesis.split_evenly("s", PARENT).unwrap();
+    put_many(&kinesis, "s", 9, 2_500, 100);
+    let api = Arc::new(NotFoundAWhile {
+        inner: kinesis.clone(),
+        shard: PARENT,
+        read: Default::default(),
+        left: std::sync::atomic::AtomicU32::new(3),
+    });
+    let store = Arc::new(MemoryLeaseStore::new());
+    let consumer = start_over(
+        api,
+        store.clone(),
+        config("s", "a", StartAt::TrimHorizon),
+        Workers::ByKey(4),
+        Log::default(),
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while consumer.log.lock().unwrap().len() < 2_600 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let handled = consumer.log.lock().unwrap().len();
+    assert_eq!(handled, 2_600, "{handled} of 2,600 records handled");
+    assert_exactly_once(&consumer.log, 2_600);
+    let parent = store
+        .read(&kinesis_lease_core::LeaseKey::new("s", PARENT).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        parent.checkpoint,
+        Some(kinesis_lease_core::Checkpoint::ShardEnd)
+    );
+    assert_eq!(consumer.coordinator.held().len(), 2);
+    consumer.stop().await;
 }

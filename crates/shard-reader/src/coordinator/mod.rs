@@ -152,7 +152,7 @@ impl Coordinator {
             fatal: fatal_tx,
             reports: reports_tx,
             held: Mutex::default(),
-            consumer_arn: std::sync::OnceLock::new(),
+            consumer_arn: crate::shared::ConsumerArn::new(),
             member: watch::Sender::new(MemberState::outside()),
             bump_owed: std::sync::atomic::AtomicBool::new(false),
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),

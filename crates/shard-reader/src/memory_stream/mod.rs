@@ -9,7 +9,8 @@
 //! record and 5 MiB a request, partition keys and data counted). Enhanced fan-out works too
 //! (stream consumers and pushed shard subscriptions; see `memory_fan_out`). Faults can be
 //! injected: throttle or fail the next N calls of an operation, expire every outstanding
-//! iterator, cut every live subscription. Time comes from an injectable [`Clock`].
+//! iterator, cut every live subscription, deregister the fan-out consumer (left `DELETING` for
+//! a while, as AWS does). Time comes from an injectable [`Clock`].
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -56,6 +56,17 @@ pub fn start_with_log(
     workers: Workers,
     log: Log,
 ) -> Consumer {
+    start_over(Arc::new(kinesis.clone()), store, config, workers, log)
+}
+
+/// As [`start_with_log`], over any `KinesisApi` (a decorator of a `MemoryStream`).
+pub fn start_over(
+    kinesis: Arc<dyn KinesisApi>,
+    store: Arc<dyn LeaseStore>,
+    config: ReaderConfig,
+    workers: Workers,
+    log: Log,
+) -> Consumer {
     let (sender, receiver) = channel(64);
     let owner = config.owner.clone();
     let l = log.clone();
@@ -81,7 +92,7 @@ pub fn start_with_log(
         },
     )
     .unwrap();
-    let coordinator = Coordinator::spawn(config, Arc::new(kinesis.clone()), store, sender);
+    let coordinator = Coordinator::spawn(config, kinesis, store, sender);
     Consumer {
         coordinator,
         dispatch,
