@@ -131,11 +131,12 @@ impl Liveness {
     }
 
     /// The shards that stall at `now` beyond `bound` (the crash bound with its slack for this
-    /// plan); each stall is reported once.
+    /// plan), or beyond `leave_bound` after a graceful leave; each stall is reported once.
     pub fn check(
         &mut self,
         now: u64,
         bound: u64,
+        leave_bound: u64,
         shards: &BTreeMap<String, ShardNow>,
     ) -> Vec<Stall> {
         let mut stalls = Vec::new();
@@ -152,7 +153,7 @@ impl Liveness {
                 continue;
             }
             let after_leave = self.left_at.get(shard).is_some_and(|left| *left == since);
-            let limit = if after_leave { LEAVE_BOUND } else { bound };
+            let limit = if after_leave { leave_bound } else { bound };
             let stalled = (now - since).saturating_sub(self.excused(since, now));
             if stalled > limit && self.reported.get(shard) != Some(&since) {
                 self.reported.insert(shard.clone(), since);
@@ -173,6 +174,17 @@ impl Liveness {
 mod tests {
     use super::*;
 
+    impl Liveness {
+        fn check_default(
+            &mut self,
+            now: u64,
+            bound: u64,
+            shards: &BTreeMap<String, ShardNow>,
+        ) -> Vec<Stall> {
+            self.check(now, bound, LEAVE_BOUND, shards)
+        }
+    }
+
     fn one(due: u64, progress: Option<u64>) -> BTreeMap<String, ShardNow> {
         BTreeMap::from([(
             "s".to_owned(),
@@ -187,11 +199,11 @@ mod tests {
     #[test]
     fn a_stall_past_the_bound_is_reported_once() {
         let mut l = Liveness::default();
-        assert!(l.check(16_000, 17_000, &one(0, Some(0))).is_empty());
-        let stalls = l.check(17_500, 17_000, &one(0, Some(0)));
+        assert!(l.check_default(16_000, 17_000, &one(0, Some(0))).is_empty());
+        let stalls = l.check_default(17_500, 17_000, &one(0, Some(0)));
         assert_eq!(stalls.len(), 1);
         assert_eq!(stalls[0].stalled, 17_500);
-        assert!(l.check(18_000, 17_000, &one(0, Some(0))).is_empty());
+        assert!(l.check_default(18_000, 17_000, &one(0, Some(0))).is_empty());
     }
 
     #[test]
@@ -200,23 +212,23 @@ mod tests {
         l.fault(1_000, 6_000);
         l.fault(4_000, 8_000); // overlapping: 7 s of fault time in all
         assert_eq!(l.excused(0, 30_000), 7_000);
-        assert!(l.check(23_000, 17_000, &one(0, None)).is_empty());
-        assert_eq!(l.check(24_500, 17_000, &one(0, None)).len(), 1);
+        assert!(l.check_default(23_000, 17_000, &one(0, None)).is_empty());
+        assert_eq!(l.check_default(24_500, 17_000, &one(0, None)).len(), 1);
     }
 
     #[test]
     fn a_graceful_leave_holds_back_then_the_leave_bound_applies() {
         let mut l = Liveness::default();
         l.draining("s");
-        assert!(l.check(60_000, 17_000, &one(0, Some(0))).is_empty());
+        assert!(l.check_default(60_000, 17_000, &one(0, Some(0))).is_empty());
         l.left("s", 60_000);
-        assert!(l.check(64_000, 17_000, &one(0, Some(0))).is_empty());
-        let stalls = l.check(65_500, 17_000, &one(0, Some(0)));
+        assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
+        let stalls = l.check_default(65_500, 17_000, &one(0, Some(0)));
         assert_eq!(stalls.len(), 1);
         assert!(stalls[0].after_leave);
         // Progress after the leave: the crash bound applies again.
         l.progressed("s", 66_000);
-        assert!(l.check(80_000, 17_000, &one(0, Some(66_000))).is_empty());
+        assert!(l.check_default(80_000, 17_000, &one(0, Some(66_000))).is_empty());
     }
 
     #[test]
@@ -230,7 +242,7 @@ mod tests {
                 busy: true,
             },
         )]);
-        assert!(l.check(100_000, 17_000, &busy).is_empty());
-        assert!(l.check(100_000, 17_000, &one(90_000, Some(0))).is_empty());
+        assert!(l.check_default(100_000, 17_000, &busy).is_empty());
+        assert!(l.check_default(100_000, 17_000, &one(90_000, Some(0))).is_empty());
     }
 }

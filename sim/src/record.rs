@@ -267,7 +267,12 @@ impl Recorder {
 
     /// The shards that stall now beyond `bound` ms (see `liveness`), given which instance
     /// holds which shard at this sample.
-    pub fn stalls(&self, bound: u64, holders: &BTreeMap<String, String>) -> Vec<Stall> {
+    pub fn stalls(
+        &self,
+        bound: u64,
+        leave_bound: u64,
+        holders: &BTreeMap<String, String>,
+    ) -> Vec<Stall> {
         let now = self.now_ms();
         let mut state = self.lock();
         let mut shards = BTreeMap::new();
@@ -305,7 +310,7 @@ impl Recorder {
                 },
             );
         }
-        state.liveness.check(now, bound, &shards)
+        state.liveness.check(now, bound, leave_bound, &shards)
     }
 
     /// Every put so far.

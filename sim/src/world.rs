@@ -17,7 +17,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::clock::{SimClock, BASE_MS};
 use crate::faults::{FaultyStore, Freeze, SimKinesis, StoreFaults};
-use crate::liveness::{CRASH_TAKEOVER_BOUND, HOOK_SLACK, READ_SLACK};
+use crate::liveness::{CRASH_TAKEOVER_BOUND, HOOK_SLACK, LEAVE_BOUND, READ_SLACK};
 use crate::plan::{Fault, Mode, Plan, Start};
 use crate::record::{Put, Recorder};
 
@@ -107,6 +107,8 @@ pub(crate) struct World {
     ids: Arc<std::sync::Mutex<BTreeMap<String, IdLife>>>,
     /// The stall bound of this plan (ms): crash takeover, read slack, hooks.
     stall_bound: u64,
+    /// The bound after a graceful leave (ms), with the hooks' slack.
+    leave_bound: u64,
     /// Crashed members whose rows are still present, by owner id.
     orphans: BTreeMap<String, Orphan>,
 }
@@ -139,8 +141,9 @@ impl World {
         if plan.mode.is_ordered() {
             rec.check_order();
         }
-        let stall_bound =
-            CRASH_TAKEOVER_BOUND + READ_SLACK + if plan.hooks { HOOK_SLACK } else { 0 };
+        let hooks = if plan.hooks { HOOK_SLACK } else { 0 };
+        let stall_bound = CRASH_TAKEOVER_BOUND + READ_SLACK + hooks;
+        let leave_bound = LEAVE_BOUND + hooks;
         Self {
             rng: fastrand::Rng::with_seed(plan.seed),
             plan,
@@ -159,6 +162,7 @@ impl World {
             stats: Stats::default(),
             ids: Arc::default(),
             stall_bound,
+            leave_bound,
             orphans: BTreeMap::new(),
         }
     }
@@ -799,10 +803,19 @@ impl World {
         if !self.plan.fan_out {
             return;
         }
-        use kinesis_broker::kinesis::KinesisApi;
-        if self.kinesis.deregister_consumer(STREAM, "sim").await.is_ok() {
-            self.rec.note("the fan-out consumer was deregistered");
-            self.rec.delaying_fault(5_000);
+        let secs = self.rng.u64(1..=10);
+        let deletion = kinesis_broker::testing::ConsumerDeletion::For(Duration::from_secs(secs));
+        // Refused before the first registration, or while the consumer is DELETING already.
+        if self
+            .kinesis
+            .deregister_consumer_for(STREAM, "sim", deletion)
+            .is_ok()
+        {
+            self.rec.note(format!(
+                "the fan-out consumer was deregistered (DELETING for {secs} s, then gone)"
+            ));
+            // Readers wait for the deletion, register again and subscribe under the new ARN.
+            self.rec.delaying_fault(secs * 1_000 + 5_000);
             self.count("deregistered consumer");
         }
     }
@@ -1034,7 +1047,11 @@ impl World {
             .filter(|i| i.running.is_some())
             .flat_map(|i| i.held.iter().map(|s| (s.clone(), i.id.clone())))
             .collect();
-        for stall in self.rec.stalls(self.stall_bound, &holders) {
+        if self.live().is_empty() {
+            // Nobody runs (every start refused): no bound can hold meanwhile.
+            self.rec.delaying_fault(250);
+        }
+        for stall in self.rec.stalls(self.stall_bound, self.leave_bound, &holders) {
             self.rec.violate(format!(
                 "{} made no progress for {:.1} s (fault time excluded; bound {:.1} s{}) with records unhandled, since {:.3} s",
                 stall.shard,
@@ -1081,14 +1098,22 @@ impl World {
             .filter(|r| r.owner.as_deref() == Some(r.key.shard()) && r.token.is_some())
             .map(|r| r.key.shard())
             .collect();
-        // Buried (not present), or taken by a restarted process with the id (a new token).
+        // Buried (not present), or taken by a restarted process with the id (a new token): its
+        // shards may be taken from now on.
+        let rec = self.rec.clone();
         self.orphans.retain(|id, orphan| {
-            rows.iter().any(|r| {
+            let unresolved = rows.iter().any(|r| {
                 r.key.shard() == id
                     && r.owner.as_deref() == Some(id.as_str())
                     && r.token.is_some()
                     && r.token == orphan.token
-            })
+            });
+            if !unresolved {
+                for shard in &orphan.shards {
+                    rec.hold_back(shard, now);
+                }
+            }
+            unresolved
         });
         let crashed: BTreeSet<String> = self.orphans.keys().cloned().collect();
         for (id, orphan) in &mut self.orphans {
