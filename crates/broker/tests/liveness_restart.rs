@@ -598,3 +598,125 @@ async fn a_child_waits_for_its_parent_when_listing_and_the_parents_row_failed() 
     b.shutdown().await;
     a.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// A crashed run's last renewal, already on its way, lands after the restart's first read.
+// ---------------------------------------------------------------------------------------------
+
+/// A store whose next member-row renewal, once armed, is sent on a task of its own and lands
+/// 100 ms later: a request already on the wire when the process died lands all the same.
+#[derive(Debug, Clone)]
+struct OnTheWire {
+    inner: MemoryLeaseStore,
+    armed: Arc<AtomicBool>,
+    in_flight: Arc<AtomicBool>,
+}
+
+macro_rules! forward {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty;)*) => {
+        $(fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, LeaseResult<$out>> {
+            self.inner.$name($($arg),*)
+        })*
+    };
+}
+
+impl LeaseStore for OnTheWire {
+    forward! {
+        create(row: &'a Lease) -> bool;
+        take(key: &'a LeaseKey, holder: &'a Holder, take: &'a Take) -> Outcome;
+        checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a kinesis_broker::Checkpoint) -> Outcome;
+        release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
+        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
+        hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
+        delete(key: &'a LeaseKey, observed: u64) -> bool;
+        bump_epoch(stream: &'a str) -> ();
+        epoch(stream: &'a str) -> u64;
+        read(key: &'a LeaseKey) -> Option<Lease>;
+        list(stream: &'a str) -> Vec<Lease>;
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a kinesis_broker::Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        let member = key.stream().ends_with("@members");
+        if !(member && self.armed.swap(false, Ordering::SeqCst)) {
+            return self.inner.renew(key, holder, ttl, checkpoint);
+        }
+        self.in_flight.store(true, Ordering::SeqCst);
+        let (inner, key, holder) = (self.inner.clone(), key.clone(), holder.clone());
+        let sent = tokio::spawn(async move {
+            sleep(Duration::from_millis(100)).await;
+            inner.renew(&key, &holder, ttl, None).await
+        });
+        Box::pin(async move {
+            sent.await.unwrap_or_else(|_| {
+                Err(LeaseError::Unavailable {
+                    operation: "renew",
+                    resource: "member".into(),
+                    source: "cancelled".into(),
+                })
+            })
+        })
+    }
+}
+
+/// A pod that crashes just after sending its member renewal, and is restarted at once with the
+/// same owner id: the renewal lands 100 ms after the crash, inside the restart's check for a
+/// live process with the id. Found by the simulation (seed 392); failed before the fix: `start()`
+/// refused the restart with `OwnerInUse` ("it renews `s@members:x`"). One write landing is no
+/// proof of a live process (its next renewal would come a renew interval later); the restart
+/// starts, and reads every shard again.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 2).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let wire = OnTheWire {
+        inner: MemoryLeaseStore::over(&table),
+        armed: Arc::default(),
+        in_flight: Arc::default(),
+    };
+    let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
+        .start()
+        .await
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || held(&crashed).len() == 2).await);
+    wire.armed.store(true, Ordering::SeqCst);
+    assert!(
+        eventually(Duration::from_secs(5), || wire
+            .in_flight
+            .load(Ordering::SeqCst))
+        .await
+    );
+    drop(crashed);
+    let restarted = match broker(
+        &kinesis,
+        MemoryLeaseStore::over(&table),
+        "x",
+        Hooks::new(),
+        &log,
+    )
+    .start()
+    .await
+    {
+        Ok(running) => running,
+        Err(error) => panic!("the restart with the same owner id was refused: {error}"),
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || held(&restarted).len() == 2).await,
+        "the restart holds {:?}",
+        held(&restarted)
+    );
+    let put = put(&kinesis, "after", 20);
+    assert!(
+        eventually(Duration::from_secs(10), || payloads(&log)
+            .is_superset(&put.keys().cloned().collect()))
+        .await,
+        "records put after the restart were not all handled"
+    );
+}

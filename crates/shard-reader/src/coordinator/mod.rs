@@ -71,9 +71,10 @@ impl Coordinator {
     /// Checks, before starting, that no other live process uses `owner` on `stream`: when
     /// rows of the stream (or the id's member row) name this owner id with a token, reads them
     /// again after `wait` (a renew interval and a little more) and fails if the holder wrote
-    /// one meanwhile (see `twin`: another instance's hand-over request moves a row's counter
-    /// too, and proves nothing). Costs one read when no row names the id (fresh, unique ids;
-    /// or rows released by a clean shutdown).
+    /// one meanwhile, twice in two windows (see `twin`: another instance's hand-over request
+    /// moves a row's counter too, and proves nothing; and the last renewal of a crashed run,
+    /// already sent, may land once after the first read). Costs one read when no row names the
+    /// id (fresh, unique ids; or rows released by a clean shutdown).
     ///
     /// # Errors
     ///
@@ -107,28 +108,43 @@ impl Coordinator {
             return Ok(());
         }
         tracing::info!(%stream, %owner, rows = before.len(), ?wait, "rows name this owner id: checking that no live process renews them");
-        tokio::time::sleep(wait).await;
-        let after = read().await?;
-        for (key, row) in after {
-            if before.get(&key).is_some_and(|seen| {
-                crate::twin::holder_wrote(
-                    crate::twin::Sighting::of(seen),
-                    crate::twin::Sighting::of(&row),
-                )
-            }) {
-                let shard = if key == member {
-                    key.to_string()
-                } else {
-                    key.shard().to_owned()
-                };
-                return Err(ReaderError::OwnerInUse {
-                    owner: owner.to_owned(),
-                    stream: stream.to_owned(),
-                    shard,
-                });
+        // A write of a crashed run that was already on its way may land once after the first
+        // read (its last renewal, sent just before the crash): one move is not proof. A live
+        // process renews every renew interval, so it moves the row again in the next window.
+        let mut before = before;
+        let mut moved_once = false;
+        loop {
+            tokio::time::sleep(wait).await;
+            let after = read().await?;
+            let moved = after.iter().find(|(key, row)| {
+                before.get(*key).is_some_and(|seen| {
+                    crate::twin::holder_wrote(
+                        crate::twin::Sighting::of(seen),
+                        crate::twin::Sighting::of(row),
+                    )
+                })
+            });
+            match moved {
+                Some((key, _)) if moved_once => {
+                    let shard = if *key == member {
+                        key.to_string()
+                    } else {
+                        key.shard().to_owned()
+                    };
+                    return Err(ReaderError::OwnerInUse {
+                        owner: owner.to_owned(),
+                        stream: stream.to_owned(),
+                        shard,
+                    });
+                }
+                Some(_) => {
+                    tracing::info!(%stream, %owner, "a row naming this owner id moved once: checking once more");
+                    moved_once = true;
+                    before = after;
+                }
+                None => return Ok(()),
             }
         }
-        Ok(())
     }
 
     /// Spawns the coordinator on the current runtime; it reads `config.stream` into `sender`.
