@@ -111,7 +111,15 @@ pub(crate) struct World {
     leave_bound: u64,
     /// Crashed members whose rows are still present, by owner id.
     orphans: BTreeMap<String, Orphan>,
+    /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
+    kinesis_clear_at: Option<Instant>,
 }
+
+/// How long a Kinesis fault episode lasts: throttles and failures not consumed by then are
+/// dropped (else they would wait, unconsumed, for the next reader of a quiet operation).
+const KINESIS_EPISODE: Duration = Duration::from_secs(5);
+/// Fault time of a Kinesis episode: the episode, then the readers' backoff after it.
+const KINESIS_EXCUSE_MS: u64 = 10_000;
 
 /// Counts for the report.
 #[derive(Debug, Default, Clone)]
@@ -164,6 +172,7 @@ impl World {
             stall_bound,
             leave_bound,
             orphans: BTreeMap::new(),
+            kinesis_clear_at: None,
         }
     }
 
@@ -230,6 +239,11 @@ impl World {
             if self.faults_on && now >= fault_end {
                 self.calm_down().await;
             }
+            if self.kinesis_clear_at.is_some_and(|at| now >= at) {
+                self.kinesis_clear_at = None;
+                self.kinesis.clear_faults();
+                self.sim_kinesis.set_latency(0);
+            }
             if now >= next_check {
                 self.monitor().await;
                 next_check = now + Duration::from_millis(250);
@@ -244,6 +258,7 @@ impl World {
             }
             let wake = [next_put, next_check, next_event, produce_until]
                 .into_iter()
+                .chain(self.kinesis_clear_at)
                 .filter(|t| *t > now)
                 .min()
                 .unwrap_or(now + Duration::from_millis(10));
@@ -735,7 +750,8 @@ impl World {
                 self.rec.note(format!(
                     "Kinesis: every subscription cut; next {n} subscribes throttled or failing"
                 ));
-                self.rec.delaying_fault(5_000);
+                self.kinesis_clear_at = Some(Instant::now() + KINESIS_EPISODE);
+                self.rec.delaying_fault(KINESIS_EXCUSE_MS);
                 self.count("kinesis faults");
             }
             Fault::KinesisFaults => {
@@ -748,9 +764,10 @@ impl World {
                 }
                 self.sim_kinesis.set_latency(self.rng.u64(0..300));
                 self.rec.note(format!(
-                    "Kinesis: next {n} {op:?} calls throttled or failing"
+                    "Kinesis: next {n} {op:?} calls throttled or failing (for at most 5 s)"
                 ));
-                self.rec.delaying_fault(5_000);
+                self.kinesis_clear_at = Some(Instant::now() + KINESIS_EPISODE);
+                self.rec.delaying_fault(KINESIS_EXCUSE_MS);
                 self.count("kinesis faults");
             }
             // Always on in handlers when planned.
