@@ -183,7 +183,10 @@ impl Keeper {
     ) -> Exit {
         let every = self.shared.config.renew_interval;
         let mut deadline = self.deadline_after(self.taken_at);
-        let mut tick = interval_at(Instant::now() + every, every);
+        // The first renewal a renew interval after the take's send, or at once if its answer
+        // came later: the deadline counts from the send, and a take may be answered late.
+        let first = (self.taken_at + every).max(Instant::now());
+        let mut tick = interval_at(first, every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let hooks = self.shared.config.hooks.clone();
         if hooks.has_taken() {

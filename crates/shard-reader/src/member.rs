@@ -157,7 +157,10 @@ impl Member {
             state.deadline = sent + config.keep_for();
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
-        if let Err(error) = shared.store.bump_epoch(key.stream()).await {
+        if let Err(error) = shared
+            .bump_within(key.stream(), config.renew_interval)
+            .await
+        {
             tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch after joining; retrying at the next renewal");
             shared
                 .roster_bump_owed

@@ -109,10 +109,31 @@ impl Shared {
         })
     }
 
-    /// Bumps the stream's epoch (rows were freed, moved or ended); a failure is retried by the
-    /// coordinator.
+    /// Bumps `stream`'s epoch once, waiting at most `most`: a call that does not answer in
+    /// time counts as failed (it may still land; a bump too many costs the others one listing).
+    pub(crate) async fn bump_within(
+        &self,
+        stream: &str,
+        most: std::time::Duration,
+    ) -> kinesis_lease_core::LeaseResult<()> {
+        tokio::time::timeout(most, self.store.bump_epoch(stream))
+            .await
+            .unwrap_or_else(|_| {
+                Err(kinesis_lease_core::LeaseError::Unavailable {
+                    operation: "bump_epoch",
+                    resource: stream.to_owned(),
+                    source: "no answer in time".into(),
+                })
+            })
+    }
+
+    /// Bumps the stream's epoch (rows were freed, moved or ended), waiting at most a lease; a
+    /// failure is retried by the coordinator.
     pub(crate) async fn bump_epoch(&self, why: &'static str) {
-        if let Err(error) = self.store.bump_epoch(&self.config.stream).await {
+        let bumped = self
+            .bump_within(&self.config.stream, self.config.lease_duration)
+            .await;
+        if let Err(error) = bumped {
             tracing::warn!(why, error = %ErrorChain(&error), "could not bump the stream's epoch; retrying at the next tick");
             self.bump_owed
                 .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -120,14 +141,18 @@ impl Shared {
     }
 
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
-    /// most a lease: for the last bump of an instance that is leaving, which no later tick of
-    /// its own would retry.
+    /// most a lease in all: for the last bump of an instance that is leaving, which no later
+    /// tick of its own would retry.
     pub(crate) async fn bump_epoch_leaving(&self, stream: &str, why: &'static str) {
         let config = &self.config;
         let mut backoff =
             kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
         let until = tokio::time::Instant::now() + config.lease_duration;
-        while let Err(error) = self.store.bump_epoch(stream).await {
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let Err(error) = self.bump_within(stream, left).await else {
+                return;
+            };
             if tokio::time::Instant::now() >= until {
                 tracing::warn!(why, %stream, error = %ErrorChain(&error), "could not bump the epoch; the others notice at their next listing or watch");
                 return;

@@ -32,6 +32,10 @@ pub(crate) struct View<'a> {
     pub(crate) members: &'a HashSet<String>,
     /// The owner ids whose member row the roster lists as not held by them (left or buried).
     pub(crate) departed: &'a HashSet<String>,
+    /// Members whose member row this instance has seen stand still for a lease (dead or cut
+    /// off, not buried yet): they do not count in the fair share and are not asked for rows,
+    /// but their rows are still never taken.
+    pub(crate) stale: &'a HashSet<String>,
     /// The list interval.
     pub(crate) list_interval: Duration,
 }
@@ -102,7 +106,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     let live: HashSet<String> = readable
         .iter()
         .filter(|r| match liveness(r, view) {
-            Liveness::Member => true,
+            Liveness::Member => r.owner.as_deref().is_none_or(|o| !view.stale.contains(o)),
             Liveness::Legacy => legacy_live(r),
             Liveness::Orphan | Liveness::Absent | Liveness::Free | Liveness::HandedElsewhere => {
                 false
@@ -117,9 +121,15 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .filter(|r| liveness(r, view) == Liveness::Legacy && is_live(r))
         .filter_map(|r| still(r).map(|s| view.lease - s))
         .min();
-    // The members of the roster, this instance, and the owners of live rows written before the
-    // roster. A row handed over and not taken yet says nothing of its new owner's life.
-    let mut owners: HashSet<&str> = view.members.iter().map(String::as_str).collect();
+    // The members of the roster but those seen standing still for a lease, this instance, and
+    // the owners of live rows written before the roster. A row handed over and not taken yet
+    // says nothing of its new owner's life.
+    let mut owners: HashSet<&str> = view
+        .members
+        .iter()
+        .filter(|m| !view.stale.contains(*m))
+        .map(String::as_str)
+        .collect();
     owners.extend(
         readable
             .iter()
@@ -338,6 +348,7 @@ mod tests {
         left: HashSet<String>,
         members: HashSet<String>,
         departed: HashSet<String>,
+        stale: HashSet<String>,
     }
 
     impl Fixture {
@@ -352,6 +363,7 @@ mod tests {
                 left: HashSet::new(),
                 members: HashSet::new(),
                 departed: HashSet::new(),
+                stale: HashSet::new(),
             }
         }
 
@@ -366,6 +378,7 @@ mod tests {
                 left: &self.left,
                 members: &self.members,
                 departed: &self.departed,
+                stale: &self.stale,
                 list_interval: LIST,
             }
         }
@@ -403,6 +416,44 @@ mod tests {
         assert_eq!(plan.next_expiry, Some(Duration::from_secs(9)));
         let ask = ask(&plan.readable, &plan.live, "a", 0, plan.target).expect("ask b");
         assert_eq!((ask.owner, ask.holds, ask.open.len()), ("b", 10, 10));
+    }
+
+    #[test]
+    fn a_member_seen_standing_still_for_a_lease_does_not_count_in_the_share() {
+        // Six rows over members a (this instance, 2 held) and b (2 rows, its member row still
+        // for a lease, not buried yet); 2 rows free (left by a third that shut down).
+        let rows: Vec<Lease> = (0..6)
+            .map(|i| {
+                let owner = [Some("a"), Some("a"), Some("b"), Some("b"), None, None][i];
+                let token = owner.map(|_| "r1.t");
+                row(&format!("shard-{i:02}"), owner, token)
+            })
+            .collect();
+        let mut fixture = Fixture::new(&rows, Duration::from_secs(1));
+        fixture.held = ["shard-00", "shard-01"].map(String::from).into();
+        fixture.members = ["a", "b"].map(String::from).into();
+        let counted = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!((counted.target, counted.room), (3, 1), "b counted");
+        fixture.stale = ["b"].map(String::from).into();
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!((plan.target, plan.room), (6, 4), "b not counted");
+        assert_eq!(
+            names(&plan),
+            [
+                (Rank::Free, "shard-04".into()),
+                (Rank::Free, "shard-05".into())
+            ],
+            "the free rows, never b's: it is still a member"
+        );
+        // Holding nothing, a would ask b for a row while b counts, and not once it stood still.
+        assert_eq!(
+            ask(&counted.readable, &counted.live, "a", 0, counted.target).map(|a| a.owner),
+            Some("b")
+        );
+        assert!(
+            ask(&plan.readable, &plan.live, "a", 0, plan.target).is_none(),
+            "a member standing still is not asked for a row"
+        );
     }
 
     #[test]

@@ -32,13 +32,22 @@
 //! released, handed over, ended, or left by a member found dead), when the stream's shards
 //! change, when one of its own keepers ends, and while it is below its share with rows left to
 //! take. In steady state it reads the epoch every take interval, and the roster's epoch and the
-//! one member it watches every list interval: small reads, whatever the number of shards.
+//! one member it watches every list interval: small reads, whatever the number of shards. The
+//! watch runs in a task of its own (see `ring_watch`), so neither a long take round nor a
+//! store call that does not answer delays it, and it goes on while the instance shuts down.
 //!
 //! # Fair share
 //!
 //! An instance aims for ceil(readable shards / owners), where owners are the members of the
 //! roster (this instance included) and the owners of live rows written before the roster; it
-//! takes no more than that.
+//! takes no more than that. A member whose row this instance has seen stand still for a lease
+//! is not counted (it is dead or cut off, its keepers have stopped): its rows stay its own
+//! until it is buried, but the rows others free are not left waiting for its share.
+//!
+//! # Every store call is bounded
+//!
+//! Each store call of the coordinator is cut off after a lease duration (`bounded`), so a
+//! store that does not answer delays a take round but never stops the coordinator.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
@@ -62,6 +71,7 @@ use crate::take_plan;
 use crate::{CoordinatorHandle, KinesisApi, ReaderConfig, ReaderError, ShardInfo};
 
 mod discovery;
+mod ring_watch;
 
 /// Starts the coordinator of one subscription.
 #[derive(Debug)]
@@ -184,12 +194,11 @@ impl Coordinator {
             sync_failed: false,
             epoch: None,
             relist_at: Some(Instant::now()),
-            roster_epoch: None,
             members: HashSet::new(),
-            member_seen: HashMap::new(),
-            watch_at: Instant::now(),
+            link: Arc::default(),
             member: None,
-            departed: HashMap::new(),
+            watcher: None,
+            departed: HashSet::new(),
             synced_at: None,
             first_seen: HashMap::new(),
             took_a_round: false,
@@ -257,20 +266,17 @@ struct State {
     /// When the rows are to be listed again regardless of the epoch (`None`: only when the
     /// epoch moves).
     relist_at: Option<Instant>,
-    /// The roster's epoch at the last roster listing.
-    roster_epoch: Option<u64>,
     /// The members the roster listed last (this instance included once joined).
     members: HashSet<String>,
-    /// Per member: the counter of its member row last seen, and since when it stood still.
-    member_seen: HashMap<String, (Seen, Instant)>,
-    /// When the watched member is read next.
-    watch_at: Instant,
+    /// What this instance has seen of member rows, shared with the ring watch.
+    link: Arc<ring_watch::Link>,
     /// The task renewing this instance's member row, and what stops it.
     member: Option<(tokio::sync::oneshot::Sender<()>, AbortOnDrop)>,
-    /// Member rows of instances that left or were found dead, by owner id: the row's key and
-    /// counter, and since when this instance has seen that counter. The janitor deletes them
-    /// once they stood still for [`DEPARTED_FOR`] leases (see `cleanup`).
-    departed: HashMap<String, (kinesis_lease_core::LeaseKey, u64, Instant)>,
+    /// The ring watch's task, and what tells it this instance has left.
+    watcher: Option<(tokio::sync::oneshot::Sender<Instant>, AbortOnDrop)>,
+    /// The owner ids whose member row the last roster listing showed as not held by them (left
+    /// or buried).
+    departed: HashSet<String>,
     /// When the last ListShards that succeeded was sent.
     synced_at: Option<Instant>,
     /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
@@ -326,6 +332,10 @@ impl State {
                 let (stop, stopped) = tokio::sync::oneshot::channel();
                 let task = tokio::spawn(member.run(stopped).instrument(tracing::Span::current()));
                 self.member = Some((stop, AbortOnDrop(task)));
+                let (left, leaving) = tokio::sync::oneshot::channel();
+                let watcher = ring_watch::Watcher::new(shared.clone(), self.link.clone());
+                let task = tokio::spawn(watcher.run(leaving).instrument(tracing::Span::current()));
+                self.watcher = Some((left, AbortOnDrop(task)));
             }
             Ok(None) => return,
             Err(error) => {
@@ -375,6 +385,15 @@ impl State {
         shared
             .bump_epoch_leaving(&config.stream, "rows released")
             .await;
+        // Hand the ring watch on: its successor's next watcher counts from its own readings,
+        // which begin about now (see `ring_watch`).
+        if let Some((left, mut task)) = self.watcher.take() {
+            let _ = left.send(Instant::now());
+            let most = config.lease_duration * 3 + config.list_interval;
+            if tokio::time::timeout(most, &mut task.0).await.is_err() {
+                tracing::warn!("the ring watch did not hand on in time; stopped");
+            }
+        }
     }
 
     async fn on_report(&mut self, report: Report) {
@@ -405,33 +424,19 @@ impl State {
         self.relist_at = Some(self.relist_at.map_or(at, |r| r.min(at)));
     }
 
-    /// Lists the roster: who is a member, and since when each member row's counter stood
-    /// still. False when the listing failed.
+    /// Lists the roster: who is a member (recording what it shows of each member row), and who
+    /// departed. False when the listing failed.
     async fn list_roster(&mut self) -> bool {
         let shared = self.shared.clone();
         let stream = roster::members_stream(&shared.config.stream);
         match bounded(&shared, "list", shared.store.list(&stream)).await {
             Ok(rows) => {
-                let now = Instant::now();
                 self.members = roster::present(&rows);
-                let departed = crate::cleanup::departed(&rows);
-                self.departed
-                    .retain(|id, _| departed.iter().any(|r| r.key.shard() == id));
-                for row in departed {
-                    let entry = self.departed.entry(row.key.shard().to_owned()).or_insert((
-                        row.key.clone(),
-                        row.counter,
-                        now,
-                    ));
-                    if entry.1 != row.counter {
-                        *entry = (row.key.clone(), row.counter, now);
-                    }
-                }
-                for row in rows.iter().filter(|r| roster::is_present(r)) {
-                    self.seen_member(row, now);
-                }
-                let members = &self.members;
-                self.member_seen.retain(|m, _| members.contains(m));
+                self.departed = crate::cleanup::departed(&rows)
+                    .into_iter()
+                    .map(|r| r.key.shard().to_owned())
+                    .collect();
+                self.link.record_listing(&rows, Instant::now());
                 true
             }
             Err(error) => {
@@ -441,125 +446,8 @@ impl State {
         }
     }
 
-    /// Records a member row as seen at `now`; returns since when its counter (and token) stood
-    /// still. A new token is a new holding whose counter may repeat an old one's (a row
-    /// deleted and created again starts over), so it starts over too.
-    fn seen_member(&mut self, row: &Lease, now: Instant) -> Instant {
-        let seen = Seen {
-            counter: row.counter,
-            owner: row.owner.clone(),
-            token: row.token.clone(),
-            wanted: row.wanted_by.is_some(),
-            since: now,
-        };
-        let entry = self
-            .member_seen
-            .entry(row.key.shard().to_owned())
-            .or_insert((seen.clone(), now));
-        if entry.0.counter != seen.counter || entry.0.token != seen.token {
-            *entry = (seen, now);
-        }
-        entry.1
-    }
-
-    /// Every list interval: reads the roster's epoch (listing the roster when it moved) and
-    /// the member row of the member this instance watches; a member whose row stood still for
-    /// a lease is found dead.
-    async fn watch(&mut self) {
-        let shared = self.shared.clone();
-        let config = &shared.config;
-        let now = Instant::now();
-        self.watch_at = now + config.list_interval;
-        let members = roster::members_stream(&config.stream);
-        match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
-            Ok(epoch) if Some(epoch) != self.roster_epoch => {
-                if self.list_roster().await {
-                    self.roster_epoch = Some(epoch);
-                }
-            }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
-            }
-        }
-        self.delete_departed().await;
-        let Some(watched) = roster::successor(&self.members, &config.owner).map(str::to_owned)
-        else {
-            return;
-        };
-        let Ok(key) = member_key(&config.stream, &watched) else {
-            return;
-        };
-        let row = match bounded(&shared, "read", shared.store.read(&key)).await {
-            Ok(row) => row,
-            Err(error) => {
-                tracing::warn!(member = %watched, error = %ErrorChain(&error), "reading the watched member failed");
-                return;
-            }
-        };
-        let now = Instant::now();
-        match row {
-            Some(row) if roster::is_present(&row) => {
-                let since = self.seen_member(&row, now);
-                if roster::is_dead(now.duration_since(since), config.lease_duration) {
-                    self.bury(&key, &watched, row.counter).await;
-                } else {
-                    self.watch_at = self.watch_at.min(since + config.lease_duration);
-                }
-            }
-            // This instance's take of it landed, though its answer was lost.
-            Some(row) if row.is_held_by(&config.owner) => {
-                self.buried(&key, &watched, row.counter).await;
-            }
-            // It left, or another instance found it dead: the roster changed. Its leave bumped
-            // the epoch, unless that failed; bump it (again) so nobody misses its rows.
-            _ => {
-                // Once per departure: it is not watched again, even if the listing fails.
-                self.members.remove(&watched);
-                shared.bump_epoch("a member left").await;
-                self.list_roster().await;
-                self.relist_now();
-            }
-        }
-    }
-
-    /// Takes the member row of `member`, found dead, fenced on the `counter` that stood still
-    /// for a lease: no renewal of it can land later, so none of its keepers can go on. Then
-    /// frees it and tells the others, whose next listing may take its rows at once.
-    async fn bury(&mut self, key: &kinesis_lease_core::LeaseKey, member: &str, counter: u64) {
-        let shared = self.shared.clone();
-        let config = &shared.config;
-        let holder = Holder::new(config.owner.clone(), roster::new_token());
-        let take = Take::fenced(config.lease_duration, counter);
-        match bounded(&shared, "take", shared.store.take(key, &holder, &take)).await {
-            Ok(Outcome::Written(taken)) => self.buried(key, member, taken.counter).await,
-            Ok(Outcome::Lost(_)) => {}
-            Err(error) => {
-                tracing::warn!(%member, error = %ErrorChain(&error), "taking a dead member's row failed; the next watch sees whether it landed");
-            }
-        }
-    }
-
-    /// After this instance took the member row of `member`, found dead (at `counter` now):
-    /// deletes it and tells the others, whose next listing may take its rows at once.
-    async fn buried(&mut self, key: &kinesis_lease_core::LeaseKey, member: &str, counter: u64) {
-        let shared = self.shared.clone();
-        tracing::warn!(%member, counter, "member found dead (its row stood still for a lease); its shards are free");
-        shared.metrics.member_found_dead();
-        // Once per burial: it is not watched again, even if the listing below fails.
-        self.members.remove(member);
-        // The row stays, held by this instance (so its counter never starts over while anyone
-        // may still watch it); the janitor deletes it much later.
-        if let Err(error) = shared.store.bump_epoch(key.stream()).await {
-            tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch");
-        }
-        shared.bump_epoch("a member found dead").await;
-        self.list_roster().await;
-        self.relist_now();
-    }
-
-    /// Every take interval: watch the roster when due, and list the rows when the epoch moved
-    /// or a listing is due.
+    /// Every take interval: list the rows when the epoch moved, the ring watch saw the roster
+    /// change, or a listing is due.
     async fn tick(&mut self) {
         let shared = self.shared.clone();
         if self.sync_failed {
@@ -573,8 +461,8 @@ impl State {
         {
             shared.bump_epoch("owed").await;
         }
-        if Instant::now() >= self.watch_at {
-            self.watch().await;
+        if self.link.take_relist() {
+            self.relist_now();
         }
         let now = Instant::now();
         let due = self.relist_at.is_some_and(|at| now >= at)
@@ -752,7 +640,11 @@ impl State {
         let gone = self.parents_gone(&rows);
         let readable = take_plan::readable(&rows, |parent| !gone.contains(parent));
         let first_round = !self.took_a_round;
-        let departed: HashSet<String> = self.departed.keys().cloned().collect();
+        let departed = self.departed.clone();
+        // Members seen standing still for a lease do not count in the fair share.
+        let stale = self
+            .link
+            .stale(&config.owner, config.lease_duration, Instant::now());
         if rows.iter().any(|r| {
             r.token.is_none()
                 && r.owner.as_deref().is_some_and(|o| {
@@ -776,6 +668,7 @@ impl State {
             left: &self.left_free,
             members: &self.members,
             departed: &departed,
+            stale: &stale,
             list_interval: config.list_interval,
         };
         self.took_a_round = true;
@@ -903,28 +796,6 @@ impl State {
         delete_rows(&shared, doomed).await;
     }
 
-    /// The janitor's part of a watch: deletes the member rows of instances that left or were
-    /// buried once this instance has seen them stand still for [`DEPARTED_FOR`] leases: by then
-    /// nobody still acts on an old reading of them (a row deleted and created again starts
-    /// its counter over).
-    async fn delete_departed(&mut self) {
-        let shared = self.shared.clone();
-        if !crate::cleanup::is_janitor(&self.members, &shared.config.owner) {
-            return;
-        }
-        let lease = shared.config.lease_duration;
-        let doomed: Vec<(kinesis_lease_core::LeaseKey, u64)> = self
-            .departed
-            .values()
-            .filter(|(_, _, since)| since.elapsed() >= lease * DEPARTED_FOR)
-            .map(|(key, counter, _)| (key.clone(), *counter))
-            .collect();
-        for (key, _) in &doomed {
-            self.departed.remove(key.shard());
-        }
-        delete_rows(&shared, doomed).await;
-    }
-
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
     /// shard, if it holds at least two more than this instance. Owners one apart do not move
     /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
@@ -957,12 +828,12 @@ impl State {
         };
         let (victim, open) = (ask.owner, ask.open);
         let row = open[fastrand::usize(..open.len())];
-        match self
-            .shared
-            .store
-            .request(&row.key, &config.owner, row.counter)
-            .await
-        {
+        let asked = bounded(
+            &shared,
+            "request",
+            shared.store.request(&row.key, &config.owner, row.counter),
+        );
+        match asked.await {
             Ok(Outcome::Written(_)) => {
                 tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
                 let now = Instant::now();
@@ -971,7 +842,12 @@ impl State {
             }
             Ok(Outcome::Lost(_)) => {}
             Err(error) => {
-                tracing::warn!(shard = %row.key.shard(), error = %ErrorChain(&error), "asking for a shard failed")
+                // It may have landed (the answer lost, or cut off): wait as for a request that
+                // did, rather than spend a call that may hang again on every round.
+                tracing::warn!(shard = %row.key.shard(), error = %ErrorChain(&error), "asking for a shard failed");
+                let now = Instant::now();
+                self.asked = Some((row.key.shard().to_owned(), now));
+                self.relist_by(now + config.lease_duration * 3);
             }
         }
     }

@@ -1,0 +1,777 @@
+//! Liveness of the roster watch and of the fair share (issue 28, part "watch").
+//!
+//! A crashed member's shards are read again once its watcher (the member before it in the ring
+//! of owner ids) has seen its member row stand still for a lease and buried it. These tests hold
+//! that bound, measured from the crashed instance's last member renewal that landed, when the
+//! watcher is shutting down, when one of the watcher's store calls hangs, and when its take
+//! rounds are slow; and that a dead member not yet buried does not hold back the rows others
+//! free. Each test's doc comment gives what it measured before the fix.
+//!
+//! Paused time, one `MemoryStream`, brokers with their own `MemoryLeaseStore` (wrapped in a
+//! [`Probe`]) over one shared `MemoryLeaseTable`, default timings (lease 10 s, renew 3 s, take
+//! interval 1 s, list interval 2 s) and the default start position.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis_broker::{
+    lease::{LeaseKey, LeaseStore},
+    testing::MemoryStream,
+    Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
+};
+use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseError, LeaseResult, Outcome, Take};
+use tokio::time::{sleep, Instant};
+
+const STREAM: &str = "s";
+const MEMBERS: &str = "s@members";
+
+// ---------------------------------------------------------------------------------------------
+// A store decorator with switches, recording the instance's own member renewals.
+// ---------------------------------------------------------------------------------------------
+
+/// A `LeaseStore` over a `MemoryLeaseStore` for one instance (`owner`). Clones share the
+/// switches and the record.
+#[derive(Debug, Clone)]
+struct Probe {
+    inner: MemoryLeaseStore,
+    owner: String,
+    /// `request` never answers (and writes nothing).
+    hang_requests: Arc<AtomicBool>,
+    /// How many `request` calls hung.
+    requests_hung: Arc<AtomicU32>,
+    /// Every take of a shard row (not of a member row) waits this long before it reaches the
+    /// table.
+    slow_takes: Arc<Mutex<Duration>>,
+    /// `bump_epoch` never answers (and bumps nothing).
+    hang_bumps: Arc<AtomicBool>,
+    /// Takes of other instances' member rows (burials) fail, writing nothing.
+    refuse_burials: Arc<AtomicBool>,
+    /// The instance's own member renewals: when each was sent and whether it landed.
+    member_renewals: Arc<Mutex<Vec<(Instant, bool)>>>,
+}
+
+impl Probe {
+    fn new(table: &MemoryLeaseTable, owner: &str) -> Self {
+        Self {
+            inner: MemoryLeaseStore::over(table),
+            owner: owner.to_owned(),
+            hang_requests: Arc::default(),
+            requests_hung: Arc::default(),
+            hang_bumps: Arc::default(),
+            slow_takes: Arc::default(),
+            refuse_burials: Arc::default(),
+            member_renewals: Arc::default(),
+        }
+    }
+
+    /// When the last member renewal of this instance that landed was sent: its keepers may
+    /// have run until that plus lease - renew, and the crash bound counts from it.
+    fn last_landed_member_renewal(&self) -> Instant {
+        self.member_renewals
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(_, landed)| *landed)
+            .map(|(sent, _)| *sent)
+            .expect("a member renewal landed")
+    }
+}
+
+impl LeaseStore for Probe {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.create(row)
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            if key.stream() == MEMBERS {
+                if key.shard() != self.owner && self.refuse_burials.load(Ordering::SeqCst) {
+                    return Err(LeaseError::Unavailable {
+                        operation: "take",
+                        resource: key.to_string(),
+                        source: "injected, nothing written".into(),
+                    });
+                }
+            } else {
+                let slow = *self.slow_takes.lock().unwrap();
+                if !slow.is_zero() {
+                    sleep(slow).await;
+                }
+            }
+            self.inner.take(key, holder, take).await
+        })
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let renewed = self.inner.renew(key, holder, ttl, checkpoint).await;
+            if key.stream() == MEMBERS && key.shard() == self.owner {
+                let landed = matches!(renewed, Ok(Outcome::Written(_)));
+                self.member_renewals.lock().unwrap().push((sent, landed));
+            }
+            renewed
+        })
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.checkpoint(key, holder, checkpoint)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.release(key, holder, checkpoint)
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        observed: u64,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            if self.hang_requests.load(Ordering::SeqCst) {
+                self.requests_hung.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            }
+            self.inner.request(key, asker, observed).await
+        })
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.hand_over(key, holder, to, ttl, checkpoint)
+    }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.delete(key, observed)
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        Box::pin(async move {
+            if self.hang_bumps.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.bump_epoch(stream).await
+        })
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        self.inner.epoch(stream)
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.inner.read(key)
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        self.inner.list(stream)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brokers, handlers and observations.
+// ---------------------------------------------------------------------------------------------
+
+/// Which instances run a handler now, per instance.
+#[derive(Debug, Default)]
+struct Running(Mutex<HashMap<String, u32>>);
+
+impl Running {
+    fn of(&self, instance: &str) -> u32 {
+        self.0.lock().unwrap().get(instance).copied().unwrap_or(0)
+    }
+}
+
+/// A started broker on `store` whose handler takes `n` s of paused time for a record whose
+/// payload is `slow-<n>`, and no time for the others.
+async fn start(kinesis: &MemoryStream, store: &Probe, running: &Arc<Running>) -> RunningBroker {
+    let owner = store.owner.clone();
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .owner_id(owner.as_str())
+        .lease_store(store.clone())
+        .shutdown_deadline(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let running = running.clone();
+    broker
+        .subscribe(STREAM)
+        .handle(move |d: Delivery| {
+            let (running, owner) = (running.clone(), owner.clone());
+            async move {
+                *running.0.lock().unwrap().entry(owner.clone()).or_default() += 1;
+                let payload = String::from_utf8_lossy(d.payload()).into_owned();
+                if let Some(secs) = payload.strip_prefix("slow-") {
+                    sleep(Duration::from_secs(secs.parse().unwrap())).await;
+                }
+                *running.0.lock().unwrap().get_mut(&owner).unwrap() -= 1;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .unwrap();
+    broker.start().await.unwrap()
+}
+
+fn held(running: &RunningBroker) -> BTreeSet<String> {
+    running
+        .stats()
+        .shards(STREAM)
+        .iter()
+        .map(|s| s.shard.clone())
+        .collect()
+}
+
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn rows(table: &MemoryLeaseTable, stream: &str) -> Vec<Lease> {
+    MemoryLeaseStore::over(table).list(stream).await.unwrap()
+}
+
+/// The owner of `member`'s member row, if anyone holds it.
+async fn member_row_owner(table: &MemoryLeaseTable, member: &str) -> Option<String> {
+    MemoryLeaseStore::over(table)
+        .read(&LeaseKey::new(MEMBERS, member).unwrap())
+        .await
+        .unwrap()
+        .and_then(|row| row.owner)
+}
+
+/// A partition key landing on `shard` of a stream of `shards` shards.
+fn key_for(kinesis: &MemoryStream, shards: u32, shard: &str) -> String {
+    let probe = format!("probe-{shards}");
+    let _ = kinesis.create_stream(&probe, shards);
+    (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|key| kinesis.put(&probe, key, "x").unwrap().shard == shard)
+        .expect("a key for the shard")
+}
+
+/// Polls every 100 ms, for at most `limit`, until `done` says so; returns when `done` first held.
+async fn poll_until(limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Option<Instant> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if done().await {
+            return Some(Instant::now());
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings
+// ---------------------------------------------------------------------------------------------
+
+/// What [`crash_beside_a_drain`] measured.
+#[derive(Debug)]
+struct Drained {
+    /// Per shard of the crashed member: when read again after its last landed member renewal.
+    crashed: Vec<Option<Duration>>,
+    /// Per shard of the leaving member: when read again after its release.
+    released: Vec<Option<Duration>>,
+    /// How long the leaving member's `shutdown()` took.
+    shutdown: Duration,
+}
+
+/// Members a, b, c on six shards (two each; b watches c). c crashes (nothing written) while b
+/// shuts down gracefully with a `drain` handler to finish on one of its shards.
+async fn crash_beside_a_drain(drain: u64) -> Drained {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+    sleep(Duration::from_secs(5)).await;
+    let shares: Vec<BTreeSet<String>> = brokers.iter().map(held).collect();
+    assert!(
+        shares.iter().all(|s| s.len() == 2),
+        "two shards each: {shares:?}"
+    );
+    let c = brokers.pop().unwrap();
+    let b = brokers.pop().unwrap();
+    let a = brokers.pop().unwrap();
+    let (b_shards, c_shards) = (shares[1].clone(), shares[2].clone());
+    let slow_on = b_shards.iter().next().unwrap().clone();
+    kinesis
+        .put(
+            STREAM,
+            &key_for(&kinesis, 6, &slow_on),
+            format!("slow-{drain}"),
+        )
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(3), || running.of("b") == 1).await,
+        "b's slow handler never began"
+    );
+    drop(c);
+    let leaving = tokio::spawn(async move {
+        let began = Instant::now();
+        b.shutdown().await;
+        began.elapsed()
+    });
+    let mut freed: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut taken: BTreeMap<String, Instant> = BTreeMap::new();
+    let watched = b_shards
+        .iter()
+        .chain(&c_shards)
+        .cloned()
+        .collect::<Vec<_>>();
+    poll_until(Duration::from_secs(40), async || {
+        let now = Instant::now();
+        for row in rows(&table, STREAM).await {
+            let shard = row.key.shard().to_owned();
+            if b_shards.contains(&shard) && row.owner.is_none() {
+                freed.entry(shard.clone()).or_insert(now);
+            }
+        }
+        for shard in held(&a) {
+            taken.entry(shard).or_insert(now);
+        }
+        watched.iter().all(|s| taken.contains_key(s))
+    })
+    .await;
+    let shutdown = leaving.await.unwrap();
+    a.shutdown().await;
+    let drained = Drained {
+        crashed: delays(&c_shards, &taken, stores[2].last_landed_member_renewal()),
+        released: b_shards
+            .iter()
+            .map(|s| match (freed.get(s), taken.get(s)) {
+                (Some(free), Some(at)) => Some(at.saturating_duration_since(*free)),
+                _ => None,
+            })
+            .collect(),
+        shutdown,
+    };
+    eprintln!("{drain} s drain beside a crash: {drained:?}");
+    drained
+}
+
+/// DEFECT 1: a crashed member went unread for about 20 s while its watcher shut down. The ring
+/// watch ran only in the coordinator's take tick, and a coordinator that began `shutdown()`
+/// only waited for its shard tasks: the leaving instance stopped watching its successor while
+/// it drained its handlers, and the member watching it next started counting from its own
+/// first read, after the leave.
+///
+/// c crashes while its watcher b drains a 9 s handler in a graceful shutdown (see
+/// [`crash_beside_a_drain`]). Expected: c's shards are read again within 15 s of c's last
+/// landed member renewal (b goes on watching, and burying, while it leaves), and b's released
+/// shards within a few seconds of their release.
+///
+/// Failed before the fix: c's shards read again 22.05 s after its last landed member renewal;
+/// one of b's released shards read again 11 s after its release (the dead c still counted in
+/// a's fair share until buried).
+#[tokio::test(start_paused = true)]
+async fn a_crashed_member_is_found_dead_while_its_watcher_drains() {
+    let drained = crash_beside_a_drain(9).await;
+    assert!(
+        within(&drained.crashed, Duration::from_secs(15))
+            && within(&drained.released, Duration::from_secs(5)),
+        "the crashed member's shards read again {:?} after its last landed member renewal; the \
+         leaving member's shards {:?} after their release",
+        drained.crashed,
+        drained.released
+    );
+}
+
+/// DEFECT 1, the watch handed on: the watcher's drain (3 s) ends before it could find its
+/// crashed successor dead, so its leave must not restart the count. Expected: c's shards read
+/// again within 15 s of its last landed member renewal (b goes on watching c after its leave
+/// until it buried it), and b's shutdown takes at most a lease more than its drain.
+///
+/// Failed before the fix: c's shards read again 16.05 s after its last landed member renewal
+/// (b's shutdown took 2.95 s; now 8.95 s, until it buried c).
+#[tokio::test(start_paused = true)]
+async fn a_watcher_that_leaves_hands_its_watch_on() {
+    let drained = crash_beside_a_drain(3).await;
+    assert!(
+        within(&drained.crashed, Duration::from_secs(15)),
+        "the crashed member's shards read again {:?} after its last landed member renewal",
+        drained.crashed
+    );
+    assert!(
+        drained.shutdown <= Duration::from_secs(3 + 10 + 2),
+        "the leave took {:?}",
+        drained.shutdown
+    );
+}
+
+/// When each of `shards` was first held by one of `takers`, polling for at most `limit` until
+/// all are.
+async fn taken_by(
+    takers: &[&RunningBroker],
+    shards: &BTreeSet<String>,
+    limit: Duration,
+) -> BTreeMap<String, Instant> {
+    let mut taken: BTreeMap<String, Instant> = BTreeMap::new();
+    poll_until(limit, async || {
+        let now = Instant::now();
+        for shard in takers.iter().flat_map(|t| held(t)) {
+            if shards.contains(&shard) {
+                taken.entry(shard).or_insert(now);
+            }
+        }
+        taken.len() == shards.len()
+    })
+    .await;
+    taken
+}
+
+/// How long after `from` each of `shards` was taken (`None`: never).
+fn delays(
+    shards: &BTreeSet<String>,
+    taken: &BTreeMap<String, Instant>,
+    from: Instant,
+) -> Vec<Option<Duration>> {
+    shards
+        .iter()
+        .map(|s| taken.get(s).map(|at| at.saturating_duration_since(from)))
+        .collect()
+}
+
+/// True when every delay is known and at most `limit`.
+fn within(delays: &[Option<Duration>], limit: Duration) -> bool {
+    delays.iter().all(|d| d.is_some_and(|d| d <= limit))
+}
+
+/// Starts brokers for `owners` on `table`, one after the other, each with its own [`Probe`].
+async fn start_all(
+    kinesis: &MemoryStream,
+    table: &MemoryLeaseTable,
+    owners: &[&str],
+    running: &Arc<Running>,
+) -> (Vec<RunningBroker>, Vec<Probe>) {
+    let stores: Vec<Probe> = owners.iter().map(|o| Probe::new(table, o)).collect();
+    let mut brokers = Vec::new();
+    for store in &stores {
+        brokers.push(start(kinesis, store, running).await);
+    }
+    (brokers, stores)
+}
+
+/// The plain crash, with default timings: the bound the other tests keep. Members a, b, c on
+/// six shards; c crashes. Expected: every shard of c read again within 13 s of its last landed
+/// member renewal (a lease after its watcher first read that renewal, read every list
+/// interval, then one take tick).
+///
+/// Before the fix: 11.1 s and 10.1 s (it held; kept as a guard that the fixes do not slow it
+/// down). After: 10.1 s and 10.1 s (the watch now wakes exactly a lease after its first
+/// reading of the last renewal, not at the next take tick).
+#[tokio::test(start_paused = true)]
+async fn a_plain_crash_is_taken_over_within_thirteen_seconds() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    let c = brokers.pop().unwrap();
+    let c_shards = held(&c);
+    assert_eq!(c_shards.len(), 2);
+    drop(c);
+    let survivors: Vec<&RunningBroker> = brokers.iter().collect();
+    let taken = taken_by(&survivors, &c_shards, Duration::from_secs(30)).await;
+    let after = delays(&c_shards, &taken, stores[2].last_landed_member_renewal());
+    eprintln!("plain crash: shards read again {after:?} after the last landed member renewal");
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    assert!(
+        within(&after, Duration::from_secs(13)),
+        "a crashed member's shards read again {after:?} after its last landed member renewal"
+    );
+}
+
+/// SUSPICION S2 (PROVEN): a dead member not yet buried counted in the fair share, so rows a
+/// graceful leave freed waited for its burial. Here the burial cannot land (the watcher's
+/// takes of member rows fail), so they waited forever.
+///
+/// Members a, b, c on six shards; b watches c, and b's burials fail. c crashes; once b has seen
+/// c's member row stand still for a lease, a leaves gracefully. Expected: b takes both rows a
+/// released within a few seconds (c's rows stay c's: a present member's rows are never taken).
+///
+/// Failed before the fix: one of a's released rows was still unread 30 s after a's leave
+/// (b took one, its share with c counted, and left the other).
+#[tokio::test(start_paused = true)]
+async fn a_dead_member_not_yet_buried_does_not_hold_back_freed_rows() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+    sleep(Duration::from_secs(5)).await;
+    stores[1].refuse_burials.store(true, Ordering::SeqCst);
+    let c = brokers.pop().unwrap();
+    let b = brokers.pop().unwrap();
+    let a = brokers.pop().unwrap();
+    let a_shards = held(&a);
+    assert_eq!(a_shards.len(), 2);
+    drop(c);
+    // b reads c's member row every list interval: by now it has seen it stand still for a
+    // lease.
+    sleep(Duration::from_secs(14)).await;
+    let left = Instant::now();
+    a.shutdown().await;
+    let taken = taken_by(&[&b], &a_shards, Duration::from_secs(30)).await;
+    let after = delays(&a_shards, &taken, left);
+    eprintln!("rows freed beside a dead member read again {after:?} after the leave");
+    let c_row = member_row_owner(&table, "c").await;
+    b.shutdown().await;
+    assert_eq!(
+        c_row.as_deref(),
+        Some("c"),
+        "c was not buried (burials fail)"
+    );
+    assert!(
+        within(&after, Duration::from_secs(3)),
+        "rows freed by a graceful leave read again {after:?} after it, beside a dead member"
+    );
+}
+
+/// SUSPICION S1 (PROVEN): a coordinator store call without a time limit. `request` (asking for a
+/// shard) was awaited without one, in the take tick that also ran the ring watch: one call
+/// that never answers stopped the instance's watching and taking for good, while its member
+/// task went on renewing, so it looked alive.
+///
+/// a and c share six shards; b joins and asks for one, and its `request` never answers. Then c
+/// (watched by b) crashes. Expected: c's shards read again within 15 s of its last landed
+/// member renewal.
+///
+/// Failed before the fix: never (still unread 40 s after; b never watched again).
+#[tokio::test(start_paused = true)]
+async fn a_hanging_request_stops_neither_the_watch_nor_the_takes() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "c"], &running).await;
+    sleep(Duration::from_secs(5)).await;
+    let b_store = Probe::new(&table, "b");
+    b_store.hang_requests.store(true, Ordering::SeqCst);
+    let b = start(&kinesis, &b_store, &running).await;
+    assert!(
+        eventually(Duration::from_secs(5), || b_store
+            .requests_hung
+            .load(Ordering::SeqCst)
+            > 0)
+        .await,
+        "b never asked for a shard"
+    );
+    let c = brokers.pop().unwrap();
+    let c_shards = held(&c);
+    assert_eq!(c_shards.len(), 3);
+    drop(c);
+    let a = brokers.pop().unwrap();
+    let taken = taken_by(&[&a, &b], &c_shards, Duration::from_secs(40)).await;
+    let after = delays(&c_shards, &taken, stores[1].last_landed_member_renewal());
+    eprintln!("hanging request: shards read again {after:?} after the last landed member renewal");
+    a.shutdown().await;
+    // A coordinator stuck in a call that never answers would never finish its shutdown.
+    let shut = tokio::time::timeout(Duration::from_secs(60), b.shutdown()).await;
+    assert!(
+        within(&after, Duration::from_secs(15)),
+        "a crashed member's shards read again {after:?} after its last landed member renewal, \
+         its watcher's `request` hanging"
+    );
+    assert!(shut.is_ok(), "b's shutdown never finished");
+}
+
+/// SUSPICION S1, the epoch bumps (PROVEN): `Shared::bump_epoch` and the leaving instance's
+/// last bumps awaited the store without a time limit, so a bump that never answers stopped
+/// the coordinator; on the way out, the shutdown itself never ended.
+///
+/// a alone on two shards; its bumps never answer from some point on; it shuts down. Expected:
+/// the shutdown ends within the bounds of its two last bumps (a lease each), its rows
+/// released.
+///
+/// Failed before the fix: the shutdown had not ended 60 s later.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_whose_epoch_bumps_never_answer_still_ends() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 2).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let store = Probe::new(&table, "a");
+    let a = start(&kinesis, &store, &running).await;
+    assert!(eventually(Duration::from_secs(5), || held(&a).len() == 2).await);
+    store.hang_bumps.store(true, Ordering::SeqCst);
+    let began = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(60), a.shutdown()).await;
+    let took = began.elapsed();
+    eprintln!("shutdown with hanging bumps took {took:?}");
+    let free = rows(&table, STREAM).await.iter().all(|r| r.owner.is_none());
+    assert!(ended.is_ok(), "the shutdown had not ended {took:?} later");
+    assert!(
+        took <= Duration::from_secs(25),
+        "the shutdown took {took:?}"
+    );
+    assert!(free, "every row released");
+}
+
+/// SUSPICION S3 (PROVEN): a long take round delayed the watch by as much. The watch ran in the
+/// take tick, between rounds, and a round's takes each may take up to a lease.
+///
+/// b starts alone on nine shards, its store taking 5 s per shard-row take; its second round
+/// tries the eight rows left (40 s). a and c join meanwhile and take their shares; then c
+/// (watched by b) crashes. Expected: b buries c within 13 s of c's last landed member renewal
+/// (the watch keeps its own schedule), and a, whose takes are fast, takes its new share (five
+/// of nine, c's rows or rows still free) within a take tick or two of the burial. (The rows
+/// left to b wait for its slow takes: that is the store's own latency, not the watch's.)
+///
+/// Failed before the fix: c buried 53.6 s after its last landed member renewal (48.6 s with
+/// only the keeper fixed, whose leases taken by slow takes lapsed at once: see
+/// `a_take_answered_late_keeps_its_lease`). After: 11.6 s, and a's share taken 0.5 s after.
+#[tokio::test(start_paused = true)]
+async fn slow_takes_do_not_delay_the_watch() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 9).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let b_store = Probe::new(&table, "b");
+    *b_store.slow_takes.lock().unwrap() = Duration::from_secs(5);
+    let b = start(&kinesis, &b_store, &running).await;
+    assert!(
+        eventually(Duration::from_secs(8), || held(&b).len() == 1).await,
+        "b's first take never landed"
+    );
+    // b's second round (a list interval after its first) tries the eight rows left.
+    sleep(Duration::from_millis(1500)).await;
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "c"], &running).await;
+    assert!(
+        eventually(Duration::from_secs(6), || brokers
+            .iter()
+            .all(|r| held(r).len() == 3))
+        .await,
+        "a and c never took their shares"
+    );
+    let c = brokers.pop().unwrap();
+    drop(c);
+    let a = brokers.pop().unwrap();
+    let crashed = Instant::now();
+    let buried_at = poll_until(Duration::from_secs(60), async || {
+        member_row_owner(&table, "c").await.as_deref() == Some("b")
+    })
+    .await;
+    // Nine shards over a and b: a's own share is five.
+    let shared_at = poll_until(Duration::from_secs(20), async || held(&a).len() == 5).await;
+    let renewed = stores[1].last_landed_member_renewal();
+    assert!(renewed <= crashed);
+    let buried = buried_at.map(|at| at - renewed);
+    let shared = buried_at
+        .zip(shared_at)
+        .map(|(buried, shared)| shared.saturating_duration_since(buried));
+    eprintln!("slow takes: buried {buried:?} after the last landed member renewal; a's share taken {shared:?} after the burial");
+    a.shutdown().await;
+    b.shutdown().await;
+    assert!(
+        within(&[buried], Duration::from_secs(13)) && within(&[shared], Duration::from_secs(2)),
+        "with slow takes, the crashed member was buried {buried:?} after its last landed member \
+         renewal, and the fast member took its share {shared:?} after the burial"
+    );
+}
+
+/// Found with S3: a take answered late lost its lease at once. The keeper counts its stop time
+/// from the take's send (`sent + lease - renew`, 7 s) but renewed first a renew interval after
+/// it started, so a take answered more than `lease - 2 renew` (4 s) after its send lapsed
+/// before its first renewal; though a take may take up to a lease. Expected: a shard taken
+/// by a take answered 5 s late stays held.
+///
+/// Failed before the fix: the shard was lost 2.0 s after the take's answer, and so again after
+/// every take back.
+#[tokio::test(start_paused = true)]
+async fn a_take_answered_late_keeps_its_lease() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let store = Probe::new(&table, "b");
+    *store.slow_takes.lock().unwrap() = Duration::from_secs(5);
+    let b = start(&kinesis, &store, &running).await;
+    let taken = poll_until(Duration::from_secs(8), async || held(&b).len() == 1)
+        .await
+        .expect("taken");
+    let lost = poll_until(Duration::from_secs(20), async || held(&b).is_empty()).await;
+    let renewed = rows(&table, STREAM).await[0].counter;
+    b.shutdown().await;
+    assert!(
+        lost.is_none(),
+        "a take answered 5 s late lost its lease {:?} after the answer",
+        lost.map(|at| at - taken)
+    );
+    assert!(renewed > 5, "the row was renewed (counter {renewed})");
+}
+
+/// The price of handing the watch on, when nothing crashed: a graceful leave beside live
+/// members waits, after its rows are released and the others told, until it sees its successor
+/// renew after `left - renew`: at most a renew and a take interval (and usually not at all:
+/// its reads while it drains show that renewal). Members a, b, c on six shards; b leaves at
+/// several points of c's renewal cycle. Expected: each `shutdown()` returns within 5 s, and
+/// b's rows are read again as soon as before (the wait comes after their release).
+///
+/// Before the fix: every shutdown took 0 s (nothing was handed on), b's rows read again 0.6 s
+/// to 1.1 s after the call; after it, three of the six shutdowns took 2 s to 3 s, the rows
+/// read again as before.
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_beside_live_members_waits_little() {
+    let mut took = Vec::new();
+    for offset_ms in [0, 500, 1000, 1500, 2000, 2500] {
+        let kinesis = MemoryStream::new();
+        kinesis.create_stream(STREAM, 6).unwrap();
+        let table = MemoryLeaseTable::new();
+        let running = Arc::new(Running::default());
+        let (mut brokers, _stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+        sleep(Duration::from_secs(6) + Duration::from_millis(offset_ms)).await;
+        let c = brokers.pop().unwrap();
+        let b = brokers.pop().unwrap();
+        let a = brokers.pop().unwrap();
+        let b_shards = held(&b);
+        let began = Instant::now();
+        let leaving = tokio::spawn(async move {
+            b.shutdown().await;
+            began.elapsed()
+        });
+        let taken = taken_by(&[&a, &c], &b_shards, Duration::from_secs(10)).await;
+        let after = delays(&b_shards, &taken, began);
+        let shutdown = leaving.await.unwrap();
+        took.push((shutdown, after));
+        a.shutdown().await;
+        c.shutdown().await;
+    }
+    eprintln!("graceful leaves beside live members: {took:?}");
+    assert!(
+        took.iter()
+            .all(|(shutdown, after)| *shutdown <= Duration::from_secs(5)
+                && within(after, Duration::from_secs(3))),
+        "graceful leaves (shutdown, rows read again after its call): {took:?}"
+    );
+}
