@@ -97,10 +97,16 @@ impl Liveness {
         }
     }
 
-    /// `shard`'s holder finished its graceful shutdown at `at`.
-    pub fn left(&mut self, shard: &str, at: u64) {
+    /// `shard`'s holder finished its graceful shutdown at `at`. `quick`: the leave bound
+    /// applies; else the crash bound (a member that crashed shortly before, not buried yet,
+    /// still counts in the survivors' fair share, so rows past their share wait for it).
+    pub fn left(&mut self, shard: &str, at: u64, quick: bool) {
         self.held_back.insert(shard.to_owned(), at);
-        self.left_at.insert(shard.to_owned(), at);
+        if quick {
+            self.left_at.insert(shard.to_owned(), at);
+        } else {
+            self.left_at.remove(shard);
+        }
     }
 
     /// `shard` made progress at `at`.
@@ -221,7 +227,7 @@ mod tests {
         let mut l = Liveness::default();
         l.draining("s");
         assert!(l.check_default(60_000, 17_000, &one(0, Some(0))).is_empty());
-        l.left("s", 60_000);
+        l.left("s", 60_000, true);
         assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
         let stalls = l.check_default(65_500, 17_000, &one(0, Some(0)));
         assert_eq!(stalls.len(), 1);

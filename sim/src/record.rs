@@ -259,10 +259,11 @@ impl Recorder {
         self.lock().liveness.hold_back(shard, at);
     }
 
-    /// `shard`'s holder finished its graceful shutdown now.
-    pub fn left(&self, shard: &str) {
+    /// `shard`'s holder finished its graceful shutdown now; `quick`: the leave bound applies
+    /// (see `Liveness::left`).
+    pub fn left(&self, shard: &str, quick: bool) {
         let now = self.now_ms();
-        self.lock().liveness.left(shard, now);
+        self.lock().liveness.left(shard, now, quick);
     }
 
     /// The shards that stall now beyond `bound` ms (see `liveness`), given which instance

@@ -111,6 +111,8 @@ pub(crate) struct World {
     leave_bound: u64,
     /// Crashed members whose rows are still present, by owner id.
     orphans: BTreeMap<String, Orphan>,
+    /// True while a crashed member is not buried (the monitor's last sample).
+    unburied: Arc<std::sync::atomic::AtomicBool>,
     /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
     kinesis_clear_at: Option<Instant>,
 }
@@ -173,6 +175,7 @@ impl World {
             leave_bound,
             orphans: BTreeMap::new(),
             kinesis_clear_at: None,
+            unburied: Arc::default(),
         }
     }
 
@@ -906,7 +909,7 @@ impl World {
         }
         self.rec
             .note(format!("{id} shutting down gracefully (holds {held:?})"));
-        let (rec, ids) = (self.rec.clone(), self.ids.clone());
+        let (rec, ids, unburied) = (self.rec.clone(), self.ids.clone(), self.unburied.clone());
         self.retired.push(id.clone());
         self.shutdowns.push(tokio::spawn(async move {
             let report = running.shutdown().await;
@@ -914,8 +917,9 @@ impl World {
                 "{id} shut down (handlers finished: {})",
                 report.handlers_finished
             ));
+            let quick = !unburied.load(Ordering::SeqCst);
             for shard in &held {
-                rec.left(shard);
+                rec.left(shard, quick);
             }
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
             let life = ids.entry(id).or_default();
@@ -943,15 +947,21 @@ impl World {
         let id = instance.id.clone();
         let now = self.rec.now_ms();
         if self.id_life(&id).live <= 1 {
-            self.orphans.insert(
-                id.clone(),
-                Orphan {
-                    shards,
-                    watcher: None,
-                    since_ms: now,
-                    token,
-                },
-            );
+            // A restart that crashes before it joined leaves the earlier run's row and shards
+            // unresolved: they stay this orphan's.
+            let orphan = self.orphans.entry(id.clone()).or_insert(Orphan {
+                shards: Vec::new(),
+                watcher: None,
+                since_ms: now,
+                token,
+            });
+            orphan.since_ms = now;
+            for shard in shards {
+                if !orphan.shards.contains(&shard) {
+                    orphan.shards.push(shard);
+                }
+            }
+            self.unburied.store(true, Ordering::SeqCst);
         }
         self.rec
             .note(format!("{id} crashed (dropped, no clean-up)"));
@@ -1133,6 +1143,7 @@ impl World {
             unresolved
         });
         let crashed: BTreeSet<String> = self.orphans.keys().cloned().collect();
+        self.unburied.store(!crashed.is_empty(), Ordering::SeqCst);
         for (id, orphan) in &mut self.orphans {
             let before = present.iter().rfind(|w| **w < id.as_str());
             let watcher = before
