@@ -153,7 +153,11 @@ impl FaultyStore {
         self.freeze.wait().await;
         let mut state = self.faults.lock().clone();
         if state.faults_until.is_some_and(|u| u <= Instant::now()) {
-            (state.max_delay_ms, state.fail_per_mille, state.lose_per_mille) = (0, 0, 0);
+            (
+                state.max_delay_ms,
+                state.fail_per_mille,
+                state.lose_per_mille,
+            ) = (0, 0, 0);
         }
         if let Some(until) = state.cut_until.filter(|u| *u > Instant::now()) {
             if state.hang {

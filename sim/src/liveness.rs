@@ -234,7 +234,9 @@ mod tests {
         assert!(stalls[0].after_leave);
         // Progress after the leave: the crash bound applies again.
         l.progressed("s", 66_000);
-        assert!(l.check_default(80_000, 17_000, &one(0, Some(66_000))).is_empty());
+        assert!(l
+            .check_default(80_000, 17_000, &one(0, Some(66_000)))
+            .is_empty());
     }
 
     #[test]
@@ -249,6 +251,8 @@ mod tests {
             },
         )]);
         assert!(l.check_default(100_000, 17_000, &busy).is_empty());
-        assert!(l.check_default(100_000, 17_000, &one(90_000, Some(0))).is_empty());
+        assert!(l
+            .check_default(100_000, 17_000, &one(90_000, Some(0)))
+            .is_empty());
     }
 }

@@ -350,9 +350,8 @@ impl Recorder {
             .flatten()
             .filter_map(|p| {
                 let open = state.outstanding.get(p)?;
-                open.first().map(|first| {
-                    format!("{p} ({} unhandled, first {first})", open.len())
-                })
+                open.first()
+                    .map(|first| format!("{p} ({} unhandled, first {first})", open.len()))
             })
             .collect();
         drop(state);

@@ -782,14 +782,18 @@ impl World {
                     let instance = &self.instances[i];
                     let until = Instant::now() + Duration::from_secs(secs);
                     instance.freeze.until(until);
-                    let (clock, rec, id) =
-                        (instance.clock.clone(), self.rec.clone(), instance.id.clone());
+                    let (clock, rec, id) = (
+                        instance.clock.clone(),
+                        self.rec.clone(),
+                        instance.id.clone(),
+                    );
                     tokio::spawn(async move {
                         tokio::time::sleep_until(until).await;
                         clock.jump(jump);
                         rec.note(format!("{id} resumes; its clock jumps {jump} ms"));
                     });
-                    self.rec.note(format!("{id} frozen for {secs} s", id = instance.id));
+                    self.rec
+                        .note(format!("{id} frozen for {secs} s", id = instance.id));
                     self.rec.delaying_fault(secs * 1_000);
                     self.count("freeze");
                 }
@@ -932,7 +936,12 @@ impl World {
     async fn crash(&mut self, i: usize) {
         let store = MemoryLeaseStore::over(&self.table);
         let token = match LeaseKey::new(format!("{STREAM}@members"), &self.instances[i].id) {
-            Ok(key) => store.read(&key).await.ok().flatten().and_then(|row| row.token),
+            Ok(key) => store
+                .read(&key)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|row| row.token),
             Err(_) => None,
         };
         let instance = &mut self.instances[i];
@@ -1078,7 +1087,10 @@ impl World {
             // Nobody runs (every start refused): no bound can hold meanwhile.
             self.rec.delaying_fault(250);
         }
-        for stall in self.rec.stalls(self.stall_bound, self.leave_bound, &holders) {
+        for stall in self
+            .rec
+            .stalls(self.stall_bound, self.leave_bound, &holders)
+        {
             self.rec.violate(format!(
                 "{} made no progress for {:.1} s (fault time excluded; bound {:.1} s{}) with records unhandled, since {:.3} s",
                 stall.shard,
@@ -1114,8 +1126,7 @@ impl World {
             .filter(|l| {
                 l.live > 0
                     || janitor_young
-                    || l
-                        .departed_ms
+                    || l.departed_ms
                         .is_some_and(|d| now.saturating_sub(d) <= MEMBER_ROW_GRACE_MS)
             })
             .count();
