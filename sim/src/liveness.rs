@@ -47,6 +47,9 @@ pub struct Liveness {
     left_at: BTreeMap<String, u64>,
     /// Per shard: the stall start already reported (one report per stall).
     reported: BTreeMap<String, u64>,
+    /// Shards whose holder crashed since their last progress: a graceful leave of an earlier
+    /// holder (which handed the shard on while draining) says nothing of them.
+    orphaned: std::collections::BTreeSet<String>,
 }
 
 /// What the recorder knows of one shard at a sample.
@@ -91,6 +94,8 @@ impl Liveness {
     /// `shard`'s crashed holder is watched since `at`: its stall counts from then at the
     /// earliest (a graceful drain still under way keeps holding it back).
     pub fn hold_back(&mut self, shard: &str, at: u64) {
+        self.orphaned.insert(shard.to_owned());
+        self.left_at.remove(shard);
         let held = self.held_back.entry(shard.to_owned()).or_default();
         if *held != u64::MAX {
             *held = (*held).max(at);
@@ -101,6 +106,14 @@ impl Liveness {
     /// applies; else the crash bound (a member that crashed shortly before, not buried yet,
     /// still counts in the survivors' fair share, so rows past their share wait for it).
     pub fn left(&mut self, shard: &str, at: u64, quick: bool) {
+        if self.orphaned.contains(shard) {
+            // Handed on during the drain, to an instance that crashed since: the crash clock.
+            let held = self.held_back.entry(shard.to_owned()).or_default();
+            if *held == u64::MAX {
+                *held = at;
+            }
+            return;
+        }
         self.held_back.insert(shard.to_owned(), at);
         if quick {
             self.left_at.insert(shard.to_owned(), at);
@@ -111,6 +124,7 @@ impl Liveness {
 
     /// `shard` made progress at `at`.
     pub fn progressed(&mut self, shard: &str, at: u64) {
+        self.orphaned.remove(shard);
         if self.left_at.get(shard).is_some_and(|left| at >= *left) {
             self.left_at.remove(shard);
         }

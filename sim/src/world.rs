@@ -921,9 +921,9 @@ impl World {
                 "{id} shut down (handlers finished: {})",
                 report.handlers_finished
             ));
-            let quick = !unburied.load(Ordering::SeqCst);
+            let _ = unburied.load(Ordering::SeqCst);
             for shard in &held {
-                rec.left(shard, quick);
+                rec.left(shard, true);
             }
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
             let life = ids.entry(id).or_default();

@@ -142,8 +142,8 @@ impl Shared {
 
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
     /// most a lease in all: for the last bump of an instance that is leaving, which no later
-    /// tick of its own would retry.
-    pub(crate) async fn bump_epoch_leaving(&self, stream: &str, why: &'static str) {
+    /// tick of its own would retry, and for a burial's. False when every attempt failed.
+    pub(crate) async fn bump_epoch_leaving(&self, stream: &str, why: &'static str) -> bool {
         let config = &self.config;
         let mut backoff =
             kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
@@ -151,11 +151,11 @@ impl Shared {
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             let Err(error) = self.bump_within(stream, left).await else {
-                return;
+                return true;
             };
             if tokio::time::Instant::now() >= until {
                 tracing::warn!(why, %stream, error = %ErrorChain(&error), "could not bump the epoch; the others notice at their next listing or watch");
-                return;
+                return false;
             }
             tokio::time::sleep(backoff.next_delay()).await;
         }

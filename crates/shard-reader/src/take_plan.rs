@@ -156,9 +156,11 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     if view.first_round {
         room = room.min(1);
     }
-    // Rows the last round left to the others and still free a round later: their share went
-    // unused (an owner that crashed, or is shutting down, is counted until its rows expire or
-    // are released). Take up to the fair share, rounded up, rather than leave them unread.
+    // Rows the last round left to the others and still free a round later: nobody below its
+    // share took them in a whole round, so their share went unused (an owner that crashed and
+    // is not buried yet, or is draining in a shutdown, still counts among the owners but takes
+    // nothing). Take them, past the share if need be, rather than leave them unread; asks even
+    // the shares out later (a hand-over re-delivers nothing).
     let waited = |row: &Lease| view.left.contains(row.key.shard());
     let mut candidates: Vec<(Rank, &Lease)> = readable
         .iter()
@@ -193,12 +195,14 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .collect();
     candidates.sort_by(|a, b| (a.0, a.1.key.shard()).cmp(&(b.0, b.1.key.shard())));
     spread(&mut candidates, view.me);
-    if !view.first_round
-        && candidates
-            .iter()
-            .any(|(rank, row)| !rank.past_share() && waited(row))
-    {
-        room = room.max(target.saturating_sub(view.held.len()));
+    let waited_rows = candidates
+        .iter()
+        .filter(|(rank, row)| !rank.past_share() && waited(row))
+        .count();
+    if !view.first_round && waited_rows > 0 {
+        room = room
+            .max(target.saturating_sub(view.held.len()))
+            .max(waited_rows);
     }
     Plan {
         readable,
@@ -692,7 +696,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_left_free_for_a_round_are_taken_up_to_the_fair_share() {
+    fn rows_left_free_for_a_round_are_taken_even_past_the_share() {
         // 16 rows: c holds 4, b holds 5, d (crashed, still counted as live) holds 4; 3 rows
         // are free. Owners b, c, d: c's own share is 5 (16 / 3, the extra row is b's).
         let mut rows = shards(16, |i| match i {
@@ -716,5 +720,16 @@ mod tests {
             .collect();
         let later = plan(readable(&rows, |_| false), &fixture.view("c"));
         assert_eq!(later.room, 2);
+        // At its share already (6 held): the rows that waited a whole round are still taken.
+        fixture.held = (0..6).map(|i| format!("shard-{i:02}")).collect();
+        let full = plan(readable(&rows, |_| false), &fixture.view("c"));
+        assert_eq!(
+            full.room, 2,
+            "rows free for a whole round are taken past the share"
+        );
+        // Rows nobody left yet are not: a row freed since the last round waits its turn.
+        fixture.left = HashSet::new();
+        let fresh = plan(readable(&rows, |_| false), &fixture.view("c"));
+        assert_eq!(fresh.room, 0);
     }
 }

@@ -386,7 +386,15 @@ impl Watcher {
         if let Err(error) = bumped {
             tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch");
         }
-        shared.bump_epoch("a member found dead").await;
+        // Retried here for up to a lease: while this instance drains in a shutdown its
+        // coordinator no longer ticks, so an owed bump would wait for the leave, and this
+        // watcher may be the only one to know.
+        if !shared
+            .bump_epoch_leaving(&shared.config.stream, "a member found dead")
+            .await
+        {
+            shared.bump_owed.store(true, Ordering::SeqCst);
+        }
         self.list_roster().await;
     }
 
