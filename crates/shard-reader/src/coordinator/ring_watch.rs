@@ -131,6 +131,8 @@ pub(super) struct Watcher {
     link: Arc<Link>,
     /// The roster's epoch at the last roster listing.
     roster_epoch: Option<u64>,
+    /// When the roster was last listed by this watch.
+    roster_listed: Option<Instant>,
     /// The members the roster listed last (this instance included once joined).
     members: HashSet<String>,
     /// Member rows of instances that left or were found dead, by owner id: the row's key and
@@ -153,6 +155,7 @@ impl Watcher {
             shared,
             link,
             roster_epoch: None,
+            roster_listed: None,
             members: HashSet::new(),
             departed: HashMap::new(),
             watch_at: Instant::now(),
@@ -242,10 +245,18 @@ impl Watcher {
         let now = Instant::now();
         self.watch_at = now + config.list_interval;
         let members = roster::members_stream(&config.stream);
+        // The roster is listed when its epoch moved, and at least every lease: a member that
+        // joined and crashed before its roster bump landed moves no epoch, and unlisted it
+        // would never be watched, its row never buried, its shards never read again. The
+        // listing costs one read per member, however many shards the stream has.
+        let due = self
+            .roster_listed
+            .is_none_or(|at| now.duration_since(at) >= config.lease_duration);
         match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
-            Ok(epoch) if Some(epoch) != self.roster_epoch => {
+            Ok(epoch) if Some(epoch) != self.roster_epoch || due => {
                 if self.list_roster().await {
                     self.roster_epoch = Some(epoch);
+                    self.roster_listed = Some(now);
                 }
             }
             Ok(_) => {}
