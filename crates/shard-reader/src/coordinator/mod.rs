@@ -201,6 +201,7 @@ impl Coordinator {
             departed: HashSet::new(),
             synced_at: None,
             first_seen: HashMap::new(),
+            gone_since: HashMap::new(),
             took_a_round: false,
             left_free: HashSet::new(),
             asked: None,
@@ -282,6 +283,9 @@ struct State {
     /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
     /// that may just be newer than the listing, not gone.
     first_seen: HashMap<String, Instant>,
+    /// Per finished row whose shard the stream no longer lists: since when (the send of the
+    /// first ListShards that omitted it). The janitor deletes it a lease later.
+    gone_since: HashMap<String, Instant>,
     /// Set once the first take round has planned: that round takes at most one row while no
     /// other owner is live (see `take_plan`).
     took_a_round: bool,
@@ -776,9 +780,29 @@ impl State {
             let shards = &self.stream_shards;
             let first_seen = &self.first_seen;
             // Gone from a ListShards sent after the row was first seen: surely gone, not just
-            // newer than the listing.
+            // newer than the listing. And gone for a lease: a create sent by an instance whose
+            // listing predates the shard's trim may still be on its way (delayed, or retried);
+            // landing after the delete it would bring the finished row back as new. Every
+            // store call is bounded by a lease, so by then it has landed or never will.
+            let now = Instant::now();
+            let lease = shared.config.lease_duration;
+            self.gone_since
+                .retain(|s, _| rows.iter().any(|r| r.key.shard() == s && r.is_finished()));
+            for row in rows.iter().filter(|r| r.is_finished()) {
+                let shard = row.key.shard();
+                if shards.contains_key(shard) {
+                    self.gone_since.remove(shard);
+                } else {
+                    self.gone_since.entry(shard.to_owned()).or_insert(synced_at);
+                }
+            }
+            let gone_since = &self.gone_since;
             let listed = |s: &str| {
-                shards.contains_key(s) || first_seen.get(s).is_none_or(|seen| *seen >= synced_at)
+                shards.contains_key(s)
+                    || first_seen.get(s).is_none_or(|seen| *seen >= synced_at)
+                    || gone_since
+                        .get(s)
+                        .is_none_or(|since| now.duration_since(*since) < lease)
             };
             let children = |parent: &str| {
                 shards
