@@ -201,8 +201,12 @@ async fn fifty_reshards_leave_a_row_per_listed_shard_and_lose_nothing() {
         left.len(),
         listed(&kinesis).len()
     );
+    // Bounded: a finished row goes a lease after its shard left the listings (a create from an
+    // older listing may still be on its way until then), so at this pace of one reshard every
+    // few seconds up to about a lease's worth of trimmed rows wait (36 at most here; under 30
+    // before that grace).
     assert!(
-        most_rows < 30,
+        most_rows <= 40,
         "at most {most_rows} rows at once over 50 reshards"
     );
     let members = rows(&table, &format!("{STREAM}@members")).await;

@@ -610,6 +610,8 @@ struct OnTheWire {
     inner: MemoryLeaseStore,
     armed: Arc<AtomicBool>,
     in_flight: Arc<AtomicBool>,
+    /// How long the armed renewal takes to land.
+    late: Duration,
 }
 
 macro_rules! forward {
@@ -647,9 +649,10 @@ impl LeaseStore for OnTheWire {
             return self.inner.renew(key, holder, ttl, checkpoint);
         }
         self.in_flight.store(true, Ordering::SeqCst);
-        let (inner, key, holder) = (self.inner.clone(), key.clone(), holder.clone());
+        let (inner, key, holder, late) =
+            (self.inner.clone(), key.clone(), holder.clone(), self.late);
         let sent = tokio::spawn(async move {
-            sleep(Duration::from_millis(100)).await;
+            sleep(late).await;
             inner.renew(&key, &holder, ttl, None).await
         });
         Box::pin(async move {
@@ -680,6 +683,7 @@ async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() 
         inner: MemoryLeaseStore::over(&table),
         armed: Arc::default(),
         in_flight: Arc::default(),
+        late: Duration::from_millis(100),
     };
     let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
         .start()
@@ -829,4 +833,54 @@ async fn a_member_whose_join_was_never_announced_is_still_buried() {
         "c's shards read again {:?} after its crash",
         crashed.elapsed()
     );
+}
+
+/// The same, the crashed run's last renewal landing 9 s late: after the restart's start-up check
+/// (two windows of 4 s, nothing moved), while the restarted run's join watches its old member
+/// row stand still. Found by the simulation (seed 12016); failed before the fix: the running
+/// broker's subscription failed with `OwnerInUse` ("it renews `s@members:x`") though no other
+/// process used the id. Now one move restarts the watch; a live twin would move it again.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_runs_renewal_landing_during_the_join_does_not_fail_the_restart() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 2).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let wire = OnTheWire {
+        inner: MemoryLeaseStore::over(&table),
+        armed: Arc::default(),
+        in_flight: Arc::default(),
+        late: Duration::from_secs(9),
+    };
+    let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
+        .start()
+        .await
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || held(&crashed).len() == 2).await);
+    wire.armed.store(true, Ordering::SeqCst);
+    assert!(
+        eventually(Duration::from_secs(5), || wire
+            .in_flight
+            .load(Ordering::SeqCst))
+        .await
+    );
+    drop(crashed);
+    let restarted = broker(
+        &kinesis,
+        MemoryLeaseStore::over(&table),
+        "x",
+        Hooks::new(),
+        &log,
+    )
+    .start()
+    .await
+    .expect("the start-up check saw nothing move");
+    let reading = eventually(Duration::from_secs(40), || held(&restarted).len() == 2).await;
+    let failed = tokio::time::timeout(Duration::ZERO, restarted.failed()).await;
+    assert!(
+        failed.is_err(),
+        "the restart's subscription failed: {}",
+        failed.map(|e| e.to_string()).unwrap_or_default()
+    );
+    assert!(reading, "the restart holds {:?}", held(&restarted));
 }

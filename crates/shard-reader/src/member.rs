@@ -64,11 +64,12 @@ impl Member {
     ///
     /// A member row held by this owner id with a token this instance did not write belongs to
     /// another live process with the same id (or to a crashed earlier run): it is watched for
-    /// a lease duration, and taken once its counter stood still that long.
+    /// a lease duration, and taken once its counter stood still that long. One move while
+    /// watched may be a crashed run's last renewal landing late; a second proves a live one.
     ///
     /// # Errors
     ///
-    /// [`ReaderError::OwnerInUse`] when the row was renewed meanwhile.
+    /// [`ReaderError::OwnerInUse`] when the row was renewed twice meanwhile.
     pub(crate) async fn join(shared: &Arc<Shared>) -> Result<Option<Self>, ReaderError> {
         let config = &shared.config;
         let key = member_key(&config.stream, &config.owner)?;
@@ -76,6 +77,9 @@ impl Member {
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         // (counter, since) of a row held by this id with a foreign token.
         let mut foreign: Option<(u64, Instant)> = None;
+        // The foreign row moved once while watched: the last renewal of a crashed run, already
+        // on its way when it died, may land once; a live process moves it again.
+        let mut moved_once = false;
         // The last take sent, and when: a take whose answer was lost is adopted if it landed.
         let mut tried: Option<(Holder, Instant)> = None;
         loop {
@@ -109,12 +113,19 @@ impl Member {
             if roster::is_present(&row) {
                 let now = Instant::now();
                 match foreign {
-                    Some((counter, _)) if counter != row.counter => {
+                    Some((counter, _)) if counter != row.counter && moved_once => {
                         return Err(ReaderError::OwnerInUse {
                             owner: config.owner.clone(),
                             stream: config.stream.clone(),
                             shard: key.to_string(),
                         });
+                    }
+                    Some((counter, _)) if counter != row.counter => {
+                        tracing::info!(stream = %config.stream, owner = %config.owner, "the member row naming this owner id moved once: watching it for a lease again");
+                        moved_once = true;
+                        foreign = Some((row.counter, now));
+                        sleep(config.renew_interval).await;
+                        continue;
                     }
                     Some((_, since)) if roster::is_dead(now - since, config.lease_duration) => {}
                     Some(_) => {

@@ -796,6 +796,16 @@ impl State {
                     self.gone_since.entry(shard.to_owned()).or_insert(synced_at);
                 }
             }
+            // Rows in their grace: a round when it ends (rounds come only on change).
+            let next = self
+                .gone_since
+                .values()
+                .map(|since| *since + lease)
+                .filter(|end| *end > now)
+                .min();
+            if let Some(next) = next {
+                self.relist_at = Some(self.relist_at.map_or(next, |r| r.min(next)));
+            }
             let gone_since = &self.gone_since;
             let listed = |s: &str| {
                 shards.contains_key(s)
