@@ -86,6 +86,8 @@ struct State {
     progress: BTreeMap<String, u64>,
     /// Slow handler attempts (a second or more) running now, per instance.
     slow: BTreeMap<String, u32>,
+    /// When an instance's last slow attempt ended: it held the instance's lanes until then.
+    slow_ended: BTreeMap<String, u64>,
     liveness: Liveness,
     /// Tags of violations reported once.
     reported: BTreeSet<String>,
@@ -129,6 +131,7 @@ impl Drop for Running {
         let mut state = self.recorder.lock();
         state.progress.insert(self.shard.clone(), now);
         if self.slow {
+            state.slow_ended.insert(self.instance.clone(), now);
             if let Some(n) = state.slow.get_mut(&self.instance) {
                 *n -= 1;
                 if *n == 0 {
@@ -253,6 +256,13 @@ impl Recorder {
         self.lock().liveness.draining(shard);
     }
 
+    /// `shard` was handed over from one running instance to another now: the leave bound
+    /// counts from here.
+    pub fn handed_over(&self, shard: &str) {
+        let now = self.now_ms();
+        self.lock().liveness.left(shard, now, true);
+    }
+
     /// `shard` waits for a takeover whose clock starts at `at` ms (its holder crashed, or the
     /// crashed holder's watcher changed then).
     pub fn hold_back(&self, shard: &str, at: u64) {
@@ -302,11 +312,15 @@ impl Recorder {
                 || holders
                     .get(shard)
                     .is_some_and(|h| state.slow.contains_key(h));
+            let lanes_freed = holders
+                .get(shard)
+                .and_then(|h| state.slow_ended.get(h))
+                .copied();
             shards.insert(
                 shard.clone(),
                 ShardNow {
                     due: put.max(parents_done),
-                    progress: state.progress.get(shard).copied(),
+                    progress: state.progress.get(shard).copied().max(lanes_freed),
                     busy,
                     parents,
                 },

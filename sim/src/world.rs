@@ -113,6 +113,8 @@ pub(crate) struct World {
     leave_bound: u64,
     /// Crashed members whose rows are still present, by owner id.
     orphans: BTreeMap<String, Orphan>,
+    /// Who held each shard at the last sample.
+    last_holders: BTreeMap<String, String>,
     /// True while a crashed member is not buried (the monitor's last sample).
     unburied: Arc<std::sync::atomic::AtomicBool>,
     /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
@@ -181,6 +183,7 @@ impl World {
             orphans: BTreeMap::new(),
             kinesis_clear_at: None,
             unburied: Arc::default(),
+            last_holders: BTreeMap::new(),
         }
     }
 
@@ -1101,6 +1104,25 @@ impl World {
             .filter(|i| i.running.is_some())
             .flat_map(|i| i.held.iter().map(|s| (s.clone(), i.id.clone())))
             .collect();
+        // A shard that moved from one running instance to another was handed over: the leave
+        // bound counts from the move (what was routed before it settled meanwhile).
+        for (shard, holder) in &holders {
+            let previous = self.last_holders.get(shard);
+            let handed = previous.is_some_and(|p| {
+                p != holder
+                    && self
+                        .instances
+                        .iter()
+                        .any(|i| i.id == *p && i.running.is_some())
+            });
+            if handed {
+                self.rec.handed_over(shard);
+            }
+        }
+        // Kept while a shard is between holders (released, not taken yet).
+        for (shard, holder) in &holders {
+            self.last_holders.insert(shard.clone(), holder.clone());
+        }
         if self.live().is_empty() {
             // Nobody runs (every start refused): no bound can hold meanwhile.
             self.rec.delaying_fault(250);
