@@ -13,10 +13,11 @@
 //! A shard stalls when it has an expected record not yet handled, its parents are handled to
 //! their end, and neither a handler entry nor a completion on it happened for longer than the
 //! bound. The stall clock starts at the latest of: the put of its oldest unhandled record, the
-//! moment its last parent was handled to its end, its last progress, and the end of its
-//! holder's graceful shutdown (a draining holder finishes what it has before anyone may take
-//! the shard). A slow handler (a second or more) running on the shard's holder counts as
-//! progress: it holds the holder's lanes. Faults that legitimately delay reading (a store
+//! moment its last parent was handled to its end, its last progress, the end of its holder's
+//! graceful shutdown (a draining holder finishes what it has before anyone may take the shard)
+//! or a hand-over, and, for a shard of a crashed member (or a child of one), the moment a live
+//! process began watching that member. A slow handler (a second or more) running on the
+//! shard's holder counts as progress until it ends: it holds the holder's lanes. Faults that legitimately delay reading (a store
 //! episode, a cut-off, a freeze, throttled Kinesis, a consumer being deleted) extend the bound
 //! by the time they were active within the stall, not by a blanket grace.
 //!
