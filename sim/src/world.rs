@@ -1193,6 +1193,23 @@ impl World {
             }
             unresolved
         });
+        // A graceful leave that could not release (cut off from the table) leaves its rows as
+        // a crash does: an id no process runs whose member row is still present is an orphan.
+        for row in &rows {
+            let id = row.key.shard();
+            let gone = ids.get(id).is_some_and(|l| l.live == 0);
+            if gone && present.contains(id) && !self.orphans.contains_key(id) {
+                self.orphans.insert(
+                    id.to_owned(),
+                    Orphan {
+                        shards: Vec::new(),
+                        watcher: None,
+                        since_ms: now,
+                        token: row.token.clone(),
+                    },
+                );
+            }
+        }
         let crashed: BTreeSet<String> = self.orphans.keys().cloned().collect();
         self.unburied.store(!crashed.is_empty(), Ordering::SeqCst);
         // Rows handed to a member that crashed after it asked for them wait for its burial too.
