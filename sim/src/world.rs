@@ -124,6 +124,9 @@ pub(crate) struct World {
 /// How long a Kinesis fault episode lasts: throttles and failures not consumed by then are
 /// dropped (else they would wait, unconsumed, for the next reader of a quiet operation).
 const KINESIS_EPISODE: Duration = Duration::from_secs(5);
+/// A subscription may fail as a twin for this long after the other process with its id ended:
+/// two leases, the time the evidence (its renewals, watched for a lease) takes to surface.
+const TWIN_EVIDENCE_MS: u64 = 20_000;
 /// Fault time after a consumer's deletion ended: registering it again (describes up to 5 s apart
 /// until it is gone, and again until the new one is ACTIVE), joining, taking, subscribing.
 const DEREGISTER_EXCUSE_MS: u64 = 12_000;
@@ -1087,7 +1090,13 @@ impl World {
             );
             // Only an owner id live twice (a twin: another process with it running or shutting
             // down) may fail a subscription here; never a restart after a crash.
-            let twin = self.id_life(&id).live > 1;
+            // The evidence (the other's renewals) may surface a little after the other ended.
+            let life = self.id_life(&id);
+            let now = self.rec.now_ms();
+            let twin = life.live > 1
+                || life
+                    .departed_ms
+                    .is_some_and(|d| now.saturating_sub(d) <= TWIN_EVIDENCE_MS);
             if !twin || !why.contains("live in another process") {
                 self.rec.violate(format!(
                     "{id}: subscription failed unexpectedly (processes with the id: {}): {why}",
