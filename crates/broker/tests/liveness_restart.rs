@@ -667,14 +667,9 @@ impl LeaseStore for OnTheWire {
     }
 }
 
-/// A pod that crashes just after sending its member renewal, and is restarted at once with the
-/// same owner id: the renewal lands 100 ms after the crash, inside the restart's check for a
-/// live process with the id. Found by the simulation (seed 392); failed before the fix: `start()`
-/// refused the restart with `OwnerInUse` ("it renews `s@members:x`"). One write landing is no
-/// proof of a live process (its next renewal would come a renew interval later); the restart
-/// starts, and reads every shard again.
-#[tokio::test(start_paused = true)]
-async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() {
+/// x reads two shards, sends a member renewal that lands `late`, and crashes at once (its
+/// `RunningBroker` dropped): the renewal lands after the crash all the same.
+async fn crash_with_a_renewal_on_the_wire(late: Duration) -> (MemoryStream, MemoryLeaseTable, Log) {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 2).unwrap();
     let table = MemoryLeaseTable::new();
@@ -683,7 +678,7 @@ async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() 
         inner: MemoryLeaseStore::over(&table),
         armed: Arc::default(),
         in_flight: Arc::default(),
-        late: Duration::from_millis(100),
+        late,
     };
     let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
         .start()
@@ -698,6 +693,18 @@ async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() 
         .await
     );
     drop(crashed);
+    (kinesis, table, log)
+}
+
+/// A pod that crashes just after sending its member renewal, and is restarted at once with the
+/// same owner id: the renewal lands 100 ms after the crash, inside the restart's check for a
+/// live process with the id. Found by the simulation (seed 392); failed before the fix: `start()`
+/// refused the restart with `OwnerInUse` ("it renews `s@members:x`"). One write landing is no
+/// proof of a live process (its next renewal would come a renew interval later); the restart
+/// starts, and reads every shard again.
+#[tokio::test(start_paused = true)]
+async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() {
+    let (kinesis, table, log) = crash_with_a_renewal_on_the_wire(Duration::from_millis(100)).await;
     let restarted = match broker(
         &kinesis,
         MemoryLeaseStore::over(&table),
@@ -842,29 +849,7 @@ async fn a_member_whose_join_was_never_announced_is_still_buried() {
 /// process used the id. Now one move restarts the watch; a live twin would move it again.
 #[tokio::test(start_paused = true)]
 async fn a_crashed_runs_renewal_landing_during_the_join_does_not_fail_the_restart() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 2).unwrap();
-    let table = MemoryLeaseTable::new();
-    let log = Log::default();
-    let wire = OnTheWire {
-        inner: MemoryLeaseStore::over(&table),
-        armed: Arc::default(),
-        in_flight: Arc::default(),
-        late: Duration::from_secs(9),
-    };
-    let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
-        .start()
-        .await
-        .unwrap();
-    assert!(eventually(Duration::from_secs(10), || held(&crashed).len() == 2).await);
-    wire.armed.store(true, Ordering::SeqCst);
-    assert!(
-        eventually(Duration::from_secs(5), || wire
-            .in_flight
-            .load(Ordering::SeqCst))
-        .await
-    );
-    drop(crashed);
+    let (kinesis, table, log) = crash_with_a_renewal_on_the_wire(Duration::from_secs(9)).await;
     let restarted = broker(
         &kinesis,
         MemoryLeaseStore::over(&table),
