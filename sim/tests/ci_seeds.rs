@@ -125,3 +125,16 @@ fn a_seed_replays_exactly() {
     assert_eq!(a.digest, b.digest, "seed 20 is not deterministic");
     assert_eq!(a.stats.handled, b.stats.handled);
 }
+
+/// Seeds whose failures were defects of the library, fixed since (docs/reliability.md, "What
+/// the liveness checks found"): 392 and 12016, a crashed run's last renewal landing late refused
+/// a same-id restart; 3026, a member whose join was never announced was never buried; 3857, the
+/// janitor's delete undone by a late create; 9562, a take of an instance's own row lost to a
+/// renewal whose answer was lost left the row unread for good.
+#[test]
+fn seeds_that_found_defects() {
+    for seed in [392, 3026, 3857, 9562, 12016] {
+        let report = kinesis_sim::run(seed);
+        assert!(report.passed(), "{}", report.failure(150));
+    }
+}

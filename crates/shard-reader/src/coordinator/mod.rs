@@ -721,6 +721,12 @@ impl State {
                 }
                 Ok(Outcome::Lost(lost)) => {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
+                    if lost.holder.as_deref() == Some(config.owner.as_str()) {
+                        // Our own row moved since the listing (a renewal whose answer was lost
+                        // had landed): nobody else takes a present member's row, so unless we
+                        // list again and retake it, it stays unread for good.
+                        self.relist_now();
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted at the next listing if it landed");
