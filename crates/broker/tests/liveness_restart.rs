@@ -604,7 +604,9 @@ async fn a_child_waits_for_its_parent_when_listing_and_the_parents_row_failed() 
 // ---------------------------------------------------------------------------------------------
 
 /// A store whose next member-row renewal, once armed, is sent on a task of its own and lands
-/// 100 ms later: a request already on the wire when the process died lands all the same.
+/// `late`: a request already on the wire when the process died lands all the same. With
+/// `mute_roster`, every bump of the roster's epoch (`s@members`) fails: the instance's join is
+/// never announced to the others' ring watch.
 #[derive(Debug, Clone)]
 struct OnTheWire {
     inner: MemoryLeaseStore,
@@ -612,6 +614,19 @@ struct OnTheWire {
     in_flight: Arc<AtomicBool>,
     /// How long the armed renewal takes to land.
     late: Duration,
+    mute_roster: bool,
+}
+
+impl OnTheWire {
+    fn over(table: &MemoryLeaseTable, late: Duration) -> Self {
+        Self {
+            inner: MemoryLeaseStore::over(table),
+            armed: Arc::default(),
+            in_flight: Arc::default(),
+            late,
+            mute_roster: false,
+        }
+    }
 }
 
 macro_rules! forward {
@@ -631,10 +646,22 @@ impl LeaseStore for OnTheWire {
         request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
         hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
         delete(key: &'a LeaseKey, observed: u64) -> bool;
-        bump_epoch(stream: &'a str) -> ();
         epoch(stream: &'a str) -> u64;
         read(key: &'a LeaseKey) -> Option<Lease>;
         list(stream: &'a str) -> Vec<Lease>;
+    }
+
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        if self.mute_roster && stream.ends_with("@members") {
+            return Box::pin(async move {
+                Err(LeaseError::Unavailable {
+                    operation: "bump_epoch",
+                    resource: stream.to_owned(),
+                    source: "roster bumps fail".into(),
+                })
+            });
+        }
+        self.inner.bump_epoch(stream)
     }
 
     fn renew<'a>(
@@ -674,12 +701,7 @@ async fn crash_with_a_renewal_on_the_wire(late: Duration) -> (MemoryStream, Memo
     kinesis.create_stream(STREAM, 2).unwrap();
     let table = MemoryLeaseTable::new();
     let log = Log::default();
-    let wire = OnTheWire {
-        inner: MemoryLeaseStore::over(&table),
-        armed: Arc::default(),
-        in_flight: Arc::default(),
-        late,
-    };
+    let wire = OnTheWire::over(&table, late);
     let crashed = broker(&kinesis, wire.clone(), "x", Hooks::new(), &log)
         .start()
         .await
@@ -736,42 +758,6 @@ async fn a_crashed_runs_last_renewal_landing_late_does_not_refuse_the_restart() 
 // A member whose join was never announced.
 // ---------------------------------------------------------------------------------------------
 
-/// A store whose bumps of the roster's epoch (`s@members`) all fail: the instance's join is
-/// never announced to the others' ring watch.
-#[derive(Debug, Clone)]
-struct Unannounced {
-    inner: MemoryLeaseStore,
-}
-
-impl LeaseStore for Unannounced {
-    forward! {
-        create(row: &'a Lease) -> bool;
-        take(key: &'a LeaseKey, holder: &'a Holder, take: &'a Take) -> Outcome;
-        renew(key: &'a LeaseKey, holder: &'a Holder, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
-        checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a kinesis_broker::Checkpoint) -> Outcome;
-        release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
-        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
-        hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
-        delete(key: &'a LeaseKey, observed: u64) -> bool;
-        epoch(stream: &'a str) -> u64;
-        read(key: &'a LeaseKey) -> Option<Lease>;
-        list(stream: &'a str) -> Vec<Lease>;
-    }
-
-    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
-        if stream.ends_with("@members") {
-            return Box::pin(async move {
-                Err(LeaseError::Unavailable {
-                    operation: "bump_epoch",
-                    resource: stream.to_owned(),
-                    source: "roster bumps fail".into(),
-                })
-            });
-        }
-        self.inner.bump_epoch(stream)
-    }
-}
-
 /// An instance joins but its roster bump never lands (then, in production: it crashed right
 /// after joining, or its store failed every bump), takes its share, and crashes. The others'
 /// ring watch listed the roster only when its epoch moved, so nobody ever watched the new
@@ -808,8 +794,9 @@ async fn a_member_whose_join_was_never_announced_is_still_buried() {
     );
     let c = broker(
         &kinesis,
-        Unannounced {
-            inner: MemoryLeaseStore::over(&table),
+        OnTheWire {
+            mute_roster: true,
+            ..OnTheWire::over(&table, Duration::ZERO)
         },
         "c",
         Hooks::new(),
