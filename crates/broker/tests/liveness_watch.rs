@@ -564,18 +564,10 @@ async fn a_plain_crash_is_taken_over_within_thirteen_seconds() {
     );
 }
 
-/// SUSPICION S2 (PROVEN): a dead member not yet buried counted in the fair share, so rows a
-/// graceful leave freed waited for its burial. Here the burial cannot land (the watcher's
-/// takes of member rows fail), so they waited forever.
-///
-/// Members a, b, c on six shards; b watches c, and b's burials fail. c crashes; once b has seen
-/// c's member row stand still for a lease, a leaves gracefully. Expected: b takes both rows a
-/// released within a few seconds (c's rows stay c's: a present member's rows are never taken).
-///
-/// Failed before the fix: one of a's released rows was still unread 30 s after a's leave
-/// (b took one, its share with c counted, and left the other).
-#[tokio::test(start_paused = true)]
-async fn a_dead_member_not_yet_buried_does_not_hold_back_freed_rows() {
+/// a, b, c on six shards, b watching c and its burials failing; c crashes, and `after_crash`
+/// seconds later a leaves gracefully. Returns how long after the leave each of a's rows was
+/// read again by b (within 30 s), once it checked that c was never buried.
+async fn leave_beside_an_unburied_crash(after_crash: u64) -> Vec<Option<Duration>> {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 6).unwrap();
     let table = MemoryLeaseTable::new();
@@ -589,14 +581,15 @@ async fn a_dead_member_not_yet_buried_does_not_hold_back_freed_rows() {
     let a_shards = held(&a);
     assert_eq!(a_shards.len(), 2);
     drop(c);
-    // b reads c's member row every list interval: by now it has seen it stand still for a
-    // lease.
-    sleep(Duration::from_secs(14)).await;
+    sleep(Duration::from_secs(after_crash)).await;
     let left = Instant::now();
     a.shutdown().await;
     let taken = taken_by(&[&b], &a_shards, Duration::from_secs(30)).await;
     let after = delays(&a_shards, &taken, left);
-    eprintln!("rows freed beside a dead member read again {after:?} after the leave");
+    eprintln!(
+        "rows a freed {after_crash} s after c's crash read again {after:?} after the leave; b holds {:?}",
+        held(&b)
+    );
     let c_row = member_row_owner(&table, "c").await;
     b.shutdown().await;
     assert_eq!(
@@ -604,6 +597,24 @@ async fn a_dead_member_not_yet_buried_does_not_hold_back_freed_rows() {
         Some("c"),
         "c was not buried (burials fail)"
     );
+    after
+}
+
+/// SUSPICION S2 (PROVEN): a dead member not yet buried counted in the fair share, so rows a
+/// graceful leave freed waited for its burial. Here the burial cannot land (the watcher's
+/// takes of member rows fail), so they waited forever.
+///
+/// Members a, b, c on six shards; b watches c, and b's burials fail. c crashes; once b has seen
+/// c's member row stand still for a lease, a leaves gracefully. Expected: b takes both rows a
+/// released within a few seconds (c's rows stay c's: a present member's rows are never taken).
+///
+/// Failed before the fix: one of a's released rows was still unread 30 s after a's leave
+/// (b took one, its share with c counted, and left the other).
+#[tokio::test(start_paused = true)]
+async fn a_dead_member_not_yet_buried_does_not_hold_back_freed_rows() {
+    // b reads c's member row every list interval: by then it has seen it stand still for a
+    // lease.
+    let after = leave_beside_an_unburied_crash(14).await;
     assert!(
         within(&after, Duration::from_secs(3)),
         "rows freed by a graceful leave read again {after:?} after it, beside a dead member"
@@ -845,32 +856,7 @@ async fn a_graceful_leave_beside_live_members_waits_little() {
 /// lease (about 10 s after the leave).
 #[tokio::test(start_paused = true)]
 async fn rows_freed_just_after_a_crash_are_read_although_the_dead_member_counts() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, _stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
-    sleep(Duration::from_secs(5)).await;
-    _stores[1].refuse_burials.store(true, Ordering::SeqCst);
-    let c = brokers.pop().unwrap();
-    let b = brokers.pop().unwrap();
-    let a = brokers.pop().unwrap();
-    let a_shards = held(&a);
-    assert_eq!(a_shards.len(), 2);
-    drop(c);
-    sleep(Duration::from_secs(2)).await;
-    let left = Instant::now();
-    a.shutdown().await;
-    let taken = taken_by(&[&b], &a_shards, Duration::from_secs(30)).await;
-    let after = delays(&a_shards, &taken, left);
-    eprintln!("rows freed after a crash: rows a freed 2 s after c's crash read again {after:?} after the leave (30 s watched); b holds {:?}", held(&b));
-    let c_row = member_row_owner(&table, "c").await;
-    b.shutdown().await;
-    assert_eq!(
-        c_row.as_deref(),
-        Some("c"),
-        "c was not buried (burials fail)"
-    );
+    let after = leave_beside_an_unburied_crash(2).await;
     assert!(
         within(&after, Duration::from_secs(12)),
         "rows freed by a graceful leave read again {after:?} after it, beside a member b had seen \
