@@ -63,6 +63,10 @@ struct Probe {
     stream_bumps_to_fail: Arc<AtomicU32>,
     /// When burials of other members landed.
     burials: Arc<Mutex<Vec<Instant>>>,
+    /// This many of the next burials land but their answer is lost; and at the same moment
+    /// another roster change lands (the roster's epoch moves), so the watcher lists the
+    /// roster before it reads the buried row again.
+    lose_burial_answers: Arc<AtomicU32>,
 }
 
 impl Probe {
@@ -79,6 +83,7 @@ impl Probe {
             fail_stream_bumps_after_burial: Arc::default(),
             stream_bumps_to_fail: Arc::default(),
             burials: Arc::default(),
+            lose_burial_answers: Arc::default(),
         }
     }
 
@@ -129,6 +134,18 @@ impl LeaseStore for Probe {
                 self.burials.lock().unwrap().push(Instant::now());
                 let n = self.fail_stream_bumps_after_burial.load(Ordering::SeqCst);
                 self.stream_bumps_to_fail.fetch_add(n, Ordering::SeqCst);
+                if self
+                    .lose_burial_answers
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    self.inner.bump_epoch(MEMBERS).await?;
+                    return Err(LeaseError::Unavailable {
+                        operation: "take",
+                        resource: key.to_string(),
+                        source: "injected: response lost (the write landed)".into(),
+                    });
+                }
             }
             taken
         })
@@ -1040,5 +1057,42 @@ async fn r3(shutdown_after_crash: u64) {
         within(&after, Duration::from_secs(15)),
         "c's shards read again {after:?} after its last landed member renewal (buried {burials:?} \
          after it, during b's drain)"
+    );
+}
+
+/// Found by the simulation (seed 16969): a burial whose answer was lost, with the roster
+/// listed before the watcher read the buried row again. The listing no longer showed the dead
+/// member (its row now names the watcher), so the watcher stopped watching it without ever
+/// announcing the burial: no epoch bump, no relisting, and the dead member's expired rows sat
+/// unread until something else changed. a, b on four shards; b crashes; a's burial of b lands
+/// but its answer is lost, and the roster's epoch moves at the same moment. Before the fix: b's
+/// shards never read again (60 s). After: within the crash bound of 15 s.
+#[tokio::test(start_paused = true)]
+async fn a_burial_whose_answer_was_lost_is_still_announced() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 4).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    stores[0].lose_burial_answers.store(1, Ordering::SeqCst);
+    let b = brokers.pop().unwrap();
+    let b_shards = held(&b);
+    assert_eq!(b_shards.len(), 2);
+    drop(b);
+    let survivors: Vec<&RunningBroker> = brokers.iter().collect();
+    let taken = taken_by(&survivors, &b_shards, Duration::from_secs(60)).await;
+    let after = delays(&b_shards, &taken, stores[1].last_landed_member_renewal());
+    eprintln!(
+        "lost burial answer: shards read again {after:?} after the last landed member renewal"
+    );
+    let lost = stores[0].lose_burial_answers.load(Ordering::SeqCst);
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    assert_eq!(lost, 0, "the burial's answer was lost");
+    assert!(
+        within(&after, Duration::from_secs(15)),
+        "a dead member's shards read again {after:?} after its last landed member renewal"
     );
 }

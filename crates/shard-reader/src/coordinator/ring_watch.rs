@@ -147,6 +147,11 @@ pub(super) struct Watcher {
     /// A time after which the watched member's row was written (the send of the last read
     /// that showed its previous holding), by member.
     written_after: Option<(String, Instant)>,
+    /// A member whose burial (the take of its row) got no answer: it may have landed. A roster
+    /// listing no longer shows a member whose row names this instance, so without this the
+    /// watch would stop reading it and the burial would never be announced; its row is read
+    /// again at the next watch whatever the roster says.
+    unconfirmed: Option<String>,
 }
 
 impl Watcher {
@@ -161,6 +166,7 @@ impl Watcher {
             watch_at: Instant::now(),
             last_read: None,
             written_after: None,
+            unconfirmed: None,
         }
     }
 
@@ -265,7 +271,10 @@ impl Watcher {
             }
         }
         self.delete_departed().await;
-        let Some(watched) = roster::successor(&self.members, &config.owner).map(str::to_owned)
+        let Some(watched) = self
+            .unconfirmed
+            .clone()
+            .or_else(|| roster::successor(&self.members, &config.owner).map(str::to_owned))
         else {
             return;
         };
@@ -275,6 +284,9 @@ impl Watcher {
         let Some(row) = self.read(&watched, &key).await else {
             return;
         };
+        // The read answered: whatever it shows settles an unconfirmed burial (a take that did
+        // not land leaves the row present, and it is buried again below once dead).
+        self.unconfirmed = None;
         let now = Instant::now();
         match row {
             Some(row) if roster::is_present(&row) => {
@@ -308,14 +320,19 @@ impl Watcher {
     async fn hand_on(&mut self, left_at: Instant) {
         let shared = self.shared.clone();
         let config = &shared.config;
-        let Some(watched) = roster::successor(&self.members, &config.owner).map(str::to_owned)
+        // An unconfirmed burial is settled first: if it landed, nobody else will announce it.
+        let unconfirmed = self.unconfirmed.clone();
+        let Some(watched) = unconfirmed
+            .clone()
+            .or_else(|| roster::successor(&self.members, &config.owner).map(str::to_owned))
         else {
             return;
         };
-        if !self
-            .members
-            .iter()
-            .any(|m| *m != config.owner && *m != watched)
+        if unconfirmed.is_none()
+            && !self
+                .members
+                .iter()
+                .any(|m| *m != config.owner && *m != watched)
         {
             // Nobody else would watch it next: nothing to hand on.
             return;
@@ -341,13 +358,16 @@ impl Watcher {
                 return;
             }
             if let Some(row) = self.read(&watched, &key).await {
+                self.unconfirmed = None;
                 let now = Instant::now();
                 match row {
                     Some(row) if roster::is_present(&row) => {
                         let since = self.link.record(&row, now);
                         if roster::is_dead(now.duration_since(since), config.lease_duration) {
                             self.bury(&key, &watched, row.counter).await;
-                            return;
+                            if self.unconfirmed.is_none() {
+                                return;
+                            }
                         }
                     }
                     Some(row) if row.is_held_by(&config.owner) => {
@@ -375,6 +395,7 @@ impl Watcher {
             Ok(Outcome::Lost(_)) => {}
             Err(error) => {
                 tracing::warn!(%member, error = %ErrorChain(&error), "taking a dead member's row failed; the next watch sees whether it landed");
+                self.unconfirmed = Some(member.to_owned());
             }
         }
     }
