@@ -17,7 +17,9 @@
 //! graceful shutdown (a draining holder finishes what it has before anyone may take the shard)
 //! or a hand-over, and, for a shard of a crashed member (or a child of one), the moment a live
 //! process began watching that member. A slow handler (a second or more) running on the
-//! shard's holder counts as progress until it ends: it holds the holder's lanes. Faults that legitimately delay reading (a store
+//! shard's holder counts as progress until it ends: it holds the holder's lanes. In a
+//! single-lane mode (serial, serial batches), the time the holder's lane spent on its other
+//! shards' records while it held this one is excused: the one loop handles them in turn. Faults that legitimately delay reading (a store
 //! episode, a cut-off, a freeze, throttled Kinesis, a consumer being deleted) extend the bound
 //! by the time they were active within the stall, not by a blanket grace.
 //!
@@ -66,9 +68,14 @@ pub struct ShardNow {
     pub progress: Option<u64>,
     /// A handler runs on it now, or a slow one on its holder.
     pub busy: bool,
-    /// Its parents: it is read only once they are read to their end, so what holds a parent
-    /// back (its crashed holder's takeover, its holder's drain) holds it back too.
+    /// Its ancestors (parents, theirs, ...): it is read only once they are read to their end,
+    /// so what holds one back (its crashed holder's takeover, its holder's drain) holds it
+    /// back too.
     pub parents: Vec<String>,
+    /// Single-lane modes: when its holder's one lane ran handlers since it took the shard
+    /// (ms intervals). Its records wait behind those of the holder's other shards: that time
+    /// is excused like fault time.
+    pub lane_busy: Vec<(u64, u64)>,
 }
 
 /// A stall found at a sample.
@@ -140,9 +147,15 @@ impl Liveness {
 
     /// Fault time within `[from, to]` (the union of the fault intervals).
     pub fn excused(&self, from: u64, to: u64) -> u64 {
+        self.excused_with(from, to, &[])
+    }
+
+    /// Time within `[from, to]` covered by a fault interval or one of `more`.
+    fn excused_with(&self, from: u64, to: u64, more: &[(u64, u64)]) -> u64 {
         let mut spans: Vec<(u64, u64)> = self
             .faults
             .iter()
+            .chain(more)
             .map(|(a, b)| ((*a).max(from), (*b).min(to)))
             .filter(|(a, b)| b > a)
             .collect();
@@ -186,7 +199,7 @@ impl Liveness {
             }
             let after_leave = self.left_at.get(shard).is_some_and(|left| *left == since);
             let limit = if after_leave { leave_bound } else { bound };
-            let stalled = (now - since).saturating_sub(self.excused(since, now));
+            let stalled = (now - since).saturating_sub(self.excused_with(since, now, &s.lane_busy));
             if stalled > limit && self.reported.get(shard) != Some(&since) {
                 self.reported.insert(shard.clone(), since);
                 stalls.push(Stall {
@@ -225,6 +238,7 @@ mod tests {
                 progress,
                 busy: false,
                 parents: Vec::new(),
+                lane_busy: Vec::new(),
             },
         )])
     }
@@ -276,11 +290,40 @@ mod tests {
                 progress: None,
                 busy: true,
                 parents: Vec::new(),
+                lane_busy: Vec::new(),
             },
         )]);
         assert!(l.check_default(100_000, 17_000, &busy).is_empty());
         assert!(l
             .check_default(100_000, 17_000, &one(90_000, Some(0)))
             .is_empty());
+    }
+}
+
+#[cfg(test)]
+mod lane_tests {
+    use super::*;
+
+    #[test]
+    fn a_single_lane_busy_with_other_shards_is_excused_once() {
+        let mut l = Liveness::default();
+        let mut shards = BTreeMap::from([(
+            "s".to_owned(),
+            ShardNow {
+                due: 0,
+                progress: None,
+                busy: false,
+                parents: Vec::new(),
+                // 6 s busy, overlapping a 2 s fault: 7 s excused in all.
+                lane_busy: vec![(1_000, 5_000), (6_000, 8_000)],
+            },
+        )]);
+        l.fault(7_000, 9_000);
+        assert_eq!(l.excused_with(0, 20_000, &shards["s"].lane_busy), 7_000);
+        assert!(l.check(12_000, 5_000, 5_000, &shards).is_empty());
+        assert_eq!(l.check(12_500, 5_000, 5_000, &shards).len(), 1);
+        shards.get_mut("s").unwrap().lane_busy.clear();
+        let mut fresh = Liveness::default();
+        assert_eq!(fresh.check(5_500, 5_000, 5_000, &shards).len(), 1);
     }
 }

@@ -88,6 +88,12 @@ struct State {
     slow: BTreeMap<String, u32>,
     /// When an instance's last slow attempt ended: it held the instance's lanes until then.
     slow_ended: BTreeMap<String, u64>,
+    /// The handlers run in one lane per instance (serial, serial batches).
+    single_lane: bool,
+    /// Per instance, in a single-lane mode: when its lane ran a handler (merged intervals, ms).
+    lane_busy: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Per shard: its holder at the last sample, and since when it holds it (ms).
+    held_by: BTreeMap<String, (String, u64)>,
     liveness: Liveness,
     /// Tags of violations reported once.
     reported: BTreeSet<String>,
@@ -107,6 +113,8 @@ pub struct Running {
     instance: String,
     shard: String,
     slow: bool,
+    /// When the attempt started (ms).
+    entered: u64,
 }
 
 impl Running {
@@ -130,6 +138,13 @@ impl Drop for Running {
         let now = self.recorder.now_ms();
         let mut state = self.recorder.lock();
         state.progress.insert(self.shard.clone(), now);
+        if state.single_lane {
+            let busy = state.lane_busy.entry(self.instance.clone()).or_default();
+            match busy.last_mut() {
+                Some((_, end)) if *end >= self.entered => *end = (*end).max(now),
+                _ => busy.push((self.entered, now)),
+            }
+        }
         if self.slow {
             state.slow_ended.insert(self.instance.clone(), now);
             if let Some(n) = state.slow.get_mut(&self.instance) {
@@ -240,6 +255,12 @@ impl Recorder {
         self.lock().ordered = true;
     }
 
+    /// The handlers run in one lane per instance: a shard's records wait while its holder's
+    /// lane handles other shards' records, and the stall check excuses that time.
+    pub fn single_lane(&self) {
+        self.lock().single_lane = true;
+    }
+
     /// The stream lists `shard` with these parents.
     pub fn parents(&self, shard: &str, parents: Vec<String>) {
         self.lock().parents.insert(shard.to_owned(), parents);
@@ -286,12 +307,24 @@ impl Recorder {
     ) -> Vec<Stall> {
         let now = self.now_ms();
         let mut state = self.lock();
+        let state = &mut *state;
+        state
+            .held_by
+            .retain(|shard, (holder, _)| holders.get(shard) == Some(holder));
+        for (shard, holder) in holders {
+            state
+                .held_by
+                .entry(shard.clone())
+                .or_insert_with(|| (holder.clone(), now));
+        }
         let mut shards = BTreeMap::new();
         for (shard, open) in &state.outstanding {
             let Some(oldest) = open.first() else {
                 continue;
             };
-            let parents = state.parents.get(shard).cloned().unwrap_or_default();
+            // Every ancestor, not just the parents: a parent that got no records still waits
+            // for its own parents, and is read to its end only after them.
+            let parents = ancestors(&state.parents, shard);
             if parents
                 .iter()
                 .any(|p| state.outstanding.get(p).is_some_and(|o| !o.is_empty()))
@@ -316,6 +349,21 @@ impl Recorder {
                 .get(shard)
                 .and_then(|h| state.slow_ended.get(h))
                 .copied();
+            // Single lane: while it holds the shard, its holder's lane busy with other shards'
+            // records (this shard's own count as progress).
+            let lane_busy = state
+                .held_by
+                .get(shard)
+                .and_then(|(holder, since)| {
+                    let busy = state.lane_busy.get(holder)?;
+                    Some(
+                        busy.iter()
+                            .filter(|(_, end)| end > since)
+                            .map(|(start, end)| ((*start).max(*since), *end))
+                            .collect(),
+                    )
+                })
+                .unwrap_or_default();
             shards.insert(
                 shard.clone(),
                 ShardNow {
@@ -323,6 +371,7 @@ impl Recorder {
                     progress: state.progress.get(shard).copied().max(lanes_freed),
                     busy,
                     parents,
+                    lane_busy,
                 },
             );
         }
@@ -388,6 +437,7 @@ impl Recorder {
                 instance: instance.to_owned(),
                 shard: shard.to_owned(),
                 slow: false,
+                entered: now,
             },
         )
     }
@@ -539,4 +589,19 @@ impl Recorder {
     pub fn history(&self) -> Vec<String> {
         self.lock().history.clone()
     }
+}
+
+/// Every ancestor of `shard` in `parents` (its parents, theirs, and so on), each once.
+fn ancestors(parents: &BTreeMap<String, Vec<String>>, shard: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let mut next: Vec<&str> = vec![shard];
+    while let Some(s) = next.pop() {
+        for p in parents.get(s).into_iter().flatten() {
+            if !found.contains(p) {
+                found.push(p.clone());
+                next.push(p);
+            }
+        }
+    }
+    found
 }
