@@ -90,8 +90,9 @@ struct State {
     slow_ended: BTreeMap<String, u64>,
     /// The handlers run in one lane per instance (serial, serial batches).
     single_lane: bool,
-    /// Per instance, in a single-lane mode: when its lane ran a handler (merged intervals, ms).
-    lane_busy: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Per instance, in a single-lane mode: when its lane ran a handler (ms), and when the
+    /// record it ran was put.
+    lane_busy: BTreeMap<String, Vec<(u64, u64, u64)>>,
     /// Per shard: its holder at the last sample, and since when it holds it (ms).
     held_by: BTreeMap<String, (String, u64)>,
     liveness: Liveness,
@@ -115,6 +116,8 @@ pub struct Running {
     slow: bool,
     /// When the attempt started (ms).
     entered: u64,
+    /// When its record was put (ms), for an expected record.
+    put: Option<u64>,
 }
 
 impl Running {
@@ -138,12 +141,12 @@ impl Drop for Running {
         let now = self.recorder.now_ms();
         let mut state = self.recorder.lock();
         state.progress.insert(self.shard.clone(), now);
-        if state.single_lane {
-            let busy = state.lane_busy.entry(self.instance.clone()).or_default();
-            match busy.last_mut() {
-                Some((_, end)) if *end >= self.entered => *end = (*end).max(now),
-                _ => busy.push((self.entered, now)),
-            }
+        if let (true, Some(put)) = (state.single_lane, self.put) {
+            state
+                .lane_busy
+                .entry(self.instance.clone())
+                .or_default()
+                .push((self.entered, now, put));
         }
         if self.slow {
             state.slow_ended.insert(self.instance.clone(), now);
@@ -349,8 +352,9 @@ impl Recorder {
                 .get(shard)
                 .and_then(|h| state.slow_ended.get(h))
                 .copied();
-            // Single lane: while it holds the shard, its holder's lane busy with other shards'
-            // records (this shard's own count as progress).
+            // Single lane: while it holds the shard, its holder's lane busy with records of its
+            // other shards put before this one's oldest unhandled record (ahead of it in the one
+            // loop; this shard's own count as progress).
             let lane_busy = state
                 .held_by
                 .get(shard)
@@ -358,8 +362,8 @@ impl Recorder {
                     let busy = state.lane_busy.get(holder)?;
                     Some(
                         busy.iter()
-                            .filter(|(_, end)| end > since)
-                            .map(|(start, end)| ((*start).max(*since), *end))
+                            .filter(|(_, end, at)| end > since && *at <= put)
+                            .map(|(start, end, _)| ((*start).max(*since), *end))
                             .collect(),
                     )
                 })
@@ -407,6 +411,10 @@ impl Recorder {
         let now = self.now_ms();
         state.progress.insert(shard.to_owned(), now);
         state.liveness.progressed(shard, now);
+        let put = state
+            .info
+            .get(&(shard.to_owned(), sequence.clone()))
+            .map(|e| e.at_ms);
         let early: Vec<String> = state
             .parents
             .get(shard)
@@ -438,6 +446,7 @@ impl Recorder {
                 shard: shard.to_owned(),
                 slow: false,
                 entered: now,
+                put,
             },
         )
     }

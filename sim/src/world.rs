@@ -113,12 +113,6 @@ pub(crate) struct World {
     leave_bound: u64,
     /// Crashed members whose rows are still present, by owner id.
     orphans: BTreeMap<String, Orphan>,
-    /// Shards of a process that crashed while a twin (another process with its owner id) ran,
-    /// by owner id: the twin renews the member row, so nobody buries it; they wait for the
-    /// id's last process to end (a misconfiguration the library refuses, not a crash bound).
-    twin_held: BTreeMap<String, Vec<String>>,
-    /// The janitor at the last sample (the first present member by id), and since when.
-    janitor: Option<(String, u64)>,
     /// Who held each shard at the last sample.
     last_holders: BTreeMap<String, String>,
     /// True while a crashed member is not buried (the monitor's last sample).
@@ -193,8 +187,6 @@ impl World {
             stall_bound,
             leave_bound,
             orphans: BTreeMap::new(),
-            twin_held: BTreeMap::new(),
-            janitor: None,
             kinesis_clear_at: None,
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
@@ -1007,12 +999,12 @@ impl World {
             }
             self.unburied.store(true, Ordering::SeqCst);
         } else {
-            // A twin runs on: its renewals keep the member row alive, so the crashed process's
-            // shards wait for the id's last process to end (see `twin_held`).
+            // A twin runs on with the id: nobody buries it (the twin renews the member row),
+            // but its rows' leases lapse and the twin takes its own id's rows back; the crash
+            // clock runs from now (not the leave bound of a hand-over seen at this sample).
             for shard in &shards {
-                self.rec.draining(shard);
+                self.rec.hold_back(shard, now);
             }
-            self.twin_held.entry(id.clone()).or_default().extend(shards);
         }
         self.rec
             .note(format!("{id} crashed (dropped, no clean-up)"));
@@ -1182,40 +1174,14 @@ impl World {
         };
         let now = self.rec.now_ms();
         let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        // A crashed twin's shards: once no process runs the id, the crash clock starts (from
-        // now, or from the orphan's clock when the last process crashed too).
-        let rec = self.rec.clone();
-        let orphans = &mut self.orphans;
-        self.twin_held.retain(|id, shards| {
-            if ids.get(id).is_some_and(|l| l.live > 0) {
-                return true;
-            }
-            for shard in shards.iter() {
-                rec.left(shard, false);
-                if let Some(orphan) = orphans.get_mut(id) {
-                    if !orphan.shards.contains(shard) {
-                        orphan.shards.push(shard.clone());
-                    }
-                }
-            }
-            false
-        });
-        // The janitor (the first present member by id, as the library picks it) counts a
-        // departed row's ten leases from its own first sight of it: a janitor in office for
-        // less than the grace (it joined, or the one before it died or left) may keep every
-        // departed row.
-        let first_present = rows
+        // The janitor (the first live member by id) counts a departed row's ten leases from its
+        // own first sight of it: a janitor younger than the grace may keep every departed row.
+        // (Every member notes departed rows as it lists the roster, janitor or not, so one that
+        // takes office later deletes on the schedule of its own first sight.)
+        let janitor_young = ids
             .iter()
-            .filter(|r| r.owner.as_deref() == Some(r.key.shard()) && r.token.is_some())
-            .map(|r| r.key.shard().to_owned())
-            .min();
-        if self.janitor.as_ref().map(|(id, _)| id) != first_present.as_ref() {
-            self.janitor = first_present.map(|id| (id, now));
-        }
-        let janitor_young = self
-            .janitor
-            .as_ref()
-            .is_none_or(|(_, since)| now.saturating_sub(*since) <= MEMBER_ROW_GRACE_MS);
+            .find(|(_, l)| l.live > 0)
+            .is_some_and(|(_, l)| now.saturating_sub(l.started_ms) <= MEMBER_ROW_GRACE_MS);
         let allowed = ids
             .values()
             .filter(|l| {

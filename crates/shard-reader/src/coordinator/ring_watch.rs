@@ -355,6 +355,11 @@ impl Watcher {
             }
             if Instant::now() >= until {
                 tracing::warn!(member = %watched, "left without seeing the watched member renew or die");
+                if self.unconfirmed.is_some() {
+                    // A burial that may have landed, never confirmed: announce it anyway (a
+                    // needless announcement costs the others one listing).
+                    self.announce(&key).await;
+                }
                 return;
             }
             if let Some(row) = self.read(&watched, &key).await {
@@ -392,6 +397,10 @@ impl Watcher {
         let take = Take::fenced(config.lease_duration, counter);
         match bounded(&shared, "take", shared.store.take(key, &holder, &take)).await {
             Ok(Outcome::Written(taken)) => self.buried(key, member, taken.counter).await,
+            // Held by this instance already: an earlier take of ours landed late.
+            Ok(Outcome::Lost(lost)) if lost.holder.as_deref() == Some(config.owner.as_str()) => {
+                self.buried(key, member, lost.counter).await;
+            }
             Ok(Outcome::Lost(_)) => {}
             Err(error) => {
                 tracing::warn!(%member, error = %ErrorChain(&error), "taking a dead member's row failed; the next watch sees whether it landed");
@@ -408,6 +417,13 @@ impl Watcher {
         shared.metrics.member_found_dead();
         // Once per burial: it is not watched again, even if the listing below fails.
         self.members.remove(member);
+        self.announce(key).await;
+    }
+
+    /// Tells this coordinator and the others that the roster changed (a member whose row is
+    /// `key` was buried): the roster's epoch and the stream's are bumped, and the roster listed.
+    async fn announce(&mut self, key: &LeaseKey) {
+        let shared = self.shared.clone();
         // This coordinator lists at its next tick, whatever the bumps below do.
         self.link.relist.store(true, Ordering::SeqCst);
         // The row stays, held by this instance (so its counter never starts over while anyone
