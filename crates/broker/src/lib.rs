@@ -73,11 +73,14 @@ pub use error::BrokerError;
 pub use publisher::{Published, Publisher};
 pub use running::RunningBroker;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
-pub use stats::{BrokerStats, ShardStats, StreamStats, Totals};
+pub use stats::{BrokerStats, ShardStats, StatsHandle, StreamStats, Totals};
 pub use subscription::{BatchSubscriptionBuilder, SubscriptionBuilder};
 
 #[doc(inline)]
-pub use kinesis_dispatch::{BatchFailure, Delivery, DeliveryStream, HandlerError, RetryPolicy};
+pub use kinesis_dispatch::{
+    BatchFailure, Delivery, DeliveryStream, DispatchError, HandlerError, Permanent, RetryPolicy,
+    Stuck,
+};
 #[doc(inline)]
 pub use kinesis_lease_core::{Checkpoint, SequenceNumber};
 #[cfg(feature = "dynamodb-lease")]

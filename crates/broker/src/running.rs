@@ -30,7 +30,7 @@ use kinesis_shard_reader::CoordinatorHandle;
 
 use crate::mount::Mount;
 use crate::shutdown::{ShutdownHandle, ShutdownReport};
-use crate::stats::{BrokerStats, StreamStats};
+use crate::stats::{BrokerStats, StatsHandle, StreamStats};
 use crate::timings::Timings;
 use crate::BrokerError;
 
@@ -75,6 +75,44 @@ impl RunningBroker {
         }
     }
 
+    /// A cloneable handle on [`stats`](Self::stats), readable from any task while
+    /// [`run_until`](Self::run_until) or [`run_until_signal`](Self::run_until_signal) holds
+    /// the broker (an HTTP status endpoint, a metrics loop).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_broker::testing::MemoryStream;
+    /// use kinesis_broker::{Broker, Delivery};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let kinesis = MemoryStream::new();
+    /// kinesis.create_stream("orders", 1)?;
+    /// let mut broker = Broker::builder().kinesis(kinesis).build()?;
+    /// let stop = broker.shutdown_handle();
+    /// broker.subscribe("orders").handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })?;
+    /// let running = broker.start().await?;
+    /// let stats = running.stats_handle();
+    /// let status = tokio::spawn(async move {
+    ///     let lagging = stats.stats().shards("orders").iter().filter(|s| s.in_flight > 0).count();
+    ///     stop.shutdown();
+    ///     lagging
+    /// });
+    /// running.run_until(std::future::pending::<()>()).await?;
+    /// assert_eq!(status.await?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle {
+            sources: self
+                .subscriptions
+                .iter()
+                .map(|s| s.coordinator.stats_source())
+                .collect(),
+        }
+    }
+
     /// Resolves when a subscription fails (its stream was deleted), naming the stream.
     pub async fn failed(&self) -> BrokerError {
         let waits = self.subscriptions.iter().map(|s| {
@@ -114,6 +152,23 @@ impl RunningBroker {
             .await
             .into_iter()
             .all(|done| done);
+        // What still fails is abandoned: named here, and each shard's final checkpoint below
+        // stops before the first of its own.
+        let abandoned: Vec<kinesis_dispatch::Stuck> = self
+            .subscriptions
+            .iter()
+            .flat_map(|sub| sub.coordinator.failing())
+            .collect();
+        for record in &abandoned {
+            tracing::warn!(
+                stream = %record.stream,
+                shard = %record.shard,
+                sequence = %record.sequence,
+                partition_key = record.partition_key.as_deref().unwrap_or(""),
+                attempts = record.attempts,
+                "shutdown abandons a record that still fails; the next owner handles it again"
+            );
+        }
         let releases = self
             .subscriptions
             .drain(..)
@@ -122,6 +177,7 @@ impl RunningBroker {
         tracing::info!(owner = %self.owner, handlers_finished = finished, "broker shut down");
         ShutdownReport {
             handlers_finished: finished,
+            abandoned,
         }
     }
 

@@ -69,6 +69,7 @@ impl Broker {
             config.shard_sync_interval = t.shard_sync;
             config.poll_interval = t.poll;
             config.records_per_call = sub.records_per_call;
+            config.max_unsettled = sub.max_unsettled;
             config.start_at = sub.start_at.clone();
             config.reposition = sub.reposition.clone();
             config.reposition_marker = sub.reposition_marker.clone();

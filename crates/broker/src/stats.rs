@@ -53,3 +53,27 @@ pub struct Totals {
     /// Records handed to dispatch and not settled yet.
     pub in_flight: u64,
 }
+
+/// A cloneable view of a running broker's [`BrokerStats`]
+/// ([`RunningBroker::stats_handle`](crate::RunningBroker::stats_handle)): readable from any
+/// task while the broker runs, including while `run_until` holds it.
+#[derive(Debug, Clone)]
+pub struct StatsHandle {
+    pub(crate) sources: Vec<kinesis_shard_reader::StatsSource>,
+}
+
+impl StatsHandle {
+    /// Every subscription's held shards, as now.
+    pub fn stats(&self) -> BrokerStats {
+        BrokerStats {
+            streams: self
+                .sources
+                .iter()
+                .map(|s| StreamStats {
+                    stream: s.stream().to_owned(),
+                    shards: s.stats(),
+                })
+                .collect(),
+        }
+    }
+}

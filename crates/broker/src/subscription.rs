@@ -19,6 +19,7 @@ pub(crate) struct Subscription {
     pub(crate) reposition: Option<StartAt>,
     pub(crate) reposition_marker: Option<String>,
     pub(crate) records_per_call: usize,
+    pub(crate) max_unsettled: usize,
     pub(crate) fan_out: Option<String>,
     pub(crate) hooks: Hooks,
     pub(crate) sender: DeliverySender,
@@ -38,6 +39,7 @@ pub struct SubscriptionBuilder<'b> {
     reposition_marker: Option<String>,
     capacity: usize,
     records_per_call: Option<usize>,
+    max_unsettled: usize,
     fan_out: Option<String>,
     hooks: Hooks,
     dispatch: DispatchConfig,
@@ -53,6 +55,7 @@ impl<'b> SubscriptionBuilder<'b> {
             reposition_marker: None,
             capacity: DEFAULT_CAPACITY,
             records_per_call: None,
+            max_unsettled: 10_000,
             fan_out: None,
             hooks: Hooks::new(),
             dispatch: DispatchConfig::default(),
@@ -126,6 +129,16 @@ impl<'b> SubscriptionBuilder<'b> {
     /// its key's lane, so at most lanes x this many records wait for handlers.
     pub fn lane_capacity(mut self, capacity: usize) -> Self {
         self.dispatch.lane_capacity = capacity;
+        self
+    }
+
+    /// The most records of one shard read and not yet settled, counted from its oldest
+    /// unsettled record (default 10,000): a record that keeps failing holds its shard's
+    /// checkpoint, and once that many records wait behind it the shard (only that one) stops
+    /// reading until it settles. This bounds what a poisoned shard holds in memory. 0 is taken
+    /// as 1.
+    pub fn max_unsettled(mut self, records: usize) -> Self {
+        self.max_unsettled = records.max(1);
         self
     }
 
@@ -288,6 +301,7 @@ impl<'b> SubscriptionBuilder<'b> {
             reposition: self.reposition,
             reposition_marker: self.reposition_marker,
             records_per_call,
+            max_unsettled: self.max_unsettled,
             fan_out: self.fan_out,
             hooks: self.hooks,
             sender,

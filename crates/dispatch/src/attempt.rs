@@ -1,10 +1,10 @@
-//! One attempt after another: running a handler on a record or a batch until it settles,
-//! its lease is lost, or its attempts are used up (then skipped or dead-lettered), with a span
-//! per call, panics caught, and every failure logged with its cause.
+//! Attempts: running a handler once on a record or a batch, with a span per call and panics
+//! caught; a failure parks the record until its next attempt is due (see `parking`), and a
+//! record whose attempts are used up (or that fails for good, with a dead letter set) goes to
+//! the retry policy's final action. Failures are logged once per backoff step.
 
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use kinesis_lease_core::ErrorChain;
@@ -13,9 +13,10 @@ use tracing::Instrument;
 
 use crate::batch::failed_with_followers;
 use crate::dispatcher::Ctx;
-use crate::handler::{BatchHandler, OneHandler};
+use crate::handler::{BatchHandler, Handler, OneHandler, Permanent};
+use crate::parking::{Parked, Parking};
 use crate::retry::Exhausted;
-use crate::{Delivery, HandlerError};
+use crate::{Delivery, DispatchError, HandlerError};
 
 pub(crate) fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
     let message = panic
@@ -26,112 +27,238 @@ pub(crate) fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError 
     format!("handler panicked: {message}").into()
 }
 
-impl Ctx {
-    /// Sleeps `delay` before a retry. Shutdown does not cut it short: a record handed to a
-    /// handler is retried until it settles or the shutdown deadline abandons it, so that what
-    /// completed after it is not re-delivered by the next owner.
-    async fn pause(&self, delay: Duration) -> bool {
-        tokio::time::sleep(delay).await;
-        true
-    }
+/// How one attempt ended.
+pub(crate) enum Tried {
+    /// Settled, or its lease was lost (the next owner handles it): nothing more to do here.
+    Done,
+    /// The handler failed (an `Err` or a caught panic).
+    Failed(HandlerError),
+}
 
-    pub(crate) async fn run_one(&self, handler: &OneHandler, delivery: Delivery) {
+/// True for an error that fails the same way on every attempt: a [`Permanent`] error, or a
+/// payload that does not parse ([`DispatchError::InvalidPayload`]).
+pub(crate) fn is_permanent(error: &HandlerError) -> bool {
+    error.is::<Permanent>()
+        || matches!(
+            error.downcast_ref::<DispatchError>(),
+            Some(DispatchError::InvalidPayload { .. })
+        )
+}
+
+impl Ctx {
+    /// A record taken for the first time: one attempt, parked on failure.
+    pub(crate) async fn run_one(
+        &self,
+        handler: &OneHandler,
+        delivery: Delivery,
+        parking: &mut Parking,
+    ) {
         if delivery.is_revoked() {
             return;
         }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            // Counted as running first, then checked: a hand-over that revokes the shard and
-            // then waits for it to be idle either sees this attempt or stops it here.
-            let running = delivery.running_ref();
-            // A lease lost or handed over while this record waited: the next owner handles it.
-            if delivery.is_revoked() {
-                return;
-            }
-            // Timed (with metrics on) for one call in 64, and for every call that waits.
-            let mut started = (crate::metrics::ON
-                && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
-                .then(Instant::now);
-            // One span per call: what the handler logs names its record.
-            let span = tracing::info_span!(
-                "handle",
-                stream = delivery.stream(),
-                shard = delivery.shard(),
-                sequence = delivery.sequence_text(),
-                partition_key = delivery.partition_key(),
-                attempt,
-            );
-            let mut call = {
-                let _entered = span.enter();
-                AssertUnwindSafe((handler.0)(delivery.clone()))
-                    .catch_unwind()
-                    .instrument(span.clone())
-            };
-            // The hot path: a handler done at its first poll needs no watch on the lease (the
-            // shard was checked just above).
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
-            let outcome = match first {
-                Poll::Ready(outcome) => outcome,
-                // A handler that waits: from now on the lease is checked before every poll.
-                Poll::Pending => {
-                    if crate::metrics::ON && started.is_none() {
-                        started = Some(Instant::now());
+        if let Tried::Failed(error) = self.attempt_one(handler, &delivery, 1).await {
+            self.failed(vec![delivery], 1, error, parking, false).await;
+        }
+    }
+
+    /// A batch taken for the first time: one attempt, its failed records parked.
+    pub(crate) async fn run_batch(
+        &self,
+        handler: &BatchHandler,
+        batch: Vec<Delivery>,
+        parking: &mut Parking,
+    ) {
+        let (_, failed, error) = self.attempt_batch(handler, batch, 1).await;
+        if let Some(error) = error {
+            self.failed(failed, 1, error, parking, false).await;
+        }
+    }
+
+    /// Parked records whose next attempt is due: attempt them again (together, for a batch's).
+    pub(crate) async fn retry(&self, parked: Parked, parking: &mut Parking) {
+        let attempt = parked.attempt.saturating_add(1);
+        match &self.handler {
+            Handler::One(handler) => {
+                for delivery in parked.deliveries {
+                    if delivery.is_revoked() {
+                        parking.unpark(&delivery);
+                        continue;
                     }
-                    tokio::select! {
-                        biased;
-                        // The lease is lost: stop the attempt now, the next owner handles the
-                        // record.
-                        () = delivery.abandoned() => return,
-                        outcome = &mut call => outcome,
+                    match self.attempt_one(handler, &delivery, attempt).await {
+                        Tried::Done => parking.unpark(&delivery),
+                        Tried::Failed(error) => {
+                            self.failed(vec![delivery], attempt, error, parking, true)
+                                .await;
+                        }
                     }
                 }
-            };
-            if let Some(started) = started {
-                delivery.metrics().handled(started.elapsed());
             }
-            let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
-            drop(running);
-            let error = match result {
-                Ok(()) => {
-                    delivery.ack();
-                    return;
+            Handler::Batch(handler) => {
+                let (done, failed, error) = self
+                    .attempt_batch(handler, parked.deliveries, attempt)
+                    .await;
+                for delivery in &done {
+                    parking.unpark(delivery);
                 }
-                Err(error) => error,
-            };
-            delivery.attempt_failed();
-            if delivery.is_revoked() {
-                return;
-            }
-            if self.retry.exhausted_after(attempt) {
-                self.exhaust(delivery, error, attempt).await;
-                return;
-            }
-            let delay = self.retry.delay(attempt);
-            tracing::warn!(
-                stream = delivery.stream(),
-                shard = delivery.shard(),
-                sequence = %delivery.sequence(),
-                attempt,
-                ?delay,
-                error = %ErrorChain(&*error),
-                "handler failed; retrying the record in place"
-            );
-            if !self.pause(delay).await {
-                return;
+                if let Some(error) = error {
+                    self.failed(failed, attempt, error, parking, true).await;
+                }
             }
         }
     }
 
-    pub(crate) async fn run_batch(&self, handler: &BatchHandler, batch: Vec<Delivery>) {
-        let mut batch: Vec<Delivery> = batch.into_iter().filter(|d| !d.is_revoked()).collect();
-        let mut attempt = 0;
-        while !batch.is_empty() {
-            attempt += 1;
+    /// Records that failed their `attempt`-th attempt with `error`: used up (or failing for
+    /// good, with a dead letter to send them to), they go to the policy's final action;
+    /// otherwise they are parked until their next attempt is due. `parked`: they were taken
+    /// from the parking (their units are held already).
+    async fn failed(
+        &self,
+        deliveries: Vec<Delivery>,
+        attempt: u32,
+        error: HandlerError,
+        parking: &mut Parking,
+        parked: bool,
+    ) {
+        let deliveries: Vec<Delivery> = deliveries
+            .into_iter()
+            .filter(|d| {
+                let revoked = d.is_revoked();
+                if revoked && parked {
+                    parking.unpark(d);
+                }
+                !revoked
+            })
+            .collect();
+        let Some(first) = deliveries.first() else {
+            return;
+        };
+        let permanent =
+            is_permanent(&error) && matches!(self.retry.exhausted, Exhausted::DeadLetter(_));
+        if permanent || self.retry.exhausted_after(attempt) {
+            let message = error.to_string();
+            let mut error = Some(error);
+            for delivery in deliveries {
+                let error = error.take().unwrap_or_else(|| message.clone().into());
+                self.exhaust(delivery.clone(), error, attempt).await;
+                if parked {
+                    parking.unpark(&delivery);
+                }
+            }
+            return;
+        }
+        let delay = self.retry.delay(attempt);
+        // Once per backoff step (and every tenth attempt at the cap), not per attempt: a
+        // record failing for hours must not flood the logs.
+        let step = attempt == 1 || delay != self.retry.delay(attempt - 1) || attempt % 10 == 0;
+        if step {
+            tracing::warn!(
+                stream = first.stream(),
+                shard = first.shard(),
+                sequence = %first.sequence(),
+                partition_key = first.partition_key(),
+                records = deliveries.len(),
+                attempt,
+                ?delay,
+                error = %ErrorChain(&*error),
+                "handler failed; the record waits for its next attempt, holding back only \
+                 what must stay behind it"
+            );
+        }
+        let due = Instant::now() + delay;
+        if parked {
+            parking.park_again(deliveries, attempt, due);
+        } else {
+            parking.park(deliveries, attempt, due);
+        }
+    }
+
+    /// One attempt of `delivery` (its `attempt`-th).
+    async fn attempt_one(&self, handler: &OneHandler, delivery: &Delivery, attempt: u32) -> Tried {
+        // Counted as running first, then checked: a hand-over that revokes the shard and then
+        // waits for it to be idle either sees this attempt or stops it here.
+        let running = delivery.running_ref();
+        // A lease lost or handed over while this record waited: the next owner handles it.
+        if delivery.is_revoked() {
+            return Tried::Done;
+        }
+        // Timed (with metrics on) for one call in 64, and for every call that waits.
+        let mut started = (crate::metrics::ON
+            && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
+            .then(Instant::now);
+        // One span per call: what the handler logs names its record.
+        let span = tracing::info_span!(
+            "handle",
+            stream = delivery.stream(),
+            shard = delivery.shard(),
+            sequence = delivery.sequence_text(),
+            partition_key = delivery.partition_key(),
+            attempt,
+        );
+        let mut call = {
+            let _entered = span.enter();
+            AssertUnwindSafe((handler.0)(delivery.clone()))
+                .catch_unwind()
+                .instrument(span.clone())
+        };
+        // The hot path: a handler done at its first poll needs no watch on the lease (the
+        // shard was checked just above).
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
+        let outcome = match first {
+            Poll::Ready(outcome) => outcome,
+            // A handler that waits: from now on the lease is checked before every poll.
+            Poll::Pending => {
+                if crate::metrics::ON && started.is_none() {
+                    started = Some(Instant::now());
+                }
+                tokio::select! {
+                    biased;
+                    // The lease is lost: stop the attempt now, the next owner handles the
+                    // record.
+                    () = delivery.abandoned() => return Tried::Done,
+                    outcome = &mut call => outcome,
+                }
+            }
+        };
+        if let Some(started) = started {
+            delivery.metrics().handled(started.elapsed());
+        }
+        let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
+        drop(running);
+        match result {
+            Ok(()) => {
+                delivery.ack();
+                Tried::Done
+            }
+            Err(error) => {
+                delivery.attempt_failed();
+                if delivery.is_revoked() {
+                    Tried::Done
+                } else {
+                    Tried::Failed(error)
+                }
+            }
+        }
+    }
+
+    /// One attempt of a batch (its `attempt`-th): the records done (settled, or their lease
+    /// lost), the records to attempt again (the failed ones and, for order, the later records
+    /// of their keys), and the error when some failed. A shard whose lease is lost during the
+    /// call stops it; the call is made again without that shard's records.
+    async fn attempt_batch(
+        &self,
+        handler: &BatchHandler,
+        batch: Vec<Delivery>,
+        attempt: u32,
+    ) -> (Vec<Delivery>, Vec<Delivery>, Option<HandlerError>) {
+        let (mut batch, mut done): (Vec<Delivery>, Vec<Delivery>) =
+            batch.into_iter().partition(|d| !d.is_revoked());
+        loop {
             let running: Vec<_> = batch.iter().map(Delivery::running).collect();
-            batch.retain(|d| !d.is_revoked());
+            let revoked;
+            (batch, revoked) = batch.into_iter().partition(|d| !d.is_revoked());
+            done.extend(revoked);
             if batch.is_empty() {
-                return;
+                return (done, Vec::new(), None);
             }
             let started = crate::metrics::ON.then(Instant::now);
             let span = tracing::info_span!(
@@ -167,7 +294,8 @@ impl Ctx {
             let (failed, error) = match outcome {
                 Ok(Ok(())) => {
                     batch.iter().for_each(Delivery::ack);
-                    return;
+                    done.extend(batch);
+                    return (done, Vec::new(), None);
                 }
                 Ok(Err(failure)) => (failure.failed, failure.error),
                 Err(panic) => (None, panic_error(panic)),
@@ -177,34 +305,20 @@ impl Ctx {
             for (delivery, failed) in batch.into_iter().zip(failed) {
                 if failed {
                     delivery.attempt_failed();
+                }
+                if failed && !delivery.is_revoked() {
                     retry.push(delivery);
                 } else {
-                    delivery.ack();
+                    if !failed {
+                        delivery.ack();
+                    }
+                    done.push(delivery);
                 }
             }
-            batch = retry.into_iter().filter(|d| !d.is_revoked()).collect();
-            if batch.is_empty() {
-                return;
+            if retry.is_empty() {
+                return (done, retry, None);
             }
-            if self.retry.exhausted_after(attempt) {
-                for delivery in batch {
-                    self.exhaust(delivery, error.to_string().into(), attempt)
-                        .await;
-                }
-                return;
-            }
-            let delay = self.retry.delay(attempt);
-            tracing::warn!(
-                stream = batch[0].stream(),
-                records = batch.len(),
-                attempt,
-                ?delay,
-                error = %ErrorChain(&*error),
-                "batch handler failed; retrying the failed records in place"
-            );
-            if !self.pause(delay).await {
-                return;
-            }
+            return (done, retry, Some(error));
         }
     }
 

@@ -7,15 +7,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::dispatcher::{Rx, Unit};
+use crate::parking::Parking;
 use crate::Delivery;
 
 /// The unit beginning with `first`: itself, or a batch of up to `max` gathered within
-/// `window` of it.
+/// `window` of it. Records held back behind a parked one are queued behind it instead.
 pub(crate) async fn gather<R: Rx>(
     rx: &mut R,
     first: Delivery,
     max: Option<usize>,
     window: Duration,
+    parking: &mut Parking,
 ) -> Unit {
     let Some(max) = max else {
         return Unit::One(first);
@@ -24,13 +26,15 @@ pub(crate) async fn gather<R: Rx>(
     let mut batch = Vec::with_capacity(max.min(1024));
     batch.push(first);
     while batch.len() < max {
-        if let Some(d) = rx.try_recv() {
+        let next = match rx.try_recv() {
+            Some(d) => d,
+            None => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(d)) => d,
+                Ok(None) | Err(_) => break,
+            },
+        };
+        if let Some(d) = parking.admit(next) {
             batch.push(d);
-            continue;
-        }
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(d)) => batch.push(d),
-            Ok(None) | Err(_) => break,
         }
     }
     Unit::Batch(batch)

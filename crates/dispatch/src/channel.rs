@@ -445,7 +445,9 @@ impl ShardFeed {
         match lane {
             LaneTx::One(tx) => {
                 let place = tx.reserve().await.map_err(|_| closed())?;
-                let ordinal = self.settlement.register(record.sequence.clone());
+                let ordinal = self
+                    .settlement
+                    .register_with(record.sequence.clone(), record.arrival);
                 place.send(Numbered {
                     record,
                     settlement: self.settlement.clone(),
@@ -463,7 +465,9 @@ impl ShardFeed {
                     },
                     Err(TryAcquireError::Closed) => return Err(closed()),
                 }
-                let ordinal = self.settlement.register(record.sequence.clone());
+                let ordinal = self
+                    .settlement
+                    .register_with(record.sequence.clone(), record.arrival);
                 let numbered = Numbered {
                     record,
                     settlement: self.settlement.clone(),

@@ -216,7 +216,9 @@ impl Delivery {
 
     /// Counts a failed handler attempt, for the stuck-record report of its shard.
     pub(crate) fn attempt_failed(&self) {
-        self.data.settlement.attempted(self.data.ordinal);
+        self.data
+            .settlement
+            .attempted(self.data.ordinal, self.partition_key());
         self.data.settlement.metrics().retried();
     }
 

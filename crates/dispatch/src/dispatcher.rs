@@ -33,8 +33,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
+use tokio::time::{sleep_until, Instant};
 
 use crate::batch::gather;
+use crate::parking::{Hold, Parking};
 use crate::router::{route, Pick};
 use crate::{
     channel::Numbered, Delivery, DeliveryReceiver, DispatchConfig, DispatchError, Handler,
@@ -110,7 +112,7 @@ impl Dispatcher {
         let mut tasks = JoinSet::new();
         match config.workers {
             Workers::Serial => {
-                tasks.spawn(worker(Source::Own(receiver), ctx));
+                tasks.spawn(worker(Source::Own(receiver), ctx, Hold::Shard));
             }
             // One delivery at a time in no order: each worker takes the next delivery from the
             // shared channel itself (no router hop, nothing queued behind a busy worker).
@@ -119,7 +121,7 @@ impl Dispatcher {
             {
                 for _ in 0..n {
                     if let Some(share) = receiver.share() {
-                        tasks.spawn(worker(Source::Own(share), ctx.clone()));
+                        tasks.spawn(worker(Source::Own(share), ctx.clone(), Hold::Nothing));
                     }
                 }
             }
@@ -131,7 +133,7 @@ impl Dispatcher {
                         // A lane that ends (or dies) ends the subscription's intake: readers of
                         // records for it could never send again.
                         let _closes_all = lane.closes_all_when_dropped();
-                        worker(Source::Drains(lane), ctx).await;
+                        worker(Source::Drains(lane), ctx, Hold::Key).await;
                     });
                 }
             }
@@ -146,11 +148,12 @@ impl Dispatcher {
                 // Workers in no order tell the router when they take (it may wait for any of
                 // them); a lane by key has its router wait on that lane alone.
                 let signals = matches!(pick, Pick::AnyFree { .. });
+                let hold = if signals { Hold::Nothing } else { Hold::Key };
                 let mut lanes = Vec::with_capacity(n);
                 for _ in 0..n {
                     let (tx, rx) = mpsc::channel(capacity);
                     lanes.push(tx);
-                    tasks.spawn(worker(Source::Lane { rx, signals }, ctx.clone()));
+                    tasks.spawn(worker(Source::Lane { rx, signals }, ctx.clone(), hold));
                 }
                 tasks.spawn(route(receiver, lanes, pick, ctx.clone()));
             }
@@ -269,12 +272,19 @@ impl Source {
         }
     }
 
-    /// A unit from `first`: itself, or a batch of up to `max` gathered within `window` of it.
-    /// Not watched by `close()`: what was taken is handled.
-    async fn unit(&mut self, first: Delivery, max: Option<usize>, window: Duration) -> Unit {
+    /// A unit from `first`: itself, or a batch of up to `max` gathered within `window` of it
+    /// (records held back by `parking` queued behind instead). Not watched by `close()`: what
+    /// was taken is handled.
+    async fn unit(
+        &mut self,
+        first: Delivery,
+        max: Option<usize>,
+        window: Duration,
+        parking: &mut Parking,
+    ) -> Unit {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => gather(rx, first, max, window).await,
-            Source::Lane { rx, .. } => gather(rx, first, max, window).await,
+            Source::Own(rx) | Source::Drains(rx) => gather(rx, first, max, window, parking).await,
+            Source::Lane { rx, .. } => gather(rx, first, max, window, parking).await,
         }
     }
 
@@ -301,7 +311,7 @@ impl Source {
     }
 }
 
-async fn worker(mut source: Source, ctx: Arc<Ctx>) {
+async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
     let mut closing = ctx.closing.clone();
     let max = match &ctx.handler {
         Handler::One(_) => None,
@@ -313,16 +323,47 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
     // free of gaps, so a graceful shutdown re-delivers nothing. The shared channel itself
     // (serial mode) is in order: it stops at once.
     let own = source.stops_at_close();
-    let mut stopped = false;
+    let signals = matches!(source, Source::Lane { signals: true, .. });
+    // Failed records wait here for their next attempt, and what they hold back behind them;
+    // they were taken, so the loop goes on until they are done, after `close()` too (the
+    // shutdown deadline abandons what still fails then).
+    let mut parking = Parking::new(hold);
+    // No more taking from the source (`close()`), and the source is closed and drained.
+    let (mut stopped, mut ended) = (false, false);
     loop {
         // `closing` only ever goes from false to true: its version moving (one atomic load) is
         // the cheap sign to look at its value (a read lock).
         if !stopped && closing.has_changed().unwrap_or(true) && *closing.borrow() {
-            if own {
-                return;
-            }
-            source.stop_taking();
             stopped = true;
+            if own {
+                ended = true;
+            } else {
+                source.stop_taking();
+            }
+        }
+        if !parking.is_idle() {
+            if let Some(parked) = parking.take_due(Instant::now()) {
+                ctx.retry(parked, &mut parking).await;
+                continue;
+            }
+            // Records released from behind a parked one come before anything new.
+            if let Some(ready) = parking.next_ready() {
+                if let Some(first) = parking.admit(ready) {
+                    let unit = match max {
+                        Some(max) => Unit::Batch(parking.ready_batch(first, max)),
+                        None => Unit::One(first),
+                    };
+                    ctx.run(unit, &mut parking).await;
+                }
+                continue;
+            }
+        }
+        if ended {
+            match parking.next_due() {
+                Some(due) => sleep_until(due).await,
+                None => return,
+            }
+            continue;
         }
         // Hot path: a delivery is waiting, so nothing needs waking up by `closing` (registering
         // a waker on it for every record costs a lock). Yield to the scheduler now and then all
@@ -335,42 +376,68 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>) {
         let unit = match waiting {
             Some(first) => {
                 tokio::task::consume_budget().await;
-                Some(Unit::One(first))
+                Unit::One(first)
             }
             None => {
-                // Only the wait for a first delivery is cut short by `close()`: a batch being
-                // gathered was taken, and is handled (dropping it would leave a gap before
-                // records other loops handled).
+                // Only the wait for a first delivery is cut short by `close()` or a parked
+                // record's next attempt: a batch being gathered was taken, and is handled
+                // (dropping it would leave a gap before records other loops handled).
+                let due = parking.next_due();
                 let first = tokio::select! {
                     biased;
                     _ = closing.wait_for(|c| *c), if !stopped => {
-                        if own {
-                            return;
-                        }
-                        source.stop_taking();
                         stopped = true;
+                        if own {
+                            ended = true;
+                        } else {
+                            source.stop_taking();
+                        }
                         continue;
                     }
+                    () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => continue,
                     first = source.first() => first,
                 };
-                match first {
-                    Some(first) => Some(source.unit(first, max, ctx.window).await),
-                    None => None,
-                }
+                let Some(first) = first else {
+                    ended = true;
+                    continue;
+                };
+                let Some(first) = parking.admit(first) else {
+                    if signals {
+                        ctx.room.notify_one();
+                    }
+                    continue;
+                };
+                source.unit(first, max, ctx.window, &mut parking).await
             }
         };
-        if unit.is_some() && matches!(source, Source::Lane { signals: true, .. }) {
+        if signals {
             ctx.room.notify_one();
         }
-        match (unit, &ctx.handler) {
-            (None, _) => return,
-            (Some(Unit::One(d)), Handler::One(h)) => ctx.run_one(h, d).await,
-            (Some(Unit::Batch(b)), Handler::Batch(h)) => ctx.run_batch(h, b).await,
+        let unit = match unit {
+            Unit::One(d) => match parking.admit(d) {
+                Some(d) => Unit::One(d),
+                None => continue,
+            },
+            batch => batch,
+        };
+        ctx.run(unit, &mut parking).await;
+    }
+}
+
+impl Ctx {
+    /// Runs a unit taken for the first time; what fails is parked.
+    async fn run(&self, unit: Unit, parking: &mut Parking) {
+        match (unit, &self.handler) {
+            (Unit::One(d), Handler::One(h)) => self.run_one(h, d, parking).await,
+            (Unit::Batch(b), Handler::Batch(h)) => self.run_batch(h, b, parking).await,
             // `max` follows the handler, so these two do not occur; handled all the same.
-            (Some(Unit::One(d)), Handler::Batch(h)) => ctx.run_batch(h, vec![d]).await,
-            (Some(Unit::Batch(b)), Handler::One(h)) => {
+            (Unit::One(d), Handler::Batch(h)) => self.run_batch(h, vec![d], parking).await,
+            (Unit::Batch(b), Handler::One(h)) => {
                 for d in b {
-                    ctx.run_one(h, d).await;
+                    match parking.admit(d) {
+                        Some(d) => self.run_one(h, d, parking).await,
+                        None => continue,
+                    }
                 }
             }
         }

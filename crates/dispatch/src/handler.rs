@@ -169,3 +169,51 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for BatchFailure {
         Self::all(error)
     }
 }
+
+/// A handler error that fails the same way on every attempt (a record that can never be
+/// handled as it is: a payload of the wrong shape, a reference to something that will never
+/// exist).
+///
+/// With a dead-letter callback set ([`RetryPolicy::then_dead_letter`](crate::RetryPolicy::then_dead_letter))
+/// the record goes there at once, without the retries; without one it is retried like any
+/// failure, so nothing is dropped silently. A payload that [`Delivery::json`] cannot parse is
+/// treated the same way.
+///
+/// # Examples
+///
+/// ```
+/// use kinesis_dispatch::{Delivery, HandlerError, Permanent};
+///
+/// async fn handle(delivery: Delivery) -> Result<(), HandlerError> {
+///     if delivery.payload().is_empty() {
+///         return Err(Permanent::new("an empty order can never be handled").into());
+///     }
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Permanent(HandlerError);
+
+impl Permanent {
+    /// Marks `error` as failing the same way on every attempt.
+    pub fn new(error: impl Into<HandlerError>) -> Self {
+        Self(error.into())
+    }
+
+    /// The error it wraps.
+    pub fn into_inner(self) -> HandlerError {
+        self.0
+    }
+}
+
+impl fmt::Display for Permanent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "permanent failure: {}", self.0)
+    }
+}
+
+impl std::error::Error for Permanent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}

@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use std::time::{Duration, SystemTime};
+
 use kinesis_lease_core::{Checkpoint, SequenceNumber};
 use tokio::sync::Notify;
 
@@ -53,6 +55,18 @@ struct Entry {
     settled: bool,
     /// Failed handler attempts so far.
     attempts: u32,
+    /// When Kinesis received the record, if the source said.
+    arrival: Option<SystemTime>,
+    /// Set at its first failed attempt.
+    failing: Option<Box<Failing>>,
+}
+
+/// What is kept of a record once it failed: its key and since when it fails.
+#[derive(Debug)]
+struct Failing {
+    partition_key: Box<str>,
+    since: SystemTime,
+    since_instant: tokio::time::Instant,
 }
 
 /// The delivery at the head of a shard's settlement window, which holds the checkpoint back.
@@ -69,6 +83,12 @@ pub struct Stuck {
     pub attempts: u32,
     /// Entries held behind it (itself included).
     pub window: u64,
+    /// Its partition key, once it failed.
+    pub partition_key: Option<String>,
+    /// When its first attempt failed (this host's wall clock).
+    pub since: Option<SystemTime>,
+    /// How long it has been failing, from its first failed attempt.
+    pub failing_for: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
@@ -181,13 +201,26 @@ impl ShardSettlement {
     }
 
     /// Numbers the next delivery of this shard and returns its ordinal.
+    #[cfg(test)]
     pub(crate) fn register(&self, sequence: SequenceNumber) -> u64 {
+        self.register_with(sequence, None)
+    }
+
+    /// Numbers the next delivery of this shard, which arrived in Kinesis at `arrival`, and
+    /// returns its ordinal.
+    pub(crate) fn register_with(
+        &self,
+        sequence: SequenceNumber,
+        arrival: Option<SystemTime>,
+    ) -> u64 {
         let mut window = self.window();
         let ordinal = window.base + window.entries.len() as u64;
         window.entries.push_back(Entry {
             sequence,
             settled: false,
             attempts: 0,
+            arrival,
+            failing: None,
         });
         window.progress.delivered += 1;
         window.progress.window = window.entries.len() as u64;
@@ -258,14 +291,35 @@ impl ShardSettlement {
         self.window().bytes
     }
 
-    /// Counts a failed handler attempt of `ordinal`.
-    pub(crate) fn attempted(&self, ordinal: u64) {
+    /// Counts a failed handler attempt of `ordinal`, whose partition key is `partition_key`.
+    pub(crate) fn attempted(&self, ordinal: u64, partition_key: &str) {
         let mut window = self.window();
         let Some(index) = ordinal.checked_sub(window.base) else {
             return;
         };
         if let Some(entry) = window.entries.get_mut(index as usize) {
             entry.attempts = entry.attempts.saturating_add(1);
+            entry.failing.get_or_insert_with(|| {
+                Box::new(Failing {
+                    partition_key: partition_key.into(),
+                    since: SystemTime::now(),
+                    since_instant: tokio::time::Instant::now(),
+                })
+            });
+        }
+    }
+
+    fn stuck_of(&self, entry: &Entry, window: u64) -> Stuck {
+        let failing = entry.failing.as_deref();
+        Stuck {
+            stream: self.stream.to_string(),
+            shard: self.shard.to_string(),
+            sequence: entry.sequence.clone(),
+            attempts: entry.attempts,
+            window,
+            partition_key: failing.map(|f| f.partition_key.to_string()),
+            since: failing.map(|f| f.since),
+            failing_for: failing.map(|f| f.since_instant.elapsed()),
         }
     }
 
@@ -273,13 +327,26 @@ impl ShardSettlement {
     pub fn stuck(&self) -> Option<Stuck> {
         let window = self.window();
         let head = window.entries.front()?;
-        Some(Stuck {
-            stream: self.stream.to_string(),
-            shard: self.shard.to_string(),
-            sequence: head.sequence.clone(),
-            attempts: head.attempts,
-            window: window.entries.len() as u64,
-        })
+        Some(self.stuck_of(head, window.entries.len() as u64))
+    }
+
+    /// Every unsettled delivery that failed at least once, in the shard's order (a scan of the
+    /// window: for reports, not for every record).
+    pub fn failing(&self) -> Vec<Stuck> {
+        let window = self.window();
+        let len = window.entries.len() as u64;
+        window
+            .entries
+            .iter()
+            .filter(|e| !e.settled && e.attempts > 0)
+            .map(|e| self.stuck_of(e, len))
+            .collect()
+    }
+
+    /// When the oldest record read and not settled arrived in Kinesis (the head of the
+    /// window), if any is unsettled and its source gave an arrival time.
+    pub fn oldest_unsettled_arrival(&self) -> Option<SystemTime> {
+        self.window().entries.front().and_then(|e| e.arrival)
     }
 
     /// Waits until the window holds fewer than `limit` entries.
@@ -536,8 +603,8 @@ mod tests {
             let o = s.register(seq(i));
             s.settle(o);
         }
-        s.attempted(head);
-        s.attempted(head);
+        s.attempted(head, "k");
+        s.attempted(head, "k");
         let stuck = s.stuck().expect("a stuck head");
         assert_eq!(
             (stuck.sequence, stuck.attempts, stuck.window),

@@ -24,15 +24,24 @@ pub struct ShardStats {
     pub owner: String,
     /// The last checkpoint written.
     pub checkpoint: Option<Checkpoint>,
-    /// How far the last read was behind the tip of the shard: `Some(0)` is caught up, `None`
-    /// unknown (no read has reported it yet since the shard was taken).
+    /// How far the last read was behind the tip of the shard (Kinesis' MillisBehindLatest: the
+    /// *read* lag, not the handling): `Some(0)` is caught up, `None` unknown (no read has
+    /// reported it yet since the shard was taken). Records read but not handled do not count:
+    /// see [`processing_lag_millis`](Self::processing_lag_millis).
     pub millis_behind: Option<u64>,
     /// Records handed to dispatch.
     pub delivered: u64,
     /// Records settled.
     pub settled: u64,
-    /// Records handed to dispatch and not settled.
+    /// Records handed to dispatch and not settled (read, not yet handled): with
+    /// [`processing_lag_millis`](Self::processing_lag_millis), the processing lag.
     pub in_flight: u64,
+    /// How long ago the oldest record read and not yet settled arrived in Kinesis (this host's
+    /// wall clock against Kinesis' arrival time): `Some(0)` when every record read has settled,
+    /// `None` when its arrival time is unknown. Unlike
+    /// [`millis_behind`](Self::millis_behind), which says how far the *read* is behind the tip,
+    /// this grows while handlers fall behind or a record keeps failing.
+    pub processing_lag_millis: Option<u64>,
     /// Entries held in the settlement window (bounded by `max_unsettled`).
     pub window: u64,
     /// The record holding the checkpoint back, when it has failed at least once or the
@@ -109,38 +118,27 @@ impl CoordinatorHandle {
 
     /// Per held shard: checkpoint, lag and delivery counts.
     pub fn stats(&self) -> Vec<ShardStats> {
-        let mut stats: Vec<ShardStats> = self
+        shard_stats(&self.shared)
+    }
+
+    /// A cloneable handle on [`stats`](Self::stats), for other tasks while this one runs.
+    pub fn stats_source(&self) -> StatsSource {
+        StatsSource {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Every record of a held shard that failed at least once and has not settled, in each
+    /// shard's order: what a shutdown abandons when its deadline passes.
+    pub fn failing(&self) -> Vec<Stuck> {
+        let mut failing: Vec<Stuck> = self
             .shared
             .held()
-            .iter()
-            .map(|(shard, held)| {
-                let progress = held.settlement.progress();
-                let stuck = held.settlement.stuck().filter(|s| {
-                    s.attempts > 0 || s.window >= self.shared.config.max_unsettled as u64
-                });
-                ShardStats {
-                    shard: shard.clone(),
-                    owner: self.shared.config.owner.clone(),
-                    checkpoint: held
-                        .written
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone(),
-                    millis_behind: match held.millis_behind.load(Ordering::Relaxed) {
-                        UNKNOWN_BEHIND => None,
-                        behind => Some(behind),
-                    },
-                    delivered: progress.delivered,
-                    settled: progress.settled,
-                    in_flight: progress.in_flight(),
-                    window: progress.window,
-                    stuck,
-                    kpl: held.kpl.stats(),
-                }
-            })
+            .values()
+            .flat_map(|held| held.settlement.failing())
             .collect();
-        stats.sort_by(|a, b| a.shard.cmp(&b.shard));
-        stats
+        failing.sort_by(|a, b| (&a.shard, &a.sequence).cmp(&(&b.shard, &b.sequence)));
+        failing
     }
 
     /// Waits until every delivery of every held shard has settled.
@@ -180,4 +178,82 @@ impl CoordinatorHandle {
     pub fn error(&self) -> Option<Arc<ReaderError>> {
         self.fatal.borrow().clone()
     }
+}
+
+/// Per held shard of `shared`: checkpoint, lags and delivery counts.
+fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
+    let now_ms = shared.config.clock.now_ms();
+    let mut stats: Vec<ShardStats> = shared
+        .held()
+        .iter()
+        .map(|(shard, held)| {
+            let progress = held.settlement.progress();
+            let stuck = held
+                .settlement
+                .stuck()
+                .filter(|s| s.attempts > 0 || s.window >= shared.config.max_unsettled as u64);
+            ShardStats {
+                shard: shard.clone(),
+                owner: shared.config.owner.clone(),
+                checkpoint: held
+                    .written
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+                millis_behind: match held.millis_behind.load(Ordering::Relaxed) {
+                    UNKNOWN_BEHIND => None,
+                    behind => Some(behind),
+                },
+                delivered: progress.delivered,
+                settled: progress.settled,
+                in_flight: progress.in_flight(),
+                window: progress.window,
+                processing_lag_millis: processing_lag(
+                    &held.settlement,
+                    progress.in_flight(),
+                    now_ms,
+                ),
+                stuck,
+                kpl: held.kpl.stats(),
+            }
+        })
+        .collect();
+    stats.sort_by(|a, b| a.shard.cmp(&b.shard));
+    stats
+}
+
+/// A cloneable view of one subscription's [`ShardStats`], readable from any task while the
+/// subscription runs (`CoordinatorHandle::stats_source`).
+#[derive(Debug, Clone)]
+pub struct StatsSource {
+    shared: Arc<Shared>,
+}
+
+impl StatsSource {
+    /// Per held shard: checkpoint, lags and delivery counts, as now.
+    pub fn stats(&self) -> Vec<ShardStats> {
+        shard_stats(&self.shared)
+    }
+
+    /// The subscription's stream.
+    pub fn stream(&self) -> &str {
+        &self.shared.config.stream
+    }
+}
+
+/// The processing lag of a shard at `now_ms`: 0 with nothing unsettled, else the age of its
+/// oldest unsettled record (`None` without an arrival time).
+pub(crate) fn processing_lag(
+    settlement: &ShardSettlement,
+    unsettled: u64,
+    now_ms: u64,
+) -> Option<u64> {
+    if unsettled == 0 {
+        return Some(0);
+    }
+    let arrival = settlement.oldest_unsettled_arrival()?;
+    let arrival_ms = arrival
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Some(now_ms.saturating_sub(arrival_ms))
 }

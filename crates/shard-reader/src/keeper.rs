@@ -129,7 +129,7 @@ impl Keeper {
 
     /// One renewal with the due checkpoint, bounded by `deadline`.
     async fn renew(&mut self, deadline: Instant) -> (Renewed, Instant) {
-        self.counted.publish();
+        self.counted.publish(self.shared.config.clock.now_ms());
         let shared = self.shared.clone();
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);

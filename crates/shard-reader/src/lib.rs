@@ -44,7 +44,7 @@ pub use config::ReaderConfig;
 pub use coordinator::Coordinator;
 pub use deaggregation::KplStats;
 pub use error::{validate_stream_name, ReaderError};
-pub use handle::{CoordinatorHandle, ShardStats};
+pub use handle::{CoordinatorHandle, ShardStats, StatsSource};
 pub use hooks::{Hooks, Release, ShardInfo, DEFAULT_HOOK_BOUND};
 pub use kinesis::{
     ConsumerStatus, KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent,

@@ -8,7 +8,10 @@
 //! renewal write). Per shard (labels `stream`, `shard`): `MillisBehindLatest` (gauge, from
 //! each read or fan-out event; 0 once the shard is let go), `RecordsProcessed` and
 //! `DataBytesProcessed` (counters of the deliveries settled, published from the shard's
-//! settlement at each renewal and when the shard is let go: nothing per record).
+//! settlement at each renewal and when the shard is let go: nothing per record), and the
+//! processing lag: `MillisBehindProcessed` (gauge: the age of the oldest record read and not
+//! settled, 0 when all settled) and `RecordsUnsettled` (gauge: records read and not settled),
+//! set at each renewal and 0 once the shard is let go.
 
 #[cfg(feature = "metrics")]
 mod enabled {
@@ -89,12 +92,15 @@ mod enabled {
         }
     }
 
-    /// What one holding of a shard settled, published as counter increments.
+    /// What one holding of a shard settled, published as counter increments, and its
+    /// processing lag, published as gauges.
     #[derive(Debug)]
     pub(crate) struct Counted {
         settlement: Arc<ShardSettlement>,
         processed: metrics::Counter,
         bytes: metrics::Counter,
+        lag: metrics::Gauge,
+        unsettled: metrics::Gauge,
         published: (u64, u64),
     }
 
@@ -105,16 +111,21 @@ mod enabled {
                 settlement,
                 processed: metrics::counter!("RecordsProcessed", &labels),
                 bytes: metrics::counter!("DataBytesProcessed", &labels),
+                lag: metrics::gauge!("MillisBehindProcessed", &labels),
+                unsettled: metrics::gauge!("RecordsUnsettled", &labels),
                 published: (0, 0),
             }
         }
 
-        /// Adds what settled since the last call.
-        pub(crate) fn publish(&mut self) {
-            let now = (
-                self.settlement.progress().settled,
-                self.settlement.settled_bytes(),
-            );
+        /// Adds what settled since the last call, and sets the processing lag at `now_ms`.
+        pub(crate) fn publish(&mut self, now_ms: u64) {
+            let progress = self.settlement.progress();
+            let unsettled = progress.in_flight();
+            self.unsettled.set(unsettled as f64);
+            if let Some(lag) = crate::handle::processing_lag(&self.settlement, unsettled, now_ms) {
+                self.lag.set(lag as f64);
+            }
+            let now = (progress.settled, self.settlement.settled_bytes());
             self.processed
                 .increment(now.0.saturating_sub(self.published.0));
             self.bytes.increment(now.1.saturating_sub(self.published.1));
@@ -123,8 +134,11 @@ mod enabled {
     }
 
     impl Drop for Counted {
+        /// The shard is let go: its last settlements are counted, and it no longer lags here.
         fn drop(&mut self) {
-            self.publish();
+            self.publish(0);
+            self.lag.set(0.0);
+            self.unsettled.set(0.0);
         }
     }
 
@@ -176,7 +190,7 @@ mod enabled {
         ) -> Self {
             Self
         }
-        pub(crate) fn publish(&mut self) {}
+        pub(crate) fn publish(&mut self, _now_ms: u64) {}
     }
 }
 
