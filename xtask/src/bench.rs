@@ -12,6 +12,7 @@ use crate::{emulators, root};
 const SCENARIOS: &[(&str, bool)] = &[
     ("dispatch_overhead", false),
     ("dispatch_metrics", false),
+    ("poison", false),
     ("scale", false),
     ("fleet_cost", false),
     ("kpl_deaggregate", false),

@@ -112,7 +112,41 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
-    /// What happens when a handler fails (default: retry in place forever).
+    /// What happens when a handler fails (default: retry forever, the failing record parked
+    /// between attempts, holding back only its key or shard; docs/lanes.md).
+    ///
+    /// # Examples
+    ///
+    /// A dead-letter stream: a record still failing after five attempts, or failing for good
+    /// ([`Permanent`](crate::Permanent), a payload that does not parse) at once, is put to
+    /// another stream; the callback's `Ok` settles it, and a failed put leaves it unsettled
+    /// (read again later: nothing is lost).
+    ///
+    /// ```
+    /// use kinesis_broker::testing::MemoryStream;
+    /// use kinesis_broker::{Broker, Delivery, Permanent, Publisher, RetryPolicy};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let kinesis = MemoryStream::new();
+    /// kinesis.create_stream("orders", 1)?;
+    /// kinesis.create_stream("orders-dead-letter", 1)?;
+    /// let dead_letters = Publisher::new(kinesis.clone(), "orders-dead-letter");
+    /// let mut broker = Broker::builder().kinesis(kinesis).build()?;
+    /// let policy = RetryPolicy::default()
+    ///     .max_attempts(5)
+    ///     .then_dead_letter(move |d: Delivery, _error| {
+    ///         let dead_letters = dead_letters.clone();
+    ///         async move { dead_letters.put(d.partition_key(), d.payload().clone()).await.map(|_| ()) }
+    ///     });
+    /// broker.subscribe("orders").retry(policy).handle(|d: Delivery| async move {
+    ///     if d.payload().is_empty() {
+    ///         return Err(Permanent::new("an empty order").into());
+    ///     }
+    ///     Ok::<(), kinesis_broker::HandlerError>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.dispatch.retry = policy;
         self
@@ -220,10 +254,10 @@ impl<'b> SubscriptionBuilder<'b> {
 
     /// Handles each payload parsed as JSON into `T`, with its delivery (feature `serde`). A
     /// payload that does not parse is a handler error naming the stream, shard, sequence
-    /// number and type ([`DispatchError::InvalidPayload`](kinesis_dispatch::DispatchError)),
-    /// and goes through the [`retry`](Self::retry) policy like any other: give the
-    /// subscription a capped policy with a dead letter, or a payload that never parses holds
-    /// its shard back.
+    /// number and type ([`DispatchError::InvalidPayload`](kinesis_dispatch::DispatchError)).
+    /// It fails the same way on every attempt: with a dead-letter callback in the
+    /// [`retry`](Self::retry) policy it goes there at once, without retries; without one it
+    /// is retried like any failure (never dropped), holding back its key or shard.
     ///
     /// # Errors
     ///

@@ -83,7 +83,7 @@ async fn handler_calls_run_in_a_span_and_errors_show_their_cause() {
     }
     let retried = text
         .lines()
-        .find(|l| l.contains("retrying the record"))
+        .find(|l| l.contains("waits for its next attempt"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(
         retried.contains("could not store the order: connection reset by peer"),

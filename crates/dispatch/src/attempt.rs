@@ -149,7 +149,8 @@ impl Ctx {
         let delay = self.retry.delay(attempt);
         // Once per backoff step (and every tenth attempt at the cap), not per attempt: a
         // record failing for hours must not flood the logs.
-        let step = attempt == 1 || delay != self.retry.delay(attempt - 1) || attempt % 10 == 0;
+        let step =
+            attempt == 1 || delay != self.retry.delay(attempt - 1) || attempt.is_multiple_of(10);
         if step {
             tracing::warn!(
                 stream = first.stream(),

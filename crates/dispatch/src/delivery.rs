@@ -137,9 +137,9 @@ impl Delivery {
     ///
     /// [`DispatchError::InvalidPayload`](crate::DispatchError::InvalidPayload) naming the
     /// stream, shard, sequence number and expected type, with serde's message (line and
-    /// column) as its source. Returned from a handler (`?` converts it), it goes through the
-    /// subscription's retry policy like any handler error: cap the attempts and send it to a
-    /// dead letter, or a payload that will never parse holds its shard back.
+    /// column) as its source. Returned from a handler (`?` converts it), it fails the same way
+    /// on every attempt: with a dead-letter callback it goes there at once, without one it is
+    /// retried like any handler error (never dropped silently).
     ///
     /// # Examples
     ///

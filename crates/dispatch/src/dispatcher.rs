@@ -23,7 +23,9 @@
 //! everything taken and their shard's checkpoint stays before them). Lanes are closed instead
 //! (sends into them fail) and handle what they hold. Units in flight and what lanes hold
 //! finish within a deadline (failing ones keep being retried), and what is still running then
-//! is abandoned, without settling it. Finishing what a lane holds matters: lanes complete a
+//! is abandoned, without settling it. A record parked for its next attempt (and what waits
+//! behind it) was taken: the loop goes on retrying it after `close()`, so a shutdown with a
+//! record that keeps failing waits for its deadline. Finishing what a lane holds matters: lanes complete a
 //! shard's records out of order, and a record left unhandled in one would hold the checkpoint
 //! before records other lanes completed after it, which the next owner would then handle
 //! again.

@@ -1,9 +1,11 @@
 //! `RetryPolicy`: what happens when a handler fails.
 //!
 //! A skipped record is a lost record, so by default a failing record (an `Err` or a caught
-//! panic) is retried in place forever, with capped exponential backoff, each attempt logged at
-//! `warn`. Its lane (or, without workers, the whole subscription) waits meanwhile, which keeps
-//! per-key order. A subscription may cap the attempts, and must then say what happens: skip
+//! panic) is retried forever, with capped exponential backoff, logged at `warn` once per
+//! backoff step. Between attempts it is parked (see `parking`): only its key (lanes by key) or
+//! its shard (the serial loop) waits behind it, which keeps per-key order. A failure marked
+//! [`Permanent`](crate::Permanent) (or a payload that does not parse) goes to the dead-letter
+//! callback at once when there is one. A subscription may cap the attempts, and must then say what happens: skip
 //! (logged at `error`) or hand the record to a dead-letter callback. Nothing is skipped
 //! silently. A dead-letter callback that fails leaves the record unsettled: its shard's
 //! checkpoint stays before it, so it is read again after the next hand-over or restart.
