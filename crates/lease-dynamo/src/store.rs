@@ -427,6 +427,23 @@ impl LeaseStore for DynamoLeaseStore {
         })
     }
 
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let expr = Expr::default()
+                .set(EXPIRY, ":expiry", n(0))
+                .remove(OWNER)
+                .remove(TOKEN)
+                .remove(WANTED_BY)
+                .checkpoint(checkpoint);
+            self.update(key, expr, condition::evict(observed)).await
+        })
+    }
+
     fn request<'a>(
         &'a self,
         key: &'a LeaseKey,
