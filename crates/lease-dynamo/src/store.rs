@@ -263,8 +263,17 @@ fn endpoint_of(config: &SdkConfig) -> String {
         .env("AWS_ENDPOINT_URL")
         .profile("endpoint_url")
         .build();
-    key.ok()
-        .and_then(|key| config.service_config().and_then(|c| c.load_config(key)))
+    // As the SDK does: an endpoint set on the config in code wins over the environment's.
+    let explicit = config
+        .get_origin("endpoint_url")
+        .is_client_config()
+        .then(|| config.endpoint_url().map(str::to_owned))
+        .flatten();
+    explicit
+        .or_else(|| {
+            key.ok()
+                .and_then(|key| config.service_config().and_then(|c| c.load_config(key)))
+        })
         .or_else(|| config.endpoint_url().map(str::to_owned))
         .unwrap_or_else(|| match config.region() {
             Some(region) => format!("https://dynamodb.{region}.amazonaws.com"),

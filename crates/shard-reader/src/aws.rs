@@ -38,10 +38,17 @@ pub(crate) fn endpoint_of(config: &SdkConfig, service_id: &str, host: &str) -> S
         .env("AWS_ENDPOINT_URL")
         .profile("endpoint_url")
         .build();
+    // As the SDK does: an endpoint set on the config in code wins over the environment's.
+    let explicit = config
+        .get_origin("endpoint_url")
+        .is_client_config()
+        .then(|| config.endpoint_url().map(str::to_owned))
+        .flatten();
     let service = key
         .ok()
         .and_then(|key| config.service_config().and_then(|c| c.load_config(key)));
-    service
+    explicit
+        .or(service)
         .or_else(|| config.endpoint_url().map(str::to_owned))
         .unwrap_or_else(|| match config.region() {
             Some(region) => format!("https://{host}.{region}.amazonaws.com"),
