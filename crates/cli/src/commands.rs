@@ -194,7 +194,7 @@ pub async fn leases<O: Write, E: Write>(
     let probes = match (&ctx.kinesis, args.no_lag) {
         (Some(kinesis), false) => {
             let mut progress = |done: usize, total: usize| {
-                if total > 8 && (done % 8 == 0 || done == total) {
+                if total > 8 && (done.is_multiple_of(8) || done == total) {
                     io.note(&format!("asked Kinesis about {done} of {total} shards"));
                 }
             };

@@ -609,6 +609,14 @@ fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
     shared.metrics.handed_over();
 }
 
+/// The checkpoint a row holds, for logs: the stored text, or `none (never checkpointed)`.
+fn stored_checkpoint(row: &Lease) -> String {
+    row.checkpoint.as_ref().map_or_else(
+        || "none (never checkpointed)".to_owned(),
+        ToString::to_string,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,12 +672,12 @@ mod tests {
         assert!(release_landed(&row(None, None, None), &me, None));
         assert!(!release_landed(&row(Some("x"), Some("t"), None), &me, None));
     }
-}
 
-/// The checkpoint a row holds, for logs: the stored text, or `none (never checkpointed)`.
-fn stored_checkpoint(row: &Lease) -> String {
-    row.checkpoint.as_ref().map_or_else(
-        || "none (never checkpointed)".to_owned(),
-        ToString::to_string,
-    )
+    #[test]
+    fn logs_say_what_the_row_holds() {
+        let mut row = Lease::new(LeaseKey::new("s", "a").unwrap(), Vec::new());
+        assert_eq!(stored_checkpoint(&row), "none (never checkpointed)");
+        row.checkpoint = Some(Checkpoint::TrimHorizon);
+        assert_eq!(stored_checkpoint(&row), "TRIM_HORIZON");
+    }
 }
