@@ -319,3 +319,21 @@ async fn every_command_against_a_live_broker_then_after_its_shutdown() {
     assert_eq!(by_owner("b")["alive"], true, "{members:?}");
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_missing_region_is_a_usage_error_naming_it() {
+    let out = tokio::process::Command::new(binary())
+        .args(["leases", "--table", "t", "--stream", "s"])
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .await
+        .expect("run kinesis-broker");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no AWS region configured"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
