@@ -7,6 +7,8 @@
 //! With `AWS_ENDPOINT_URL` set (a LocalStack on :4566, say) it starts nothing and uses that.
 //! Either way it installs awslabs' aws-kinesis-agg (npm) and passes its `node_modules` as
 //! `KPL_AGG_NODE_PATH`, for the KPL interop tests.
+//! It builds the `kinesis-broker` binary first and passes its path as `KINESIS_BROKER_BIN`,
+//! for the command-line tests (`tests/cli.rs`).
 //! Extra arguments are passed to the test binaries (a name filter, `--nocapture`).
 
 use std::process::Command;
@@ -34,7 +36,29 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "KPL_AGG_NODE_PATH",
         emulators::kinesis_agg_node_path().display().to_string(),
     ));
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    // The command-line tests run the `kinesis-broker` binary as a process.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let built = Command::new(&cargo)
+        .current_dir(root())
+        .args([
+            "build",
+            "--package",
+            "kinesis-broker-cli",
+            "--bin",
+            "kinesis-broker",
+        ])
+        .status()
+        .map_err(|e| format!("cannot build the kinesis-broker binary: {e}"))?;
+    if !built.success() {
+        return Err(format!(
+            "building the kinesis-broker binary failed ({built})"
+        ));
+    }
+    let binary = crate::target_dir()
+        .join("debug")
+        .join(format!("kinesis-broker{}", std::env::consts::EXE_SUFFIX));
+    endpoints.push(("KINESIS_BROKER_BIN", binary.display().to_string()));
+    let mut cmd = Command::new(cargo);
     cmd.current_dir(root())
         .args(["test", "--package", "kinesis-integ", "--test", "*", "--"])
         .args(args)

@@ -27,17 +27,69 @@ pub(crate) enum KinesisSource {
     Api(Arc<dyn KinesisApi>),
 }
 
+/// The Kinesis a broker starts with.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedKinesis {
+    pub(crate) api: Arc<dyn KinesisApi>,
+    /// Where its calls go, for messages.
+    pub(crate) endpoint: String,
+    /// True for the AWS SDK client (`AwsKinesis`), false for any other implementation.
+    pub(crate) is_aws: bool,
+}
+
 impl KinesisSource {
-    pub(crate) async fn resolve(&self) -> Arc<dyn KinesisApi> {
+    /// The client, loading `aws-config`'s defaults for [`KinesisSource::Env`].
+    ///
+    /// # Errors
+    ///
+    /// [`BrokerError::AwsSetting`] when the loaded configuration has no region or credentials
+    /// provider.
+    pub(crate) async fn resolve(&self) -> Result<ResolvedKinesis, BrokerError> {
+        let aws = |config: &SdkConfig| -> Result<ResolvedKinesis, BrokerError> {
+            check_sdk_config(config, "Kinesis")?;
+            let kinesis = AwsKinesis::new(config);
+            Ok(ResolvedKinesis {
+                endpoint: kinesis.endpoint().to_owned(),
+                api: Arc::new(kinesis),
+                is_aws: true,
+            })
+        };
         match self {
             KinesisSource::Env => {
                 let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-                Arc::new(AwsKinesis::new(&config))
+                aws(&config)
             }
-            KinesisSource::Config(config) => Arc::new(AwsKinesis::new(config)),
-            KinesisSource::Api(api) => api.clone(),
+            KinesisSource::Config(config) => aws(config),
+            KinesisSource::Api(api) => Ok(ResolvedKinesis {
+                api: api.clone(),
+                endpoint: "the given KinesisApi".to_owned(),
+                is_aws: false,
+            }),
         }
     }
+}
+
+/// How to configure a region, for [`BrokerError::AwsSetting`].
+const REGION_HINT: &str =
+    "set AWS_REGION (or a region in the AWS profile), or give the SdkConfig a region";
+
+/// Refuses an SDK config without a region or a credentials provider, naming `client`.
+pub(crate) fn check_sdk_config(config: &SdkConfig, client: &str) -> Result<(), BrokerError> {
+    if config.region().is_none() {
+        return Err(BrokerError::AwsSetting {
+            setting: "region",
+            client: client.to_owned(),
+            hint: REGION_HINT,
+        });
+    }
+    if config.credentials_provider().is_none() {
+        return Err(BrokerError::AwsSetting {
+            setting: "credentials provider",
+            client: client.to_owned(),
+            hint: "load the SdkConfig with aws_config (the default chain), or give it credentials",
+        });
+    }
+    Ok(())
 }
 
 /// How the broker checks its DynamoDB lease table at `start()`.
@@ -97,6 +149,8 @@ pub struct Broker {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) subscriptions: Vec<Subscription>,
     pub(crate) shutdown: ShutdownHandle,
+    /// True when no lease store was configured: the broker's own `MemoryLeaseStore`.
+    pub(crate) default_store: bool,
     #[cfg(feature = "dynamodb-lease")]
     pub(crate) dynamo: Option<DynamoTable>,
 }
@@ -225,7 +279,11 @@ impl BrokerBuilder {
         self
     }
 
-    /// How often every lease row is read, to notice crashed owners and balance (2 s).
+    /// How often the roster is checked (2 s): the roster's epoch and the member row this
+    /// instance watches are read, to notice a crashed instance (found dead once its member
+    /// row stood still for a lease). Lease rows are not read each interval: they are listed
+    /// only when something changed (the stream's epoch moved, a shard ended, a keeper ended),
+    /// at start, and while this instance is below its fair share.
     pub fn list_interval(mut self, every: Duration) -> Self {
         self.timings.list = every;
         self
@@ -249,15 +307,59 @@ impl BrokerBuilder {
         self
     }
 
+    /// How long `start()` retries its checks (the streams listed, the lease table described
+    /// and read) while they fail transiently: connection refused, throttling, 5xx (30 s).
+    /// Each retry is logged at `warn`; past the deadline `start()` fails with
+    /// [`BrokerError::Unreachable`] naming the operation and the endpoint.
+    pub fn startup_deadline(mut self, deadline: Duration) -> Self {
+        self.timings.startup_deadline = deadline;
+        self
+    }
+
     /// Builds the broker (no I/O).
     ///
     /// # Errors
     ///
     /// [`BrokerError::InvalidConfig`] for a zero interval or duration, a renew interval not
-    /// shorter than the lease, or an empty owner id or one starting with `*`; [`BrokerError::StoreAlreadyMounted`] when
-    /// the store instance belongs to another broker.
+    /// shorter than the lease, or an empty owner id or one starting with `*`;
+    /// [`BrokerError::AwsSetting`] when the `sdk_config(..)` or the DynamoDB lease table's
+    /// client has no region (or no credentials provider); [`BrokerError::StoreAlreadyMounted`]
+    /// when the store instance belongs to another broker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kinesis_broker::{Broker, BrokerError};
+    ///
+    /// let no_region = aws_config::SdkConfig::builder()
+    ///     .behavior_version(aws_config::BehaviorVersion::latest())
+    ///     .build();
+    /// let err = Broker::builder().sdk_config(&no_region).build().unwrap_err();
+    /// assert!(matches!(err, BrokerError::AwsSetting { setting: "region", .. }));
+    /// ```
     pub fn build(self) -> Result<Broker, BrokerError> {
         self.timings.validate()?;
+        if let Some(KinesisSource::Config(config)) = &self.kinesis {
+            check_sdk_config(config, "Kinesis")?;
+        }
+        #[cfg(feature = "dynamodb-lease")]
+        if let Some(dynamo) = &self.dynamo {
+            let client = format!("the DynamoDB lease table `{}`", dynamo.store.table());
+            if dynamo.store.region().is_none() {
+                return Err(BrokerError::AwsSetting {
+                    setting: "region",
+                    client,
+                    hint: REGION_HINT,
+                });
+            }
+            if !dynamo.store.has_credentials_provider() {
+                return Err(BrokerError::AwsSetting {
+                    setting: "credentials provider",
+                    client,
+                    hint: "build the DynamoLeaseStore from an SdkConfig loaded by aws_config",
+                });
+            }
+        }
         if self.owner.as_deref().is_some_and(str::is_empty) {
             return Err(BrokerError::InvalidConfig {
                 setting: "owner_id",
@@ -273,6 +375,7 @@ impl BrokerBuilder {
             });
         }
         let owner = self.owner.unwrap_or_else(default_owner_id);
+        let default_store = self.store.is_none();
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(MemoryLeaseStore::new()));
@@ -286,6 +389,7 @@ impl BrokerBuilder {
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
             subscriptions: Vec::new(),
             shutdown: ShutdownHandle::new(),
+            default_store,
             #[cfg(feature = "dynamodb-lease")]
             dynamo: self.dynamo,
         })

@@ -42,6 +42,37 @@ pub enum BrokerError {
         #[source]
         source: Box<kinesis_shard_reader::ReaderError>,
     },
+    /// An AWS client has no region (or no credentials provider) configured, so no call could
+    /// be signed: checked by `build()` for an `sdk_config(..)` and a DynamoDB lease table, and
+    /// by `start()` for the environment's configuration.
+    #[error("no AWS {setting} configured for {client}: {hint}")]
+    AwsSetting {
+        /// The missing setting: `region` or `credentials provider`.
+        setting: &'static str,
+        /// The client it was missing for: `Kinesis`, or the DynamoDB lease table `T`.
+        client: String,
+        /// How to set it.
+        hint: &'static str,
+    },
+    /// A check of `start()` kept failing transiently (connection refused, throttling, 5xx)
+    /// until the start-up deadline (`startup_deadline`, 30 s by default); each retry was
+    /// logged.
+    #[error("{operation} on {endpoint} kept failing for {waited:?} ({attempts} attempts) while starting stream `{stream}`")]
+    Unreachable {
+        /// The stream being started.
+        stream: String,
+        /// The call that failed: `ListShards`, `DescribeTable`, `GetItem`, ...
+        operation: &'static str,
+        /// The endpoint it was sent to (`http://127.0.0.1:4567`, or the region's).
+        endpoint: String,
+        /// How long it was retried.
+        waited: std::time::Duration,
+        /// How many times it was tried.
+        attempts: u32,
+        /// The last failure.
+        #[source]
+        source: kinesis_lease_core::BoxError,
+    },
     /// `start()` on a broker without subscriptions.
     #[error("the broker has no subscription to start")]
     NoSubscriptions,

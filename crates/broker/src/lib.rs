@@ -62,6 +62,7 @@ mod publisher;
 mod running;
 mod shutdown;
 mod startup;
+mod startup_retry;
 mod stats;
 mod subscription;
 mod timings;

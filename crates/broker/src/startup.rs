@@ -4,21 +4,134 @@
 //! It lives apart from `broker.rs` (configuration, no I/O) and `running.rs` (what runs), so
 //! that neither of those depends on the other.
 
+use std::future::Future;
+use std::time::Duration;
+
 use kinesis_dispatch::Dispatcher;
-use kinesis_lease_core::LeaseError;
+use kinesis_lease_core::{ErrorChain, LeaseError};
 use kinesis_shard_reader::{Coordinator, ReaderConfig, ReaderError};
+use tokio::time::Instant;
 
 use crate::error::stream_error;
 use crate::running::{Running, RunningBroker};
+use crate::startup_retry::StartupRetry;
 use crate::{Broker, BrokerError};
 
+/// The start-up deadline of one `start()`, and the retries under it.
+struct Until {
+    started: Instant,
+    retry: StartupRetry,
+}
+
+impl Until {
+    fn new(deadline: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            retry: StartupRetry::new(deadline),
+        }
+    }
+
+    /// Runs `call` until it succeeds or fails for good (`Ok`), retrying while `transient`
+    /// names the operation that failed, until the deadline ([`BrokerError::Unreachable`]).
+    async fn retry<T, E, F, Fut>(
+        &mut self,
+        stream: &str,
+        endpoint: &str,
+        mut call: F,
+        transient: impl Fn(&E) -> Option<&'static str>,
+    ) -> Result<Result<T, E>, BrokerError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        loop {
+            let error = match call().await {
+                Ok(value) => {
+                    self.retry.succeeded();
+                    return Ok(Ok(value));
+                }
+                Err(error) => error,
+            };
+            let Some(operation) = transient(&error) else {
+                return Ok(Err(error));
+            };
+            let elapsed = self.started.elapsed();
+            match self.retry.after_failure(elapsed) {
+                Some(wait) => {
+                    tracing::warn!(
+                        %stream,
+                        operation,
+                        %endpoint,
+                        attempt = self.retry.attempts(),
+                        ?wait,
+                        error = %ErrorChain(&error),
+                        "start-up call failed; retrying until the start-up deadline"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                None => {
+                    return Err(BrokerError::Unreachable {
+                        stream: stream.to_owned(),
+                        operation,
+                        endpoint: endpoint.to_owned(),
+                        waited: elapsed,
+                        attempts: self.retry.attempts(),
+                        source: Box::new(error),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// The operation of a lease-store failure worth retrying at start.
+fn lease_transient(error: &LeaseError) -> Option<&'static str> {
+    match error {
+        LeaseError::Unavailable { operation, .. } => Some(operation),
+        _ => None,
+    }
+}
+
+/// The operation of a Kinesis (or, through it, lease-store) failure worth retrying at start.
+fn reader_transient(error: &ReaderError) -> Option<&'static str> {
+    match error {
+        ReaderError::Transient { operation, .. } | ReaderError::Throttled { operation, .. } => {
+            Some(operation)
+        }
+        ReaderError::Lease { source, .. } => lease_transient(source),
+        _ => None,
+    }
+}
+
 impl Broker {
+    /// Where the lease store's calls go, for messages.
+    fn lease_endpoint(&self) -> String {
+        #[cfg(feature = "dynamodb-lease")]
+        if let Some(dynamo) = &self.dynamo {
+            return dynamo.store.endpoint().to_owned();
+        }
+        if self.default_store {
+            "the in-process MemoryLeaseStore".to_owned()
+        } else {
+            "the given lease store".to_owned()
+        }
+    }
+
     /// Checks everything (stream names, that each stream exists, the lease table) and starts
     /// reading.
     ///
+    /// Checks that fail transiently (connection refused, throttling, 5xx) are retried with
+    /// backoff, each retry logged at `warn`, until the start-up deadline
+    /// ([`startup_deadline`](crate::BrokerBuilder::startup_deadline), 30 s by default). With the
+    /// default `MemoryLeaseStore` and Kinesis from AWS, it logs one warning: such a broker
+    /// shares no shard with other instances.
+    ///
     /// # Errors
     ///
-    /// [`BrokerError::NoSubscriptions`]; [`BrokerError::Stream`] naming a stream that is
+    /// [`BrokerError::NoSubscriptions`]; [`BrokerError::AwsSetting`] when the environment's
+    /// AWS configuration has no region; [`BrokerError::Unreachable`] naming the operation and
+    /// endpoint when a check kept failing transiently until the deadline; [`BrokerError::Stream`] naming a stream that is
     /// invalid or missing; [`BrokerError::LeaseTable`] when the lease table is missing (and
     /// not to be created), has the wrong key, or cannot be reached; [`BrokerError::Dispatch`]
     /// for invalid worker settings; [`BrokerError::OwnerInUse`] when rows of a stream (its
@@ -30,32 +143,46 @@ impl Broker {
         if self.subscriptions.is_empty() {
             return Err(BrokerError::NoSubscriptions);
         }
-        let kinesis = self.kinesis.resolve().await;
+        let resolved = self.kinesis.resolve().await?;
+        let kinesis = resolved.api.clone();
+        if self.default_store && resolved.is_aws {
+            tracing::warn!(
+                "no lease table configured: this broker keeps its leases in an in-process \
+                 MemoryLeaseStore, so it shares no shard with any other instance and every \
+                 instance reads every shard; to share shards between instances, give the builder \
+                 `.dynamo_lease_table(DynamoLeaseStore::new(&config, \"my-leases\"), \
+                 TableSetup::CreateIfMissing)` (feature `dynamodb-lease`)"
+            );
+        }
+        let mut until = Until::new(self.timings.startup_deadline);
+        let lease_endpoint = self.lease_endpoint();
         #[cfg(feature = "dynamodb-lease")]
         if let Some(dynamo) = &self.dynamo {
-            let stream = self.subscriptions[0].stream.clone();
+            let stream = &self.subscriptions[0].stream;
+            let table_error = |source: LeaseError| BrokerError::LeaseTable {
+                stream: stream.clone(),
+                source: Box::new(source),
+            };
             if dynamo.setup == crate::TableSetup::CreateIfMissing {
-                dynamo
-                    .store
-                    .ensure_table()
-                    .await
-                    .map_err(|e| BrokerError::LeaseTable {
+                until
+                    .retry(
                         stream,
-                        source: Box::new(LeaseError::Refused {
-                            operation: "CreateTable",
-                            resource: dynamo.store.table().to_owned(),
-                            source: Box::new(e),
-                        }),
-                    })?;
+                        &lease_endpoint,
+                        || dynamo.store.ensure_table(),
+                        |e| e.is_transient().then(|| e.operation()),
+                    )
+                    .await?
+                    .map_err(|e| table_error(LeaseError::from(e)))?;
             } else {
-                dynamo
-                    .store
-                    .check_table()
-                    .await
-                    .map_err(|source| BrokerError::LeaseTable {
+                until
+                    .retry(
                         stream,
-                        source: Box::new(source),
-                    })?;
+                        &lease_endpoint,
+                        || dynamo.store.check_table(),
+                        lease_transient,
+                    )
+                    .await?
+                    .map_err(table_error)?;
             }
         }
         let t = self.timings;
@@ -82,20 +209,34 @@ impl Broker {
             configs.push(config);
         }
         for sub in &self.subscriptions {
-            match kinesis.list_shards(&sub.stream).await {
-                Ok(_) => {}
-                Err(error) => return Err(stream_error(&sub.stream, error)),
-            }
-            self.store
-                .list(&sub.stream)
-                .await
+            let stream = &sub.stream;
+            until
+                .retry(
+                    stream,
+                    &resolved.endpoint,
+                    || kinesis.list_shards(stream),
+                    reader_transient,
+                )
+                .await?
+                .map_err(|error| stream_error(stream, error))?;
+            until
+                .retry(
+                    stream,
+                    &lease_endpoint,
+                    || self.store.list(stream),
+                    lease_transient,
+                )
+                .await?
                 .map_err(|source: LeaseError| BrokerError::LeaseTable {
-                    stream: sub.stream.clone(),
+                    stream: stream.clone(),
                     source: Box::new(source),
                 })?;
             // Refuse to start with an owner id another live process renews rows with.
-            Coordinator::probe_owner(&*self.store, &sub.stream, &self.owner, t.renew + t.take)
-                .await
+            let probe =
+                || Coordinator::probe_owner(&*self.store, stream, &self.owner, t.renew + t.take);
+            until
+                .retry(stream, &lease_endpoint, probe, reader_transient)
+                .await?
                 .map_err(|source| match source {
                     source @ ReaderError::OwnerInUse { .. } => BrokerError::OwnerInUse {
                         owner: self.owner.clone(),

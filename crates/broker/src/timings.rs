@@ -17,7 +17,12 @@ pub(crate) struct Timings {
     pub(crate) shard_sync: Duration,
     pub(crate) poll: Duration,
     pub(crate) shutdown_deadline: Duration,
+    pub(crate) startup_deadline: Duration,
 }
+
+/// How long `start()` retries transient failures (connection refused, throttling, 5xx) of its
+/// checks, by default.
+pub(crate) const DEFAULT_STARTUP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How long `shutdown()` lets handlers in flight finish, by default.
 const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
@@ -35,6 +40,7 @@ impl Default for Timings {
             shard_sync: reader.shard_sync_interval,
             poll: reader.poll_interval,
             shutdown_deadline: DEFAULT_SHUTDOWN_DEADLINE,
+            startup_deadline: DEFAULT_STARTUP_DEADLINE,
         }
     }
 }
@@ -50,6 +56,7 @@ impl Timings {
             ("list_interval", self.list),
             ("shard_sync_interval", self.shard_sync),
             ("poll_interval", self.poll),
+            ("startup_deadline", self.startup_deadline),
         ] {
             if value.is_zero() {
                 return invalid(setting, "must be more than zero".into());

@@ -3,7 +3,7 @@
 //! - `feed_recv_ack`: a record numbered for settlement, through the channel, received and
 //!   acked (settled), on one thread: what every record pays before and after its handler.
 //! - `checkpoint_offer`: reading a shard's checkpoint offer, as the lease keeper does.
-//! - `lane_of`: picking a record's lane by partition key (`workers(n, by_key)`).
+//! - `lane_of`: picking a record's lane by partition key (`workers(n).by_key()`).
 //! - `serial_10k`: 10,000 records through the serial dispatcher with a trivial handler, and
 //!   `bare_10k`, the same records through a bare `tokio::sync::mpsc` channel to the same
 //!   handler, on the same single thread: the difference is dispatch's CPU cost per record.

@@ -1,4 +1,4 @@
-//! Lane routing for `workers(n, by_key)`: which lane a partition key belongs to.
+//! Lane routing for `workers(n).by_key()`: which lane a partition key belongs to.
 //!
 //! The lane of a key is SipHash-1-3 of the key's UTF-8 bytes, with the fixed keys
 //! [`LANE_HASH_KEYS`], modulo the number of lanes. The keys are written here and never change,

@@ -91,6 +91,15 @@ macro_rules! forward {
 }
 
 impl LeaseStore for Outage {
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(self, "evict", self.inner.evict(key, observed, checkpoint))
+    }
+
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
         forward!(self, "delete", self.inner.delete(key, observed))
     }

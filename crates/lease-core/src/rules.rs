@@ -4,7 +4,7 @@
 //! database) call these instead of restating the rules; stores that push conditions to a server
 //! (DynamoDB's `ConditionExpression`) must express exactly the same predicates.
 
-use crate::{Holder, Lease, Lost, Take};
+use crate::{Checkpoint, Holder, Lease, Lost, Take};
 
 /// Whether a take may land on `row` (`None`: the row does not exist): its counter still equals
 /// the fence. No clock takes part.
@@ -37,6 +37,24 @@ pub fn may_hand_over(row: Option<&Lease>, holder: &Holder, to: &str) -> bool {
 /// since.
 pub fn may_delete(row: Option<&Lease>, observed: u64) -> bool {
     row.is_some_and(|r| r.counter == observed)
+}
+
+/// Whether an operator's evict observed at `observed` may land on `row`: it exists and was
+/// not written since. Who holds it does not matter: the operator frees it on purpose.
+pub fn may_evict(row: Option<&Lease>, observed: u64) -> bool {
+    row.is_some_and(|r| r.counter == observed)
+}
+
+/// The row as an evict leaves it: no owner, token, expiry or hand-over request, and
+/// `checkpoint` stored when given (the counter is the store's to bump).
+pub fn evicted(row: &mut Lease, checkpoint: Option<&Checkpoint>) {
+    row.owner = None;
+    row.token = None;
+    row.expiry_ms = 0;
+    row.wanted_by = None;
+    if let Some(cp) = checkpoint {
+        row.checkpoint = Some(cp.clone());
+    }
 }
 
 /// The [`Lost`] outcome describing `row` as it stands.
@@ -75,6 +93,28 @@ mod tests {
         );
         assert!(may_take(None, &Take::fenced(ttl, 0)));
         assert!(!may_take(None, &Take::fenced(ttl, 1)));
+    }
+
+    #[test]
+    fn an_evict_is_fenced_on_the_counter_alone_and_frees_the_row() {
+        let held = row(Some("a"), Some("t1"), 7);
+        assert!(may_evict(Some(&held), 7), "whoever holds it");
+        assert!(!may_evict(Some(&held), 6), "written since");
+        assert!(!may_evict(None, 0), "a missing row is not created");
+        let mut wanted = held.clone();
+        wanted.wanted_by = Some("b".into());
+        wanted.expiry_ms = 99;
+        wanted.checkpoint = Some(Checkpoint::TrimHorizon);
+        let mut kept = wanted.clone();
+        evicted(&mut kept, None);
+        assert_eq!(
+            (&kept.owner, &kept.token, kept.expiry_ms, &kept.wanted_by),
+            (&None, &None, 0, &None)
+        );
+        assert_eq!(kept.checkpoint, Some(Checkpoint::TrimHorizon), "kept");
+        assert_eq!(kept.counter, 7, "the store bumps the counter");
+        evicted(&mut wanted, Some(&Checkpoint::Latest));
+        assert_eq!(wanted.checkpoint, Some(Checkpoint::Latest), "stored");
     }
 
     #[test]

@@ -158,6 +158,13 @@ impl Take {
 /// instances notice with one cheap [`epoch`](LeaseStore::epoch) read instead of reading every
 /// row.
 ///
+/// *Evict.* [`evict`](LeaseStore::evict) is the operator's write (the `kinesis-broker`
+/// command line's `release` and `reset`): it frees a row whoever holds it, if its counter
+/// still equals the one the operator observed, and may store a new checkpoint in the same
+/// write. The holder's next renewal then loses its condition (no owner, no token), so its
+/// reader stops at once, and any instance may take the row. Stores that offer no operator
+/// writes keep the default body, which refuses.
+///
 /// *Counter.* Every write that lands bumps the row's counter by exactly one; a created row has
 /// counter 1 after its first write. Readers compare counters to detect writes they did not see.
 ///
@@ -232,6 +239,30 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Deletes the row if its counter still equals `observed`, and takes it out of `list`.
     /// Returns true when it was deleted, false when the row was written since or is gone.
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>>;
+
+    /// Frees the row whoever holds it (clearing owner, token, expiry and a hand-over request)
+    /// if its counter still equals `observed`, storing `checkpoint` in the same write when
+    /// given (see *Evict*). A missing row is [`Outcome::Lost`] with counter 0.
+    ///
+    /// # Errors
+    ///
+    /// The default body returns [`LeaseError::Refused`] naming the row: the store offers no
+    /// operator writes.
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        let _ = (observed, checkpoint);
+        Box::pin(async move {
+            Err(LeaseError::Refused {
+                operation: "evict",
+                resource: key.to_string(),
+                source: "this lease store offers no operator writes".into(),
+            })
+        })
+    }
 
     /// Bumps `stream`'s epoch: rows were freed or moved.
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>>;

@@ -231,6 +231,19 @@ impl BilledStore {
 }
 
 impl LeaseStore for BilledStore {
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.inner.evict(key, observed, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let before = self.inner.read(key).await.ok().flatten();

@@ -100,6 +100,12 @@ pub(crate) fn request(asker: &str, observed: u64) -> Cond {
     ])
 }
 
+/// An operator's evict lands on a row that still has the counter the operator observed,
+/// whoever holds it (a missing attribute compares false, so a missing row is refused).
+pub(crate) fn evict(observed: u64) -> Cond {
+    Cond::Eq(COUNTER, ":observed", Value::Num(observed))
+}
+
 /// A hand-over lands while `holder` holds the row and `to` asked for it.
 pub(crate) fn hand_over(holder: &Holder, to: &str) -> Cond {
     Cond::All(vec![
@@ -227,6 +233,19 @@ mod tests {
                         "{holder:?} to {to}, {row:?}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn evict_matches_the_rule() {
+        for row in rows() {
+            for observed in 0..=4 {
+                assert_eq!(
+                    eval(&evict(observed), row.as_ref()),
+                    rules::may_evict(row.as_ref(), observed),
+                    "observed {observed}, {row:?}"
+                );
             }
         }
     }

@@ -87,6 +87,23 @@ impl DynamoLeaseStore {
 
     /// Every row of `stream`, through its index row.
     pub(crate) async fn list_indexed(&self, stream: &str) -> LeaseResult<Vec<Lease>> {
+        self.list_with_progress(stream, |_, _| {}).await
+    }
+
+    /// Every row of `stream`, as [`list`](kinesis_lease_core::LeaseStore::list) reads them
+    /// (the index row, then consistent BatchGetItem calls of up to 100 rows), calling
+    /// `progress(rows read, rows listed in the index)` after each batch: for tools that show
+    /// progress on long listings.
+    ///
+    /// # Errors
+    ///
+    /// As `list`: [`LeaseError::TableNotFound`], [`LeaseError::Unavailable`],
+    /// [`LeaseError::Refused`], [`LeaseError::CorruptRow`].
+    pub async fn list_with_progress(
+        &self,
+        stream: &str,
+        mut progress: impl FnMut(usize, usize),
+    ) -> LeaseResult<Vec<Lease>> {
         let shards = match self
             .get(&index_key(stream))
             .await?
@@ -111,6 +128,7 @@ impl DynamoLeaseStore {
             for item in self.batch_get(stream, keys).await? {
                 rows.push(to_lease(&self.table, &item)?);
             }
+            progress(rows.len(), shards.len());
         }
         rows.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(rows)

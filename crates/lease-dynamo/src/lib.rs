@@ -41,7 +41,15 @@
 //! - renew, checkpoint, release: `lease_owner = :owner AND lease_token = :token`;
 //! - hand-over: `lease_owner = :owner AND lease_token = :token AND lease_wanted_by = :to`;
 //! - request: `lease_counter = :observed AND attribute_exists(lease_owner) AND
-//!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`.
+//!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`;
+//! - evict (an operator's release or reset): `lease_counter = :observed`, whoever holds it.
+//!
+//! # IAM
+//!
+//! The calls above need, on the table's ARN, `dynamodb:GetItem`, `dynamodb:BatchGetItem`,
+//! `dynamodb:PutItem`, `dynamodb:UpdateItem`, `dynamodb:DeleteItem` (the delete's transaction
+//! needs the actions of its parts) and `dynamodb:DescribeTable`, plus `dynamodb:CreateTable`
+//! for [`ensure_table`](DynamoLeaseStore::ensure_table).
 //!
 //! [`delete`](kinesis_lease_core::LeaseStore::delete) is one `TransactWriteItems`: a
 //! `Delete` of the row conditioned on `lease_counter = :observed` and an `Update` that takes

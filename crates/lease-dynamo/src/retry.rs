@@ -76,6 +76,15 @@ where
     }
 }
 
+/// True when `err` is worth retrying: a dropped connection, a timeout, throttling, a 5xx.
+pub(crate) fn is_transient<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+    R: HttpStatus,
+{
+    matches!(classify(err), Class::Retry)
+}
+
 /// The status code of a raw response.
 pub(crate) trait HttpStatus {
     fn status(&self) -> u16;

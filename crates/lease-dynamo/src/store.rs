@@ -50,6 +50,8 @@ pub struct DynamoLeaseStore {
     clock: Arc<dyn Clock>,
     pub(crate) retry: RetryPolicy,
     pub(crate) calls: Arc<Counters>,
+    endpoint: Arc<str>,
+    credentials: bool,
 }
 
 #[derive(Debug, Default)]
@@ -81,7 +83,10 @@ impl DynamoLeaseStore {
                     .build(),
             )
             .build();
-        Self::from_client(Client::from_conf(conf), table)
+        let mut store = Self::from_client(Client::from_conf(conf), table);
+        store.endpoint = endpoint_of(config).into();
+        store.credentials = config.credentials_provider().is_some();
+        store
     }
 
     /// A store on `table` with a client of your own (its retry settings add to the store's).
@@ -92,7 +97,26 @@ impl DynamoLeaseStore {
             clock: Arc::new(SystemClock),
             retry: RetryPolicy::default(),
             calls: Arc::default(),
+            endpoint: "the client's own endpoint".into(),
+            credentials: true,
         }
+    }
+
+    /// The endpoint this store calls (`http://127.0.0.1:5000`,
+    /// `https://dynamodb.eu-west-1.amazonaws.com`), for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The region its client signs for, if one is configured.
+    pub fn region(&self) -> Option<&str> {
+        self.client.config().region().map(|r| r.as_ref())
+    }
+
+    /// False when the store was built from an SDK config without a credentials provider
+    /// (`DynamoLeaseStore::new`); a store over a client of your own says true.
+    pub fn has_credentials_provider(&self) -> bool {
+        self.credentials
     }
 
     /// The same store reading "now" from `clock` (tests inject a `ManualClock`).
@@ -229,6 +253,32 @@ impl DynamoLeaseStore {
         .map_err(|e| refused("GetItem", &resource, e))?;
         Ok(out.item)
     }
+}
+
+/// The endpoint a client built from `config` calls, as the SDK resolves it:
+/// `AWS_ENDPOINT_URL_DYNAMODB` (or the profile's), else `AWS_ENDPOINT_URL`, else the region's.
+fn endpoint_of(config: &SdkConfig) -> String {
+    let key = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id("DynamoDB")
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build();
+    // As the SDK does: an endpoint set on the config in code wins over the environment's.
+    let explicit = config
+        .get_origin("endpoint_url")
+        .is_client_config()
+        .then(|| config.endpoint_url().map(str::to_owned))
+        .flatten();
+    explicit
+        .or_else(|| {
+            key.ok()
+                .and_then(|key| config.service_config().and_then(|c| c.load_config(key)))
+        })
+        .or_else(|| config.endpoint_url().map(str::to_owned))
+        .unwrap_or_else(|| match config.region() {
+            Some(region) => format!("https://dynamodb.{region}.amazonaws.com"),
+            None => "https://dynamodb.<no region>.amazonaws.com".to_owned(),
+        })
 }
 
 /// A final refusal of `operation` on `resource`.
@@ -424,6 +474,23 @@ impl LeaseStore for DynamoLeaseStore {
                 .remove(WANTED_BY)
                 .checkpoint(checkpoint);
             self.update(key, expr, condition::held(holder)).await
+        })
+    }
+
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let expr = Expr::default()
+                .set(EXPIRY, ":expiry", n(0))
+                .remove(OWNER)
+                .remove(TOKEN)
+                .remove(WANTED_BY)
+                .checkpoint(checkpoint);
+            self.update(key, expr, condition::evict(observed)).await
         })
     }
 

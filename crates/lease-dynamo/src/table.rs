@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
 };
@@ -23,6 +24,24 @@ fn call_error(
         table: table.to_owned(),
         operation,
         source: Box::new(err),
+    }
+}
+
+/// A failed call of `operation`: [`DynamoLeaseError::Unavailable`] when retrying may help
+/// (dropped connection, timeout, throttling, 5xx), [`DynamoLeaseError::Call`] otherwise.
+fn sdk_error<E, R>(table: &str, operation: &'static str, err: SdkError<E, R>) -> DynamoLeaseError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: crate::retry::HttpStatus + std::fmt::Debug + Send + Sync + 'static,
+{
+    if crate::retry::is_transient(&err) {
+        DynamoLeaseError::Unavailable {
+            table: table.to_owned(),
+            operation,
+            source: Box::new(err),
+        }
+    } else {
+        call_error(table, operation, err)
     }
 }
 
@@ -61,10 +80,10 @@ pub(crate) async fn ensure(client: &Client, table: &str) -> Result<(), DynamoLea
                 Ok(out) => out.table_description.and_then(|d| d.table_status),
                 // Another instance created it first: fine, wait for it below.
                 Err(err) if is_code(&err, "ResourceInUseException") => None,
-                Err(err) => return Err(call_error(table, "CreateTable", err)),
+                Err(err) => return Err(sdk_error(table, "CreateTable", err)),
             }
         }
-        Err(err) => return Err(call_error(table, "DescribeTable", err)),
+        Err(err) => return Err(sdk_error(table, "DescribeTable", err)),
     };
     let started = Instant::now();
     let mut backoff =
@@ -83,7 +102,7 @@ pub(crate) async fn ensure(client: &Client, table: &str) -> Result<(), DynamoLea
             .table_name(table)
             .send()
             .await
-            .map_err(|e| call_error(table, "DescribeTable", e))?;
+            .map_err(|e| sdk_error(table, "DescribeTable", e))?;
         check_schema(table, out.table.as_ref())?;
         status = out.table.and_then(|d| d.table_status);
     }

@@ -205,6 +205,21 @@ impl LeaseStore for MemoryLeaseStore {
         })
     }
 
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            Ok(self.write(
+                key,
+                |row, _| rules::may_evict(row, observed),
+                |row, _| rules::evicted(row, checkpoint),
+            ))
+        })
+    }
+
     fn request<'a>(
         &'a self,
         key: &'a LeaseKey,

@@ -26,6 +26,34 @@ use crate::ReaderError;
 #[derive(Debug, Clone)]
 pub struct AwsKinesis {
     pub(crate) client: Client,
+    endpoint: std::sync::Arc<str>,
+}
+
+/// The endpoint a client built from `config` for `service_id` calls, as the SDK resolves it:
+/// the service's own `AWS_ENDPOINT_URL_<SERVICE>` (or profile `endpoint_url`), else
+/// `AWS_ENDPOINT_URL`, else the public endpoint of the region.
+pub(crate) fn endpoint_of(config: &SdkConfig, service_id: &str, host: &str) -> String {
+    let key = aws_types::service_config::ServiceConfigKey::builder()
+        .service_id(service_id)
+        .env("AWS_ENDPOINT_URL")
+        .profile("endpoint_url")
+        .build();
+    // As the SDK does: an endpoint set on the config in code wins over the environment's.
+    let explicit = config
+        .get_origin("endpoint_url")
+        .is_client_config()
+        .then(|| config.endpoint_url().map(str::to_owned))
+        .flatten();
+    let service = key
+        .ok()
+        .and_then(|key| config.service_config().and_then(|c| c.load_config(key)));
+    explicit
+        .or(service)
+        .or_else(|| config.endpoint_url().map(str::to_owned))
+        .unwrap_or_else(|| match config.region() {
+            Some(region) => format!("https://{host}.{region}.amazonaws.com"),
+            None => format!("https://{host}.<no region>.amazonaws.com"),
+        })
 }
 
 impl AwsKinesis {
@@ -41,12 +69,27 @@ impl AwsKinesis {
             .build();
         Self {
             client: Client::from_conf(conf),
+            endpoint: endpoint_of(config, "Kinesis", "kinesis").into(),
         }
     }
 
     /// Wraps a client of your own (its retry settings add to the readers' backoff).
     pub fn from_client(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            endpoint: "the client's own endpoint".into(),
+        }
+    }
+
+    /// The endpoint this client calls (`http://127.0.0.1:4567`,
+    /// `https://kinesis.eu-west-1.amazonaws.com`), for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The region this client signs for, if one is configured.
+    pub fn region(&self) -> Option<&str> {
+        self.client.config().region().map(|r| r.as_ref())
     }
 }
 

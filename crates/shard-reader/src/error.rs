@@ -54,7 +54,9 @@ pub enum ReaderError {
         resource: String,
     },
     /// A failure worth retrying: a 5xx, a timeout, a dropped connection.
-    #[error("Kinesis {operation} on `{resource}` failed; will retry")]
+    #[error(
+        "Kinesis {operation} on `{resource}` failed (a 5xx, a timeout or a dropped connection)"
+    )]
     Transient {
         /// The operation.
         operation: &'static str,

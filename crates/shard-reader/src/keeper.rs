@@ -353,11 +353,16 @@ impl Keeper {
             );
             match self.bounded(deadline, call).await {
                 None => return self.lose("could not hand over before the lease lapses"),
-                Some(Ok(Outcome::Written(_))) => {
+                Some(Ok(Outcome::Written(row))) => {
                     if let Some(cp) = &checkpoint {
                         self.record_written(cp);
                     }
-                    tracing::info!(%asker, checkpoint = ?checkpoint.as_ref().map(ToString::to_string), "shard handed over");
+                    tracing::info!(
+                        %asker,
+                        checkpoint = %stored_checkpoint(&row),
+                        written = checkpoint.is_some(),
+                        "shard handed over"
+                    );
                     shared_metrics_handed_over(&self.shared);
                     shared.bump_epoch("hand-over").await;
                     return Exit::HandedOver;
@@ -500,12 +505,14 @@ impl Keeper {
             let call = store.release(&self.key, &self.holder, checkpoint.as_ref());
             match self.bounded(deadline, call).await {
                 None => return self.lose("could not release before the lease lapses"),
-                Some(Ok(Outcome::Written(_))) => return self.released(checkpoint).await,
+                Some(Ok(Outcome::Written(row))) => {
+                    return self.released(checkpoint, Some(&row)).await
+                }
                 Some(Ok(Outcome::Lost(_)))
                     if unanswered && self.release_landed(checkpoint.as_ref(), deadline).await =>
                 {
                     tracing::info!("an earlier release whose answer was lost had landed");
-                    return self.released(checkpoint).await;
+                    return self.released(checkpoint, None).await;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {
                     return self.lost_to(lost.holder.as_deref(), "lost before the final checkpoint")
@@ -520,12 +527,27 @@ impl Keeper {
     }
 
     /// The release with `checkpoint` landed: record it, and after a shard end tell the others.
-    async fn released(&mut self, checkpoint: Option<Checkpoint>) -> Exit {
+    ///
+    /// The log says what the row holds (`row`, when the release's answer came back; else the
+    /// checkpoint last written), not only what this release carried: a release with nothing
+    /// new to checkpoint keeps the row's checkpoint.
+    async fn released(&mut self, checkpoint: Option<Checkpoint>, row: Option<&Lease>) -> Exit {
         if let Some(cp) = &checkpoint {
             self.record_written(cp);
         }
         let ended = checkpoint == Some(Checkpoint::ShardEnd);
-        tracing::info!(checkpoint = ?checkpoint.as_ref().map(ToString::to_string), ended, "lease released");
+        let holds = match row {
+            Some(row) => stored_checkpoint(row),
+            None => checkpoint
+                .as_ref()
+                .map_or_else(|| "unchanged".to_owned(), ToString::to_string),
+        };
+        tracing::info!(
+            checkpoint = %holds,
+            written = checkpoint.is_some(),
+            ended,
+            "lease released"
+        );
         if ended {
             // Other instances may read the children now.
             self.shared.bump_epoch("shard end").await;
@@ -587,6 +609,14 @@ fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
     shared.metrics.handed_over();
 }
 
+/// The checkpoint a row holds, for logs: the stored text, or `none (never checkpointed)`.
+fn stored_checkpoint(row: &Lease) -> String {
+    row.checkpoint.as_ref().map_or_else(
+        || "none (never checkpointed)".to_owned(),
+        ToString::to_string,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -641,5 +671,13 @@ mod tests {
         ));
         assert!(release_landed(&row(None, None, None), &me, None));
         assert!(!release_landed(&row(Some("x"), Some("t"), None), &me, None));
+    }
+
+    #[test]
+    fn logs_say_what_the_row_holds() {
+        let mut row = Lease::new(LeaseKey::new("s", "a").unwrap(), Vec::new());
+        assert_eq!(stored_checkpoint(&row), "none (never checkpointed)");
+        row.checkpoint = Some(Checkpoint::TrimHorizon);
+        assert_eq!(stored_checkpoint(&row), "TRIM_HORIZON");
     }
 }

@@ -1,0 +1,525 @@
+//! The commands' I/O: read rows, hand them to the pure modules (`view`, `target`, `lag`,
+//! `render`), carry out the plan with fenced writes, print the result.
+//!
+//! Every command runs against a [`Context`]: a [`LeaseStore`] (DynamoDB in the binary, any
+//! store in tests) and, for `leases`, a [`KinesisApi`] to ask how far behind each checkpoint
+//! is. Results go to `out`, progress and warnings to `err`.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome};
+use kinesis_lease_dynamo::DynamoLeaseStore;
+use kinesis_shard_reader::KinesisApi;
+use tokio::time::Instant;
+
+use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};
+use crate::error::CliError;
+use crate::lag::probe_all;
+use crate::render::{self, ChangeLine};
+use crate::target::{plan_step, Step};
+use crate::view::{self, holdings, shard_rows, state_of, Judge, State};
+
+/// Listings longer than this print progress lines on stderr.
+const PROGRESS_FROM: usize = 100;
+
+/// How often member rows are read again while liveness is judged.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// Fenced writes retried after a lost fence (the row re-read and judged again each time).
+const WRITE_ATTEMPTS: usize = 3;
+
+/// What the commands run against.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The lease table's name, for messages.
+    pub table: String,
+    /// The lease store over it.
+    pub store: Arc<dyn LeaseStore>,
+    /// The same table as a DynamoDB store, when it is one: its listing reports progress.
+    pub dynamo: Option<DynamoLeaseStore>,
+    /// Kinesis, to ask how far behind checkpoints are (`None`: not asked).
+    pub kinesis: Option<Arc<dyn KinesisApi>>,
+}
+
+/// Where results and progress go.
+#[derive(Debug)]
+pub struct Io<'a, O: Write, E: Write> {
+    /// Results.
+    pub out: &'a mut O,
+    /// Progress, warnings.
+    pub err: &'a mut E,
+}
+
+impl<O: Write, E: Write> Io<'_, O, E> {
+    fn result(&mut self, text: &str) -> Result<(), CliError> {
+        writeln!(self.out, "{}", text.trim_end()).map_err(CliError::Output)
+    }
+
+    fn note(&mut self, text: &str) {
+        // Progress is best effort: a closed stderr must not fail the command.
+        let _ = writeln!(self.err, "{text}");
+    }
+}
+
+impl Context {
+    fn store_error(&self, stream: &str, source: kinesis_lease_core::LeaseError) -> CliError {
+        CliError::store(&self.table, stream, source)
+    }
+
+    /// Every row of `stream` (shard rows or member rows alike), with progress lines on long
+    /// listings.
+    async fn list<O: Write, E: Write>(
+        &self,
+        stream: &str,
+        io: &mut Io<'_, O, E>,
+    ) -> Result<Vec<Lease>, CliError> {
+        let listed = match &self.dynamo {
+            Some(dynamo) => {
+                let mut progress = |done: usize, total: usize| {
+                    if total > PROGRESS_FROM {
+                        io.note(&format!("read {done} of {total} rows of `{stream}`"));
+                    }
+                };
+                dynamo.list_with_progress(stream, &mut progress).await
+            }
+            None => self.store.list(stream).await,
+        };
+        listed.map_err(|e| self.store_error(stream, e))
+    }
+
+    /// The shard rows of `stream`, sorted; [`CliError::StreamNotFound`] when there are none.
+    async fn shards<O: Write, E: Write>(
+        &self,
+        stream: &str,
+        io: &mut Io<'_, O, E>,
+    ) -> Result<Vec<Lease>, CliError> {
+        let rows = shard_rows(stream, self.list(stream, io).await?);
+        if rows.is_empty() {
+            return Err(CliError::StreamNotFound {
+                table: self.table.clone(),
+                stream: stream.to_owned(),
+            });
+        }
+        Ok(rows)
+    }
+
+    fn key(&self, stream: &str, shard: &str) -> Result<LeaseKey, CliError> {
+        if view::is_bookkeeping(&LeaseKey::new(stream, shard).map_err(invalid)?) {
+            return Err(CliError::Invalid {
+                what: format!("shard `{shard}` of stream `{stream}`"),
+                reason: "this names one of the table's own rows, not a shard".into(),
+            });
+        }
+        LeaseKey::new(stream, shard).map_err(invalid)
+    }
+
+    /// Watches the member rows of `stream` until every present member moved or one renew
+    /// interval (plus a margin) passed.
+    async fn judge<O: Write, E: Write>(
+        &self,
+        stream: &str,
+        renew_interval: Duration,
+        io: &mut Io<'_, O, E>,
+    ) -> Result<Judge, CliError> {
+        let members = view::members_stream(stream);
+        let started = Instant::now();
+        let mut judge = Judge::new(renew_interval, self.list(&members, io).await?);
+        if !judge.is_done() {
+            io.note(&format!(
+                "watching the member rows of `{stream}` for up to {:.1} s (a live member renews every {:.1} s)",
+                judge.window().as_secs_f64(),
+                renew_interval.as_secs_f64()
+            ));
+        }
+        while !judge.is_done() {
+            let left = judge.window().saturating_sub(started.elapsed());
+            tokio::time::sleep(left.min(LOOK_EVERY)).await;
+            let rows = self.list(&members, io).await?;
+            judge.look(rows, started.elapsed());
+        }
+        Ok(judge)
+    }
+
+    async fn bump<O: Write, E: Write>(
+        &self,
+        stream: &str,
+        io: &mut Io<'_, O, E>,
+    ) -> Result<(), CliError> {
+        self.store.bump_epoch(stream).await.map_err(|e| {
+            io.note(
+                "the rows were written, but the stream's epoch could not be bumped: instances \
+                 notice the change at their next listing instead of within a take interval",
+            );
+            self.store_error(stream, e)
+        })
+    }
+}
+
+fn invalid(error: kinesis_lease_core::LeaseError) -> CliError {
+    CliError::Invalid {
+        what: "lease key".into(),
+        reason: error.to_string(),
+    }
+}
+
+fn print<T: serde::Serialize, O: Write, E: Write>(
+    io: &mut Io<'_, O, E>,
+    args: &TableArgs,
+    value: &T,
+    table: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    if args.json {
+        io.result(&render::json(value))
+    } else {
+        io.result(&table())
+    }
+}
+
+/// `leases`: one line per shard, with how far its checkpoint is behind the tip.
+///
+/// # Errors
+///
+/// [`CliError::TableNotFound`], [`CliError::StreamNotFound`], [`CliError::Store`]; Kinesis
+/// failures are warnings, shown per shard.
+pub async fn leases<O: Write, E: Write>(
+    ctx: &Context,
+    args: &LeasesArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<(), CliError> {
+    let stream = &args.table.stream;
+    let rows = ctx.shards(stream, io).await?;
+    let probes = match (&ctx.kinesis, args.no_lag) {
+        (Some(kinesis), false) => {
+            let mut progress = |done: usize, total: usize| {
+                if total > 8 && (done.is_multiple_of(8) || done == total) {
+                    io.note(&format!("asked Kinesis about {done} of {total} shards"));
+                }
+            };
+            Some(probe_all(kinesis.clone(), stream, &rows, &mut progress).await)
+        }
+        _ => None,
+    };
+    let lines: Vec<_> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| render::lease_line(row, probes.as_ref().map(|p| &p[i])))
+        .collect();
+    for line in &lines {
+        if let Some(error) = &line.lag_error {
+            io.note(&format!(
+                "warning: how far shard `{}` of `{stream}` is behind is not known: {error}",
+                line.shard
+            ));
+        }
+    }
+    print(io, &args.table, &lines, || render::leases_table(&lines))
+}
+
+/// `members`: the roster, each member judged alive or not.
+///
+/// # Errors
+///
+/// [`CliError::TableNotFound`], [`CliError::StreamNotFound`] (no member row and no shard
+/// row), [`CliError::Store`].
+pub async fn members<O: Write, E: Write>(
+    ctx: &Context,
+    args: &MembersArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<(), CliError> {
+    let stream = &args.table.stream;
+    let judge = ctx.judge(stream, args.renew_interval, io).await?;
+    let shards = shard_rows(stream, ctx.list(stream, io).await?);
+    let verdicts = judge.verdicts();
+    if verdicts.is_empty() && shards.is_empty() {
+        return Err(CliError::StreamNotFound {
+            table: ctx.table.clone(),
+            stream: stream.clone(),
+        });
+    }
+    let lines = render::member_lines(&verdicts, &holdings(&shards));
+    print(io, &args.table, &lines, || render::members_table(&lines))
+}
+
+fn change(before: &Lease, after: &Lease, result: &'static str, note: String) -> ChangeLine {
+    ChangeLine {
+        shard: before.key.shard().to_owned(),
+        result,
+        owner_before: before.owner.clone(),
+        checkpoint_before: before.checkpoint.as_ref().map(|c| c.stored()),
+        checkpoint: after.checkpoint.as_ref().map(|c| c.stored()),
+        counter_before: before.counter,
+        counter: after.counter,
+        note,
+    }
+}
+
+fn lost_reason(before: &Lease, holder: Option<&str>, counter: u64) -> String {
+    format!(
+        "the row was written since it was read (counter {} -> {counter}, now held by {}); \
+         nothing was changed: run the command again",
+        before.counter,
+        holder.map_or_else(|| "nobody".to_owned(), |h| format!("`{h}`"))
+    )
+}
+
+/// `release`: frees one row, fenced on the counter read.
+///
+/// # Errors
+///
+/// [`CliError::ShardNotFound`]; [`CliError::Refused`] for a finished row or one written
+/// between the read and the write; [`CliError::Store`].
+pub async fn release<O: Write, E: Write>(
+    ctx: &Context,
+    args: &ReleaseArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<(), CliError> {
+    let (stream, shard) = (&args.table.stream, &args.shard);
+    let key = ctx.key(stream, shard)?;
+    let refused = |reason: String| CliError::Refused {
+        table: ctx.table.clone(),
+        stream: stream.clone(),
+        shard: shard.clone(),
+        reason,
+    };
+    let row = ctx
+        .store
+        .read(&key)
+        .await
+        .map_err(|e| ctx.store_error(stream, e))?
+        .ok_or_else(|| CliError::ShardNotFound {
+            table: ctx.table.clone(),
+            stream: stream.clone(),
+            shard: shard.clone(),
+        })?;
+    let line =
+        match state_of(&row) {
+            State::Finished => return Err(refused(
+                "the shard is finished (SHARD_END): there is nothing to read and nobody holds it"
+                    .into(),
+            )),
+            State::Free => change(
+                &row,
+                &row,
+                "already_free",
+                "nobody held it; nothing written".into(),
+            ),
+            State::Held | State::HandedOver => {
+                match ctx
+                    .store
+                    .evict(&key, row.counter, None)
+                    .await
+                    .map_err(|e| ctx.store_error(stream, e))?
+                {
+                    Outcome::Written(after) => {
+                        let owner = row.owner.as_deref().unwrap_or("-");
+                        let note = format!(
+                        "`{owner}` stops reading it at its next renewal (records it handled since \
+                         the checkpoint are handled again); the next instance to look takes it, \
+                         after the checkpoint"
+                    );
+                        ctx.bump(stream, io).await?;
+                        change(&row, &after, "released", note)
+                    }
+                    Outcome::Lost(lost) => {
+                        return Err(refused(lost_reason(
+                            &row,
+                            lost.holder.as_deref(),
+                            lost.counter,
+                        )))
+                    }
+                }
+            }
+        };
+    let lines = [line];
+    print(io, &args.table, &lines, || render::changes_table(&lines))
+}
+
+/// The rows a reset names: the one `--shard` names, or every shard row.
+async fn targets<O: Write, E: Write>(
+    ctx: &Context,
+    args: &ResetArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<Vec<Lease>, CliError> {
+    let stream = &args.table.stream;
+    match &args.shard {
+        Some(shard) => {
+            let key = ctx.key(stream, shard)?;
+            let row = ctx
+                .store
+                .read(&key)
+                .await
+                .map_err(|e| ctx.store_error(stream, e))?;
+            row.map(|r| vec![r]).ok_or_else(|| CliError::ShardNotFound {
+                table: ctx.table.clone(),
+                stream: stream.clone(),
+                shard: shard.clone(),
+            })
+        }
+        None => ctx.shards(stream, io).await,
+    }
+}
+
+/// `reset`: moves the checkpoints of one shard or all, freeing their rows, fenced.
+///
+/// # Errors
+///
+/// [`CliError::ShardNotFound`], [`CliError::StreamNotFound`]; [`CliError::Refused`] when a
+/// row is held by a live member or finished (without `--force`: nothing is written), or was
+/// written between the read and the write (the others are written and reported);
+/// [`CliError::Store`].
+pub async fn reset<O: Write, E: Write>(
+    ctx: &Context,
+    args: &ResetArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<(), CliError> {
+    let stream = &args.table.stream;
+    let target = args.to.checkpoint();
+    let refused = |shard: &str, reason: String| CliError::Refused {
+        table: ctx.table.clone(),
+        stream: stream.clone(),
+        shard: shard.to_owned(),
+        reason,
+    };
+    let first = targets(ctx, args, io).await?;
+    // Holders to judge: only a live member's rows are refused.
+    let held: HashSet<String> = first
+        .iter()
+        .filter(|r| state_of(r) == State::Held)
+        .filter_map(|r| r.owner.clone())
+        .collect();
+    let mut alive = HashSet::new();
+    if !held.is_empty() && !args.force {
+        let judge = ctx.judge(stream, args.renew_interval, io).await?;
+        let verdicts = judge.verdicts();
+        for owner in &held {
+            match verdicts.iter().find(|v| &v.owner == owner) {
+                Some(v) if v.alive => {
+                    alive.insert(owner.clone());
+                }
+                Some(v) => io.note(&format!("`{owner}` is not alive: {}", v.judged)),
+                None => io.note(&format!("`{owner}` has no member row: not alive")),
+            }
+        }
+    }
+    // Read again, so the writes are fenced on counters read after the judgement; a holder
+    // that appeared meanwhile was not judged and counts as alive.
+    let rows = if held.is_empty() || args.force {
+        first
+    } else {
+        targets(ctx, args, io).await?
+    };
+    for row in &rows {
+        if let Some(owner) = &row.owner {
+            if state_of(row) == State::Held && !held.contains(owner) {
+                alive.insert(owner.clone());
+            }
+        }
+    }
+    let named = args.shard.is_some();
+    let plan: Vec<(Lease, Step)> = rows
+        .into_iter()
+        .map(|row| {
+            let step = plan_step(&row, &alive, named, args.force);
+            (row, step)
+        })
+        .collect();
+    let refusals: Vec<(&Lease, &String)> = plan
+        .iter()
+        .filter_map(|(row, step)| match step {
+            Step::Refuse { reason } => Some((row, reason)),
+            _ => None,
+        })
+        .collect();
+    if let Some((row, reason)) = refusals.first() {
+        for (other, why) in &refusals[1..] {
+            io.note(&format!("refused: shard `{}`: {why}", other.key.shard()));
+        }
+        let reason = if refusals.len() > 1 {
+            format!(
+                "{reason} (and {} more; nothing was written)",
+                refusals.len() - 1
+            )
+        } else {
+            format!("{reason}; nothing was written")
+        };
+        return Err(refused(row.key.shard(), reason));
+    }
+    let mut lines = Vec::new();
+    let mut lost = None;
+    for (row, step) in plan {
+        match step {
+            Step::Skip { reason } => {
+                lines.push(change(&row, &row, "skipped", reason));
+                continue;
+            }
+            Step::Refuse { .. } => unreachable!("refusals returned above"),
+            Step::Move => {}
+        }
+        let mut current = row.clone();
+        let mut written = None;
+        for _ in 0..WRITE_ATTEMPTS {
+            match ctx
+                .store
+                .evict(&current.key, current.counter, Some(&target))
+                .await
+                .map_err(|e| ctx.store_error(stream, e))?
+            {
+                Outcome::Written(after) => {
+                    written = Some(after);
+                    break;
+                }
+                Outcome::Lost(l) => {
+                    // Written since: judge the row again as it stands now.
+                    let fresh = ctx
+                        .store
+                        .read(&current.key)
+                        .await
+                        .map_err(|e| ctx.store_error(stream, e))?;
+                    let still = fresh
+                        .as_ref()
+                        .map(|r| plan_step(r, &alive, named, args.force));
+                    match (fresh, still) {
+                        (Some(fresh), Some(Step::Move)) => current = fresh,
+                        _ => {
+                            lost = Some((
+                                row.key.shard().to_owned(),
+                                lost_reason(&row, l.holder.as_deref(), l.counter),
+                            ));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        match written {
+            Some(after) => {
+                let note = match state_of(&row) {
+                    State::Held => format!(
+                        "freed: `{}` stops reading it at its next renewal; the next taker reads from {target}",
+                        row.owner.as_deref().unwrap_or("-")
+                    ),
+                    _ => format!("the next taker reads from {target}"),
+                };
+                lines.push(change(&row, &after, "reset", note));
+            }
+            None if lost.is_none() => {
+                lost = Some((
+                    row.key.shard().to_owned(),
+                    format!("the row kept changing over {WRITE_ATTEMPTS} attempts; run the command again"),
+                ));
+            }
+            None => {}
+        }
+    }
+    if lines.iter().any(|l| l.result == "reset") {
+        ctx.bump(stream, io).await?;
+    }
+    print(io, &args.table, &lines, || render::changes_table(&lines))?;
+    match lost {
+        Some((shard, reason)) => Err(refused(&shard, reason)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,137 @@
+//! `CliError`: every way a command can fail, naming the table, stream and shard, with the
+//! exit code scripts branch on.
+
+use kinesis_lease_core::LeaseError;
+
+/// Why a command did not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The lease table does not exist.
+    #[error("lease table `{table}` does not exist")]
+    TableNotFound {
+        /// The table.
+        table: String,
+    },
+    /// The table has no row of the stream (no broker ever read it with this table).
+    #[error("lease table `{table}` has no rows of stream `{stream}`")]
+    StreamNotFound {
+        /// The table.
+        table: String,
+        /// The stream.
+        stream: String,
+    },
+    /// The table has no row of the shard.
+    #[error("lease table `{table}` has no row of shard `{shard}` of stream `{stream}`")]
+    ShardNotFound {
+        /// The table.
+        table: String,
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+    },
+    /// The command refused to write (a finished row, a live holder, a row written since it
+    /// was read); nothing, or only what was reported before, was changed.
+    #[error("refused on shard `{shard}` of stream `{stream}` in lease table `{table}`: {reason}")]
+    Refused {
+        /// The table.
+        table: String,
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// Why.
+        reason: String,
+    },
+    /// The lease table could not be read or written.
+    #[error("lease table `{table}` failed for stream `{stream}`")]
+    Store {
+        /// The table.
+        table: String,
+        /// The stream.
+        stream: String,
+        /// The store's error (it names the operation and row).
+        #[source]
+        source: LeaseError,
+    },
+    /// An AWS setting is missing (no region), so no call can be made.
+    #[error("no AWS {setting} configured: {hint}")]
+    AwsSetting {
+        /// The setting: `region`, `credentials provider`.
+        setting: &'static str,
+        /// How to set it.
+        hint: &'static str,
+    },
+    /// An argument is valid for clap but not for the table (an invalid stream or shard name).
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was given.
+        what: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// Writing the result to stdout failed (a closed pipe).
+    #[error("cannot write the result")]
+    Output(#[source] std::io::Error),
+}
+
+impl CliError {
+    /// The process exit code: 1 for refused, not found and failures of the table, 2 for usage
+    /// (a missing region or an invalid name is a usage error, as clap's own are).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::AwsSetting { .. } | CliError::Invalid { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// The store error for `table` and `stream`: a missing table has its own variant.
+    pub fn store(table: &str, stream: &str, source: LeaseError) -> Self {
+        match source {
+            LeaseError::TableNotFound { .. } => CliError::TableNotFound {
+                table: table.to_owned(),
+            },
+            source => CliError::Store {
+                table: table.to_owned(),
+                stream: stream.to_owned(),
+                source,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_their_resources_and_map_to_exit_codes() {
+        let missing = CliError::store(
+            "t",
+            "s",
+            LeaseError::TableNotFound {
+                table: "t".into(),
+                operation: "GetItem",
+            },
+        );
+        assert!(matches!(&missing, CliError::TableNotFound { table } if table == "t"));
+        assert_eq!(missing.exit_code(), 1);
+        let refused = CliError::Refused {
+            table: "t".into(),
+            stream: "s".into(),
+            shard: "shardId-1".into(),
+            reason: "finished".into(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "refused on shard `shardId-1` of stream `s` in lease table `t`: finished"
+        );
+        assert_eq!(refused.exit_code(), 1);
+        let region = CliError::AwsSetting {
+            setting: "region",
+            hint: "set AWS_REGION",
+        };
+        assert_eq!(region.exit_code(), 2);
+    }
+}

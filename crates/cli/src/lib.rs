@@ -1,0 +1,83 @@
+//! `kinesis-broker`, the operator's command line for a kinesis-broker lease table.
+//!
+//! ```text
+//! kinesis-broker leases  --table T --stream S [--json] [--no-lag]
+//! kinesis-broker members --table T --stream S [--json] [--renew-interval 3s]
+//! kinesis-broker release --table T --stream S --shard ID [--json]
+//! kinesis-broker reset   --table T --stream S (--shard ID | --all)
+//!                        --to trim-horizon|latest|at-timestamp=RFC3339|after-sequence=N
+//!                        [--force] [--json]
+//! ```
+//!
+//! Results go to stdout (an aligned table, or JSON with `--json`), progress and errors to
+//! stderr. Exit codes: 0 ok, 1 refused or not found (or the table failed), 2 usage.
+//!
+//! # Layout
+//!
+//! Policy is pure and unit-tested apart from I/O: [`view`] classifies rows and judges
+//! liveness from counter movement, [`target`] parses `--to` and decides what a reset may move,
+//! [`lag`] reads how far behind a checkpoint is from one probe page, [`render`] prints
+//! tables and JSON. [`commands`] gathers the observations, carries out the plan with fenced
+//! writes ([`LeaseStore::evict`](kinesis_lease_core::LeaseStore::evict)) and prints;
+//! [`aws`] builds the clients from the standard AWS chain.
+//!
+//! # Writes
+//!
+//! Every write is conditional on the counter the command read: `release` frees a row
+//! (its holder's next renewal is refused, so it stops reading at once, and the next instance
+//! to look takes the row after its checkpoint); `reset` stores a new checkpoint and frees the
+//! row in one write. Both then bump the stream's epoch, so instances notice within a take
+//! interval (1 s by default).
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod args;
+pub mod aws;
+pub mod commands;
+pub mod error;
+pub mod lag;
+pub mod render;
+pub mod target;
+pub mod view;
+
+use std::io::Write;
+
+pub use args::{Cli, Command};
+pub use error::CliError;
+
+use commands::{Context, Io};
+
+/// Runs a parsed command line against `ctx`, printing results to `out` and progress to `err`.
+///
+/// # Errors
+///
+/// Whatever the command reports ([`CliError`]); [`CliError::exit_code`] gives the exit code.
+pub async fn run_with<O: Write, E: Write>(
+    cli: &Cli,
+    ctx: &Context,
+    out: &mut O,
+    err: &mut E,
+) -> Result<(), CliError> {
+    let mut io = Io { out, err };
+    match &cli.command {
+        Command::Leases(args) => commands::leases(ctx, args, &mut io).await,
+        Command::Members(args) => commands::members(ctx, args, &mut io).await,
+        Command::Release(args) => commands::release(ctx, args, &mut io).await,
+        Command::Reset(args) => commands::reset(ctx, args, &mut io).await,
+    }
+}
+
+/// Connects to AWS from the standard chain (and `--region`) and runs the command line.
+///
+/// # Errors
+///
+/// [`CliError::AwsSetting`] without a region; otherwise whatever the command reports.
+pub async fn run<O: Write, E: Write>(cli: &Cli, out: &mut O, err: &mut E) -> Result<(), CliError> {
+    let table = match &cli.command {
+        Command::Leases(a) => &a.table.table,
+        Command::Members(a) => &a.table.table,
+        Command::Release(a) => &a.table.table,
+        Command::Reset(a) => &a.table.table,
+    };
+    let ctx = aws::connect(cli.region.clone(), table).await?;
+    run_with(cli, &ctx, out, err).await
+}

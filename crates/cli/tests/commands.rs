@@ -1,0 +1,337 @@
+//! The commands end to end against an in-process lease table (`MemoryLeaseStore`), on paused
+//! time: what they print, what they write, what they refuse. The same commands run against
+//! DynamoDB and Kinesis emulators in `tests/cli.rs` (`cargo xtask integ`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kinesis_broker_cli::commands::Context;
+use kinesis_broker_cli::{run_with, Cli, CliError};
+use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take};
+use kinesis_lease_memory::MemoryLeaseStore;
+use serde_json::Value;
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn ctx(store: &MemoryLeaseStore) -> Context {
+    Context {
+        table: "leases".into(),
+        store: Arc::new(store.clone()),
+        dynamo: None,
+        kinesis: None,
+    }
+}
+
+async fn cli(store: &MemoryLeaseStore, args: &str) -> (Result<(), CliError>, String, String) {
+    let cli = Cli::try_parse_from(std::iter::once("kinesis-broker").chain(args.split_whitespace()))
+        .expect("arguments parse");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let result = run_with(&cli, &ctx(store), &mut out, &mut err).await;
+    (
+        result,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+async fn json(store: &MemoryLeaseStore, args: &str) -> Value {
+    let (result, out, err) = cli(store, args).await;
+    result.unwrap_or_else(|e| panic!("{args}: {e} ({err})"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args}: {e}: {out}"))
+}
+
+fn key(stream: &str, shard: &str) -> LeaseKey {
+    LeaseKey::new(stream, shard).unwrap()
+}
+
+async fn create(store: &MemoryLeaseStore, stream: &str, shard: &str, cp: Option<Checkpoint>) {
+    let row = Lease::new(key(stream, shard), Vec::new()).starting_at(cp);
+    assert!(store.create(&row).await.unwrap());
+}
+
+async fn take(store: &MemoryLeaseStore, stream: &str, shard: &str, holder: &Holder) -> Lease {
+    let k = key(stream, shard);
+    let fence = store.read(&k).await.unwrap().map_or(0, |r| r.counter);
+    store
+        .take(&k, holder, &Take::fenced(TTL, fence))
+        .await
+        .unwrap()
+        .written()
+        .expect("taken")
+}
+
+fn seq(n: &str) -> Checkpoint {
+    Checkpoint::Sequence(SequenceNumber::new(n, None).unwrap())
+}
+
+/// A stream `s` of four shards: 0 held by `a` (a member), 1 free at TRIM_HORIZON, 2 finished,
+/// 3 handed over to `b`; `a` and `b` have member rows, and other rows exist beside.
+async fn fleet() -> (MemoryLeaseStore, Holder, Holder) {
+    let store = MemoryLeaseStore::new();
+    let (a, b) = (Holder::new("a", "r1.a"), Holder::new("b", "r1.b"));
+    for (shard, cp) in [
+        ("shardId-0", None),
+        ("shardId-1", Some(Checkpoint::TrimHorizon)),
+        ("shardId-2", Some(Checkpoint::ShardEnd)),
+        ("shardId-3", None),
+    ] {
+        create(&store, "s", shard, cp).await;
+    }
+    create(&store, "other", "shardId-0", None).await;
+    take(&store, "s", "shardId-0", &a).await;
+    assert!(store
+        .renew(&key("s", "shardId-0"), &a, TTL, Some(&seq("42")))
+        .await
+        .unwrap()
+        .is_written());
+    let held = take(&store, "s", "shardId-3", &a).await;
+    assert!(store
+        .request(&held.key, "b", held.counter)
+        .await
+        .unwrap()
+        .is_written());
+    assert!(store
+        .hand_over(&held.key, &a, "b", TTL, Some(&seq("7")))
+        .await
+        .unwrap()
+        .is_written());
+    for member in [&a, &b] {
+        let k = key("s@members", &member.owner);
+        take(&store, "s@members", k.shard(), member).await;
+    }
+    (store, a, b)
+}
+
+/// Renews `holder`'s member row every second, as a live broker would, until dropped.
+fn keep_alive(store: &MemoryLeaseStore, holder: &Holder) -> tokio::task::JoinHandle<()> {
+    let (store, holder) = (store.clone(), holder.clone());
+    tokio::spawn(async move {
+        let k = key("s@members", &holder.owner);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let _ = store.renew(&k, &holder, TTL, None).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_lists_shard_rows_only_sorted_with_their_state() {
+    let (store, _, _) = fleet().await;
+    let rows = json(&store, "leases --table leases --stream s --json").await;
+    let rows = rows.as_array().unwrap();
+    let shards: Vec<&str> = rows.iter().map(|r| r["shard"].as_str().unwrap()).collect();
+    assert_eq!(shards, ["shardId-0", "shardId-1", "shardId-2", "shardId-3"]);
+    let states: Vec<&str> = rows.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["held", "free", "finished", "handed_over"]);
+    assert_eq!(rows[0]["owner"], "a");
+    assert_eq!(rows[0]["checkpoint"], "42");
+    assert_eq!(rows[1]["owner"], Value::Null);
+    assert_eq!(rows[1]["checkpoint"], "TRIM_HORIZON");
+    assert_eq!(rows[2]["checkpoint"], "SHARD_END");
+    assert_eq!(rows[3]["owner"], "b");
+    assert!(rows[0]["counter"].as_u64().unwrap() >= 2);
+
+    let (result, out, _) = cli(&store, "leases --table leases --stream s").await;
+    result.unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[4].contains("handed over"), "{out}");
+    assert!(!out.contains('*') && !out.contains("@members"), "{out}");
+
+    let (result, _, _) = cli(&store, "leases --table leases --stream nothing").await;
+    let err = result.unwrap_err();
+    assert!(matches!(err, CliError::StreamNotFound { ref stream, .. } if stream == "nothing"));
+    assert_eq!(err.exit_code(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_are_judged_alive_by_their_counters_moving() {
+    let (store, a, _b) = fleet().await;
+    let live = keep_alive(&store, &a);
+    let members = json(&store, "members --table leases --stream s --json").await;
+    let members = members.as_array().unwrap();
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert_eq!(members[0]["owner"], "a");
+    assert_eq!(members[0]["alive"], true);
+    assert!(members[0]["judged"]
+        .as_str()
+        .unwrap()
+        .starts_with("counter"));
+    assert_eq!(members[0]["shards"], serde_json::json!(["shardId-0"]));
+    assert_eq!(members[1]["owner"], "b");
+    assert_eq!(members[1]["alive"], false, "b never renews");
+    assert_eq!(
+        members[1]["shards"],
+        serde_json::json!([]),
+        "handed over, not taken yet"
+    );
+    live.abort();
+
+    // `a` leaves: its member row is released.
+    let k = key("s@members", "a");
+    assert!(store.release(&k, &a, None).await.unwrap().is_written());
+    let (result, out, _) = cli(&store, "members --table leases --stream s").await;
+    result.unwrap();
+    let a_line = out
+        .lines()
+        .find(|l| l.starts_with(" a") || l.starts_with("a"))
+        .unwrap();
+    assert!(a_line.contains("no") && a_line.contains("left"), "{out}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_frees_a_row_fenced_and_refuses_finished_or_missing_rows() {
+    let (store, a, _) = fleet().await;
+    let before = store.read(&key("s", "shardId-0")).await.unwrap().unwrap();
+    let out = json(
+        &store,
+        "release --table leases --stream s --shard shardId-0 --json",
+    )
+    .await;
+    assert_eq!(out[0]["result"], "released");
+    assert_eq!(out[0]["owner_before"], "a");
+    assert_eq!(out[0]["counter_before"], before.counter);
+    assert_eq!(out[0]["checkpoint"], "42", "the checkpoint stays");
+    let after = store.read(&key("s", "shardId-0")).await.unwrap().unwrap();
+    assert_eq!((after.owner, after.counter), (None, before.counter + 1));
+    assert_eq!(store.epoch("s").await.unwrap(), 1, "the others are told");
+    assert!(
+        !store
+            .renew(&key("s", "shardId-0"), &a, TTL, None)
+            .await
+            .unwrap()
+            .is_written(),
+        "the holder's next renewal is refused"
+    );
+
+    let again = json(
+        &store,
+        "release --table leases --stream s --shard shardId-0 --json",
+    )
+    .await;
+    assert_eq!(again[0]["result"], "already_free");
+
+    let (result, _, _) = cli(
+        &store,
+        "release --table leases --stream s --shard shardId-2",
+    )
+    .await;
+    assert!(matches!(result, Err(CliError::Refused { ref shard, .. }) if shard == "shardId-2"));
+    let (result, _, _) = cli(
+        &store,
+        "release --table leases --stream s --shard shardId-9",
+    )
+    .await;
+    assert!(
+        matches!(result, Err(CliError::ShardNotFound { ref shard, .. }) if shard == "shardId-9")
+    );
+    let (result, _, _) = cli(&store, "release --table leases --stream s --shard *epoch").await;
+    assert_eq!(
+        result.unwrap_err().exit_code(),
+        2,
+        "a bookkeeping row is no shard"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_refuses_a_live_holder_unless_forced_and_says_what_it_changed() {
+    let (store, a, _) = fleet().await;
+    let live = keep_alive(&store, &a);
+    let (result, out, _) = cli(
+        &store,
+        "reset --table leases --stream s --all --to trim-horizon",
+    )
+    .await;
+    match result {
+        Err(CliError::Refused { shard, reason, .. }) => {
+            assert_eq!(shard, "shardId-0");
+            assert!(reason.contains("live member") && reason.contains("nothing was written"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(out.is_empty());
+    assert_eq!(
+        store
+            .read(&key("s", "shardId-1"))
+            .await
+            .unwrap()
+            .unwrap()
+            .counter,
+        1,
+        "nothing was written"
+    );
+
+    let out = json(
+        &store,
+        "reset --table leases --stream s --all --to at-timestamp=2026-12-01T10:00:00Z --force --json",
+    )
+    .await;
+    let results: Vec<(&str, &str)> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["shard"].as_str().unwrap(), l["result"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("shardId-0", "reset"),
+            ("shardId-1", "reset"),
+            ("shardId-2", "reset"),
+            ("shardId-3", "reset"),
+        ],
+        "--force moves finished rows too"
+    );
+    let rows = store.list("s").await.unwrap();
+    for row in &rows {
+        assert_eq!(
+            row.checkpoint,
+            Some(Checkpoint::AtTimestamp(1_796_119_200_000))
+        );
+        assert_eq!(row.owner, None);
+    }
+    live.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
+    let (store, _a, _) = fleet().await;
+    // Nobody renews: `a` is not alive, so its row may be moved without --force.
+    let (result, out, err) = cli(
+        &store,
+        "reset --table leases --stream s --all --to after-sequence=5",
+    )
+    .await;
+    result.unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(err.contains("`a` is not alive"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(
+        lines[3].contains("skipped") && lines[3].contains("SHARD_END"),
+        "{out}"
+    );
+    let row = store.read(&key("s", "shardId-0")).await.unwrap().unwrap();
+    assert_eq!((row.owner, row.checkpoint), (None, Some(seq("5"))));
+    assert_eq!(
+        store
+            .read(&key("s", "shardId-2"))
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint,
+        Some(Checkpoint::ShardEnd)
+    );
+    let listed = json(&store, "leases --table leases --stream s --json").await;
+    assert_eq!(listed[0]["checkpoint"], "5", "seen in the next listing");
+
+    let (result, _, _) = cli(
+        &store,
+        "reset --table leases --stream s --shard shardId-2 --to latest",
+    )
+    .await;
+    assert!(
+        matches!(result, Err(CliError::Refused { ref reason, .. }) if reason.contains("finished"))
+    );
+}
