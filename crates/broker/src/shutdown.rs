@@ -74,7 +74,7 @@ pub struct ShutdownReport {
     /// True when every handler in flight finished before the deadline.
     pub handlers_finished: bool,
     /// The records that had failed and were still unsettled when the shutdown ended (a record
-    /// failing at its deadline, or left unsettled by a failing dead-letter callback): stream,
+    /// failing at its deadline, or whose dead-letter callback still failed): stream,
     /// shard, sequence number, partition key, attempts. Each shard's final checkpoint stops
     /// before the first of its own, so the next owner handles them again.
     pub abandoned: Vec<kinesis_dispatch::Stuck>,

@@ -1,7 +1,10 @@
 //! Attempts: running a handler once on a record or a batch, with a span per call and panics
 //! caught; a failure parks the record until its next attempt is due (see `parking`), and a
 //! record whose attempts are used up (or that fails for good, with a dead letter set) goes to
-//! the retry policy's final action. Failures are logged once per backoff step.
+//! the retry policy's final action. A dead-letter callback that fails leaves its record parked
+//! like any failure, holding back what it held: tried again (handler, then callback) at its
+//! next backoff step, never passed by the records behind it. Failures are logged once per
+//! backoff step.
 
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
@@ -57,7 +60,8 @@ impl Ctx {
             return;
         }
         if let Tried::Failed(error) = self.attempt_one(handler, &delivery, 1).await {
-            self.failed(vec![delivery], 1, error, parking, false).await;
+            self.failed(vec![delivery], None, 1, error, parking, false)
+                .await;
         }
     }
 
@@ -68,9 +72,10 @@ impl Ctx {
         batch: Vec<Delivery>,
         parking: &mut Parking,
     ) {
-        let (_, failed, error) = self.attempt_batch(handler, batch, 1).await;
-        if let Some(error) = error {
-            self.failed(failed, 1, error, parking, false).await;
+        let tried = self.attempt_batch(handler, batch, 1).await;
+        if let Some(error) = tried.error {
+            self.failed(tried.retry, Some(tried.named), 1, error, parking, false)
+                .await;
         }
     }
 
@@ -87,21 +92,23 @@ impl Ctx {
                     match self.attempt_one(handler, &delivery, attempt).await {
                         Tried::Done => parking.unpark(&delivery),
                         Tried::Failed(error) => {
-                            self.failed(vec![delivery], attempt, error, parking, true)
+                            self.failed(vec![delivery], None, attempt, error, parking, true)
                                 .await;
                         }
                     }
                 }
             }
             Handler::Batch(handler) => {
-                let (done, failed, error) = self
+                let tried = self
                     .attempt_batch(handler, parked.deliveries, attempt)
                     .await;
-                for delivery in &done {
+                for delivery in &tried.done {
                     parking.unpark(delivery);
                 }
-                if let Some(error) = error {
-                    self.failed(failed, attempt, error, parking, true).await;
+                if let Some(error) = tried.error {
+                    let named = Some(tried.named);
+                    self.failed(tried.retry, named, attempt, error, parking, true)
+                        .await;
                 }
             }
         }
@@ -109,19 +116,25 @@ impl Ctx {
 
     /// Records that failed their `attempt`-th attempt with `error`: used up (or failing for
     /// good, with a dead letter to send them to), they go to the policy's final action;
-    /// otherwise they are parked until their next attempt is due. `parked`: they were taken
-    /// from the parking (their units are held already).
+    /// otherwise, or when that action fails, they are parked until their next attempt is due.
+    /// `named`: per record, whether the handler named it as failed (`None`: each was, a
+    /// one-record handler); a record retried only to keep its key's order is never sent to the
+    /// dead letter for an error that was not its own. `parked`: they were taken from the
+    /// parking (their units are held already).
     async fn failed(
         &self,
         deliveries: Vec<Delivery>,
+        named: Option<Vec<bool>>,
         attempt: u32,
         error: HandlerError,
         parking: &mut Parking,
         parked: bool,
     ) {
-        let deliveries: Vec<Delivery> = deliveries
+        let named = named.unwrap_or_else(|| vec![true; deliveries.len()]);
+        let deliveries: Vec<(Delivery, bool)> = deliveries
             .into_iter()
-            .filter(|d| {
+            .zip(named)
+            .filter(|(d, _)| {
                 let revoked = d.is_revoked();
                 if revoked && parked {
                     parking.unpark(d);
@@ -129,23 +142,35 @@ impl Ctx {
                 !revoked
             })
             .collect();
-        let Some(first) = deliveries.first() else {
+        if deliveries.is_empty() {
             return;
-        };
+        }
+        let used_up = self.retry.exhausted_after(attempt);
         let permanent =
             is_permanent(&error) && matches!(self.retry.exhausted, Exhausted::DeadLetter(_));
-        if permanent || self.retry.exhausted_after(attempt) {
-            let message = error.to_string();
-            let mut error = Some(error);
-            for delivery in deliveries {
-                let error = error.take().unwrap_or_else(|| message.clone().into());
-                self.exhaust(delivery.clone(), error, attempt).await;
+        let message = ErrorChain(&*error).to_string();
+        let mut error = Some(error);
+        let mut waiting = Vec::with_capacity(deliveries.len());
+        for (delivery, named) in deliveries {
+            // Once one record's final action failed, the rest wait with it: none of them may
+            // settle before it.
+            let last = used_up || (permanent && named);
+            if !last || !waiting.is_empty() {
+                waiting.push(delivery);
+                continue;
+            }
+            let error = error.take().unwrap_or_else(|| message.clone().into());
+            if self.exhaust(&delivery, error, attempt, !used_up).await {
                 if parked {
                     parking.unpark(&delivery);
                 }
+            } else {
+                waiting.push(delivery);
             }
-            return;
         }
+        let Some(first) = waiting.first() else {
+            return;
+        };
         let delay = self.retry.delay(attempt);
         // Once per backoff step (and every tenth attempt at the cap), not per attempt: a
         // record failing for hours must not flood the logs.
@@ -157,19 +182,19 @@ impl Ctx {
                 shard = first.shard(),
                 sequence = %first.sequence(),
                 partition_key = first.partition_key(),
-                records = deliveries.len(),
+                records = waiting.len(),
                 attempt,
                 ?delay,
-                error = %ErrorChain(&*error),
+                error = %message,
                 "handler failed; the record waits for its next attempt, holding back only \
                  what must stay behind it"
             );
         }
         let due = Instant::now() + delay;
         if parked {
-            parking.park_again(deliveries, attempt, due);
+            parking.park_again(waiting, attempt, due);
         } else {
-            parking.park(deliveries, attempt, due);
+            parking.park(waiting, attempt, due);
         }
     }
 
@@ -241,16 +266,14 @@ impl Ctx {
         }
     }
 
-    /// One attempt of a batch (its `attempt`-th): the records done (settled, or their lease
-    /// lost), the records to attempt again (the failed ones and, for order, the later records
-    /// of their keys), and the error when some failed. A shard whose lease is lost during the
-    /// call stops it; the call is made again without that shard's records.
+    /// One attempt of a batch (its `attempt`-th). A shard whose lease is lost during the call
+    /// stops it; the call is made again without that shard's records.
     async fn attempt_batch(
         &self,
         handler: &BatchHandler,
         batch: Vec<Delivery>,
         attempt: u32,
-    ) -> (Vec<Delivery>, Vec<Delivery>, Option<HandlerError>) {
+    ) -> BatchTried {
         let (mut batch, mut done): (Vec<Delivery>, Vec<Delivery>) =
             batch.into_iter().partition(|d| !d.is_revoked());
         loop {
@@ -259,7 +282,7 @@ impl Ctx {
             (batch, revoked) = batch.into_iter().partition(|d| !d.is_revoked());
             done.extend(revoked);
             if batch.is_empty() {
-                return (done, Vec::new(), None);
+                return BatchTried::done(done);
             }
             let started = crate::metrics::ON.then(Instant::now);
             let span = tracing::info_span!(
@@ -296,19 +319,21 @@ impl Ctx {
                 Ok(Ok(())) => {
                     batch.iter().for_each(Delivery::ack);
                     done.extend(batch);
-                    return (done, Vec::new(), None);
+                    return BatchTried::done(done);
                 }
                 Ok(Err(failure)) => (failure.failed, failure.error),
                 Err(panic) => (None, panic_error(panic)),
             };
+            let named = named_records(batch.len(), failed.as_deref());
             let failed = failed_with_followers(&batch, failed.as_deref());
-            let mut retry = Vec::new();
-            for (delivery, failed) in batch.into_iter().zip(failed) {
+            let (mut retry, mut retry_named) = (Vec::new(), Vec::new());
+            for ((delivery, failed), named) in batch.into_iter().zip(failed).zip(named) {
                 if failed {
                     delivery.attempt_failed();
                 }
                 if failed && !delivery.is_revoked() {
                     retry.push(delivery);
+                    retry_named.push(named);
                 } else {
                     if !failed {
                         delivery.ack();
@@ -316,14 +341,31 @@ impl Ctx {
                     done.push(delivery);
                 }
             }
-            if retry.is_empty() {
-                return (done, retry, None);
-            }
-            return (done, retry, Some(error));
+            let error = (!retry.is_empty()).then_some(error);
+            return BatchTried {
+                done,
+                retry,
+                named: retry_named,
+                error,
+            };
         }
     }
 
-    async fn exhaust(&self, delivery: Delivery, error: HandlerError, attempts: u32) {
+    /// The policy's final action on `delivery` (`permanent`: it failed for good, its attempts
+    /// are not used up); true when the record is settled, false when a dead-letter callback
+    /// failed and the record must be tried again.
+    async fn exhaust(
+        &self,
+        delivery: &Delivery,
+        error: HandlerError,
+        attempts: u32,
+        permanent: bool,
+    ) -> bool {
+        let why = if permanent {
+            "the record failed for good"
+        } else {
+            "attempts used up"
+        };
         let (stream, shard, sequence) = (
             delivery.stream().to_owned(),
             delivery.shard().to_owned(),
@@ -333,25 +375,70 @@ impl Ctx {
         let _running = delivery.running();
         match &self.retry.exhausted {
             Exhausted::Skip => {
-                tracing::error!(%stream, %shard, %sequence, attempts, error = %ErrorChain(&*error), "attempts used up; skipping the record");
+                tracing::error!(%stream, %shard, %sequence, attempts, error = %ErrorChain(&*error), "{why}; skipping the record");
                 delivery.ack();
+                true
             }
             Exhausted::DeadLetter(callback) => {
                 let call = callback(delivery.clone(), error);
                 match AssertUnwindSafe(call).catch_unwind().await {
                     Ok(Ok(())) => {
-                        tracing::warn!(%stream, %shard, %sequence, attempts, "attempts used up; record sent to the dead-letter callback");
+                        tracing::warn!(%stream, %shard, %sequence, attempts, "{why}; record sent to the dead-letter callback");
                         delivery.metrics().dead_lettered();
                         delivery.ack();
+                        true
                     }
                     Ok(Err(e)) => {
-                        tracing::error!(%stream, %shard, %sequence, error = %ErrorChain(&*e), "dead-letter callback failed; the record stays unsettled");
+                        tracing::error!(%stream, %shard, %sequence, error = %ErrorChain(&*e), "dead-letter callback failed; the record stays unsettled and parked, and is tried again at its next step");
+                        false
                     }
                     Err(panic) => {
-                        tracing::error!(%stream, %shard, %sequence, error = %panic_error(panic), "dead-letter callback panicked; the record stays unsettled");
+                        tracing::error!(%stream, %shard, %sequence, error = %panic_error(panic), "dead-letter callback panicked; the record stays unsettled and parked, and is tried again at its next step");
+                        false
                     }
                 }
             }
+        }
+    }
+}
+
+/// What one attempt of a batch left.
+struct BatchTried {
+    /// Settled, or their lease lost.
+    done: Vec<Delivery>,
+    /// To attempt again: the failed records and, for order, the later records of their keys.
+    retry: Vec<Delivery>,
+    /// Per record of `retry`: whether the handler named it as failed.
+    named: Vec<bool>,
+    /// The error, when some failed.
+    error: Option<HandlerError>,
+}
+
+impl BatchTried {
+    fn done(done: Vec<Delivery>) -> Self {
+        Self {
+            done,
+            retry: Vec::new(),
+            named: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+/// Per record of a batch of `len`: whether the handler's failure named it. A failure of the
+/// whole batch (`BatchFailure::all`, a panic) names a record only when it is the batch's only
+/// one: a `?` in a batch handler does not say which record failed for good.
+fn named_records(len: usize, failed: Option<&[usize]>) -> Vec<bool> {
+    match failed {
+        None => vec![len == 1; len],
+        Some(indices) => {
+            let mut named = vec![false; len];
+            for &i in indices {
+                if let Some(mark) = named.get_mut(i) {
+                    *mark = true;
+                }
+            }
+            named
         }
     }
 }

@@ -345,11 +345,15 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
         }
         if !parking.is_idle() {
             if let Some(parked) = parking.take_due(Instant::now()) {
+                // A retry may be due the moment it is parked (a zero backoff, a handler that
+                // fails at once): give the scheduler its turn, or this loop never waits.
+                tokio::task::consume_budget().await;
                 ctx.retry(parked, &mut parking).await;
                 continue;
             }
             // Records released from behind a parked one come before anything new.
             if let Some(ready) = parking.next_ready() {
+                tokio::task::consume_budget().await;
                 if let Some(first) = parking.admit(ready) {
                     let unit = match max {
                         Some(max) => Unit::Batch(parking.ready_batch(first, max)),

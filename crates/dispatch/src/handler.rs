@@ -177,7 +177,10 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for BatchFailure {
 /// With a dead-letter callback set ([`RetryPolicy::then_dead_letter`](crate::RetryPolicy::then_dead_letter))
 /// the record goes there at once, without the retries; without one it is retried like any
 /// failure, so nothing is dropped silently. A payload that [`Delivery::json`] cannot parse is
-/// treated the same way.
+/// treated the same way. A batch handler names the records that failed for good with
+/// [`BatchFailure::items`] and a `Permanent` error: only those go to the dead letter. A
+/// [`BatchFailure::all`] names no record (a `?` in a batch handler), so its error is retried
+/// like any failure, unless the batch holds one record.
 ///
 /// # Examples
 ///

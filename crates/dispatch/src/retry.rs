@@ -5,10 +5,11 @@
 //! backoff step. Between attempts it is parked (see `parking`): only its key (lanes by key) or
 //! its shard (the serial loop) waits behind it, which keeps per-key order. A failure marked
 //! [`Permanent`](crate::Permanent) (or a payload that does not parse) goes to the dead-letter
-//! callback at once when there is one. A subscription may cap the attempts, and must then say what happens: skip
-//! (logged at `error`) or hand the record to a dead-letter callback. Nothing is skipped
-//! silently. A dead-letter callback that fails leaves the record unsettled: its shard's
-//! checkpoint stays before it, so it is read again after the next hand-over or restart.
+//! callback at once when there is one. A subscription may cap the attempts, and must then say
+//! what happens: skip (logged at `error`) or hand the record to a dead-letter callback.
+//! Nothing is skipped silently. A dead-letter callback that fails leaves the record unsettled
+//! and parked, holding back what it held: its shard's checkpoint stays before it, and it is
+//! tried again (the handler, then the callback) at its next backoff step.
 
 use std::fmt;
 use std::future::Future;

@@ -338,9 +338,23 @@ impl ShardSettlement {
         window
             .entries
             .iter()
-            .filter(|e| !e.settled && e.attempts > 0)
-            .map(|e| self.stuck_of(e, len))
+            .enumerate()
+            .filter(|(_, e)| !e.settled && e.attempts > 0)
+            .map(|(i, e)| self.stuck_of(e, len - i as u64))
             .collect()
+    }
+
+    /// The oldest unsettled delivery that failed at least once, if any (a scan of the window
+    /// up to it: for stats, not for every record).
+    pub fn first_failing(&self) -> Option<Stuck> {
+        let window = self.window();
+        let len = window.entries.len() as u64;
+        window
+            .entries
+            .iter()
+            .enumerate()
+            .find(|(_, e)| !e.settled && e.attempts > 0)
+            .map(|(i, e)| self.stuck_of(e, len - i as u64))
     }
 
     /// When the oldest record read and not settled arrived in Kinesis (the head of the
@@ -531,6 +545,30 @@ mod tests {
                 (sizes, steps)
             })
         })
+    }
+
+    /// Each failing record's `window` counts the entries from it on (itself included), not the
+    /// whole window; the first failing one is found behind a head still on its first attempt.
+    #[test]
+    fn a_failing_record_counts_what_is_held_behind_it() {
+        let s = ShardSettlement::new("s", "shard-0");
+        let ordinals: Vec<u64> = (0..6).map(|n| s.register(seq(n))).collect();
+        s.attempted(ordinals[2], "k");
+        s.attempted(ordinals[4], "j");
+        let failing = s.failing();
+        let seen: Vec<(u64, Option<&str>)> = failing
+            .iter()
+            .map(|f| (f.window, f.partition_key.as_deref()))
+            .collect();
+        assert_eq!(seen, vec![(4, Some("k")), (2, Some("j"))]);
+        let head = s.stuck().expect("a head");
+        assert_eq!((head.attempts, head.window), (0, 6));
+        let first = s.first_failing().expect("a failing record");
+        assert_eq!((first.sequence, first.window), (seq(2), 4));
+        for &ordinal in &ordinals[..3] {
+            s.settle(ordinal);
+        }
+        assert_eq!(s.first_failing().map(|f| f.sequence), Some(seq(4)));
     }
 
     proptest! {

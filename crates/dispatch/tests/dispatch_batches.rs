@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_dispatch::{
-    channel, BatchFailure, Delivery, DispatchConfig, Dispatcher, Handler, Record, RetryPolicy,
-    ShardSettlement, Workers,
+    channel, BatchFailure, Delivery, DispatchConfig, Dispatcher, Handler, Permanent, Record,
+    RetryPolicy, ShardSettlement, Workers,
 };
 use kinesis_lease_core::SequenceNumber;
 
@@ -283,5 +283,82 @@ async fn a_batch_being_gathered_at_shutdown_is_handled() {
             Some(seq(2)),
             "fed directly: {direct}"
         );
+    }
+}
+
+/// A batch that names one record as failing for good (`BatchFailure::items` with a
+/// [`Permanent`] error) sends that record alone to the dead letter: the later records of its
+/// key, retried with it only to keep the key's order, are never named and are handled on
+/// their next attempt. `BatchFailure::all` names no record (a `?` in a batch handler), so a
+/// permanent error there is retried like any failure rather than dead-lettering the batch.
+/// Before, the key's later records went to the dead letter with it, and an `all` sent the
+/// whole batch there at its first failure.
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_in_a_batch_dead_letters_only_the_records_it_names() {
+    for (workers, name) in [
+        (Workers::Serial, true),
+        (Workers::ByKey(1), true),
+        (Workers::Serial, false),
+    ] {
+        let handled = Batches::default();
+        let h = handled.clone();
+        let handler = Handler::batch(10, move |batch: Vec<Delivery>| {
+            let h = h.clone();
+            async move {
+                let ids: Vec<u64> = batch
+                    .iter()
+                    .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                    .collect();
+                if let Some(at) = ids.iter().position(|&id| id == 1) {
+                    let error = Permanent::new("record 1 can never be handled");
+                    return Err(if name {
+                        BatchFailure::items([at], error)
+                    } else {
+                        BatchFailure::all(error)
+                    });
+                }
+                h.lock().unwrap().push(ids);
+                Ok(())
+            }
+        });
+        let dead: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let d = dead.clone();
+        let retry = RetryPolicy::default().then_dead_letter(move |delivery, _error| {
+            let d = d.clone();
+            async move {
+                let id = delivery.sequence().number().parse::<u64>().unwrap() - 100;
+                d.lock().unwrap().push(id);
+                Ok::<(), std::io::Error>(())
+            }
+        });
+        let config = DispatchConfig {
+            workers,
+            retry,
+            ..Default::default()
+        };
+        let (tx, rx) = kinesis_dispatch::channel_for(64, &config);
+        let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        feed.send(record("k", 1)).await.unwrap();
+        feed.send(record("k", 2)).await.unwrap();
+        feed.send(record("j", 3)).await.unwrap();
+        if name {
+            settlement.all_settled().await;
+            assert_eq!(*dead.lock().unwrap(), vec![1], "{workers:?}");
+            let handled: Vec<u64> = handled.lock().unwrap().concat();
+            assert!(handled.contains(&2), "{workers:?}: {handled:?}");
+            assert_eq!(
+                settlement.progress().checkpoint,
+                Some(seq(3)),
+                "{workers:?}"
+            );
+        } else {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(dead.lock().unwrap().is_empty(), "no record was named");
+            assert_eq!(settlement.progress().settled, 0);
+        }
+        drop((tx, feed));
+        handle.shutdown(Duration::from_millis(10)).await;
     }
 }

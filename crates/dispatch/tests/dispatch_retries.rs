@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_dispatch::{
-    channel, Delivery, DispatchConfig, Dispatcher, Handler, Record, RetryPolicy, ShardSettlement,
-    Workers,
+    channel, Delivery, DispatchConfig, Dispatcher, Handler, Permanent, Record, RetryPolicy,
+    ShardSettlement, Workers,
 };
 use kinesis_lease_core::SequenceNumber;
 
@@ -156,10 +156,13 @@ async fn max_attempts_then_dead_letter() {
     handle.join().await;
 }
 
-/// A dead-letter callback that fails leaves the record unsettled: the checkpoint stays before
-/// it while later records are still handled.
+/// A dead-letter callback that fails leaves the record unsettled and parked, holding back what
+/// it held (here its shard, in the serial loop): the checkpoint stays before it, and it is
+/// tried again (the handler, then the callback) at its next backoff step, not left until the
+/// next hand-over or restart. Before, the loop went on past it, handling records 2 and 3
+/// before the unsettled 1, and never called the callback again.
 #[tokio::test(start_paused = true)]
-async fn failing_dead_letter_leaves_the_record_unsettled() {
+async fn a_failing_dead_letter_callback_is_tried_again_and_holds_back_what_follows() {
     let (tx, rx) = channel(64);
     let attempts = Arc::default();
     let order = Arc::default();
@@ -170,8 +173,14 @@ async fn failing_dead_letter_leaves_the_record_unsettled() {
         RetryPolicy::default()
             .max_attempts(1)
             .then_dead_letter(move |_delivery, _error| {
-                c.fetch_add(1, Ordering::SeqCst);
-                async { Err::<(), _>(std::io::Error::other("dead-letter queue down")) }
+                let calls = c.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if calls < 3 {
+                        Err(std::io::Error::other("dead-letter queue down"))
+                    } else {
+                        Ok(())
+                    }
+                }
             });
     let handle = Dispatcher::spawn(rx, handler, with_retry(Workers::Serial, retry)).unwrap();
     let settlement = ShardSettlement::new("s", "shard-0");
@@ -179,13 +188,130 @@ async fn failing_dead_letter_leaves_the_record_unsettled() {
     for n in 0..4 {
         feed.send(record("k", n)).await.unwrap();
     }
-    settlement.wait_until(|p| p.settled == 3).await;
-    assert_eq!(called.load(Ordering::SeqCst), 1);
+    settlement.wait_until(|p| p.settled >= 1).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(
+        called.load(Ordering::SeqCst),
+        2,
+        "tried again at the next step"
+    );
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0],
+        "2 and 3 wait behind the unsettled 1"
+    );
+    assert_eq!(settlement.progress().checkpoint, Some(seq(0)));
+    settlement.all_settled().await;
+    assert_eq!(called.load(Ordering::SeqCst), 3);
     assert_eq!(*order.lock().unwrap(), vec![0, 2, 3]);
-    let p = settlement.progress();
-    assert_eq!((p.checkpoint.clone(), p.in_flight()), (Some(seq(0)), 1));
+    assert_eq!(settlement.progress().checkpoint, Some(seq(3)));
     drop((tx, feed));
     handle.join().await;
+}
+
+/// A record failing for good ([`Permanent`]) goes to the dead letter at once; when the callback
+/// fails, the record is parked like any failure: under lanes by key its key's later records
+/// wait for it (in order) while other keys go on, and the serial loop holds its shard.
+#[tokio::test(start_paused = true)]
+async fn a_permanent_failure_whose_dead_letter_fails_keeps_its_key_in_order() {
+    for workers in [Workers::Serial, Workers::ByKey(2)] {
+        let order: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (o, c) = (order.clone(), calls.clone());
+        let handler = Handler::one(move |d: Delivery| {
+            let (o, c) = (o.clone(), c.clone());
+            async move {
+                if id(&d) == 1 {
+                    return Err(Permanent::new("record 1 can never be handled").into());
+                }
+                // Records of key k behind 1 run only once 1 is dead-lettered: one that runs
+                // earlier is recorded as 100 + its id.
+                let early = d.partition_key() == "k" && c.load(Ordering::SeqCst) < 3;
+                o.lock().unwrap().push(id(&d) + if early { 100 } else { 0 });
+                Ok::<(), kinesis_dispatch::HandlerError>(())
+            }
+        });
+        let c = calls.clone();
+        let retry = RetryPolicy::default().then_dead_letter(move |_delivery, _error| {
+            let calls = c.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                if calls < 3 {
+                    Err(std::io::Error::other("dead-letter stream throttled"))
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        let config = with_retry(workers, retry);
+        let (tx, rx) = kinesis_dispatch::channel_for(64, &config);
+        let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+        let settlement = ShardSettlement::new("s", "shard-0");
+        let feed = tx.feed(settlement.clone());
+        feed.send(record("j", 0)).await.unwrap();
+        for n in 1..4 {
+            feed.send(record("k", n)).await.unwrap();
+        }
+        feed.send(record("j", 4)).await.unwrap();
+        settlement.wait_until(|p| p.settled >= 4).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "{workers:?}");
+        let order = order.lock().unwrap().clone();
+        let k: Vec<u64> = order
+            .iter()
+            .copied()
+            .filter(|n| (1..4).contains(n))
+            .collect();
+        assert_eq!(k, vec![2, 3], "{workers:?}");
+        if workers == Workers::Serial {
+            assert_eq!(order, vec![0, 2, 3, 4], "the serial loop holds the shard");
+        } else {
+            assert_eq!(&order[..2], &[0, 4], "key j goes on while k waits");
+        }
+        assert_eq!(
+            settlement.progress().checkpoint,
+            Some(seq(4)),
+            "{workers:?}"
+        );
+        drop((tx, feed));
+        handle.join().await;
+    }
+}
+
+/// With a zero backoff and a handler that fails at once, a retry is due the moment it is
+/// parked: the loop must still give the scheduler its turn, or a single-threaded runtime runs
+/// nothing else (readers, lease renewals, timers) and a shutdown can never stop it. The
+/// runtime runs on its own thread, on the real clock (a loop that is never idle never lets a
+/// paused clock advance); the channel's timeout only catches a hang.
+#[test]
+fn a_zero_backoff_does_not_starve_the_runtime() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stopped = runtime.block_on(async {
+            let handler = Handler::one(|_d: Delivery| async {
+                Err::<(), _>(std::io::Error::other("always"))
+            });
+            let retry = RetryPolicy::default().backoff(Duration::ZERO, Duration::ZERO);
+            let (tx, rx) = channel(64);
+            let handle =
+                Dispatcher::spawn(rx, handler, with_retry(Workers::Serial, retry)).unwrap();
+            let settlement = ShardSettlement::new("s", "shard-0");
+            let feed = tx.feed(settlement.clone());
+            feed.send(record("k", 0)).await.unwrap();
+            // Another task gets to run while the record keeps failing.
+            tokio::spawn(async {}).await.unwrap();
+            drop((tx, feed));
+            handle.shutdown(Duration::from_millis(100)).await
+        });
+        done.send(stopped).unwrap();
+    });
+    let stopped = finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the retry loop never yielded: the runtime starved");
+    assert!(!stopped, "the record still fails at the deadline");
 }
 
 /// Retries back off exponentially up to the cap.
@@ -265,33 +391,53 @@ async fn a_handler_that_panics_before_its_future_is_retried() {
 }
 
 /// A dead-letter callback that panics before it returns its future is a failed callback: the
-/// record stays unsettled, and its loop lives on to handle the records after it.
+/// record stays unsettled and parked (tried again at its next step), its loop lives on, and
+/// records it does not hold back are handled (all of them under unordered workers; under the
+/// serial loop and lanes by key the shard's and the key's later records wait for it).
 #[tokio::test(start_paused = true)]
 async fn a_dead_letter_callback_that_panics_before_its_future_leaves_the_loop_alive() {
     for workers in [Workers::Serial, Workers::Unordered(2), Workers::ByKey(2)] {
         let attempts = Arc::default();
         let order = Arc::default();
         let handler = flaky(&attempts, &order, |id, _| (id == 1).then_some(false));
-        let retry = RetryPolicy::default()
-            .max_attempts(1)
-            .then_dead_letter(|_delivery, _error| {
-                panic!("the callback panics before returning its future");
-                #[allow(unreachable_code)]
-                async {
-                    Ok::<(), std::io::Error>(())
-                }
-            });
+        let called = Arc::new(AtomicUsize::new(0));
+        let c = called.clone();
+        let retry =
+            RetryPolicy::default()
+                .max_attempts(1)
+                .then_dead_letter(move |_delivery, _error| {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    panic!("the callback panics before returning its future");
+                    #[allow(unreachable_code)]
+                    async {
+                        Ok::<(), std::io::Error>(())
+                    }
+                });
         let config = with_retry(workers, retry);
         let (tx, rx) = kinesis_dispatch::channel_for(64, &config);
         let handle = Dispatcher::spawn(rx, handler, config).unwrap();
         let settlement = ShardSettlement::new("s", "shard-0");
         let feed = tx.feed(settlement.clone());
         for n in 0..6 {
-            feed.send(record("k", n)).await.unwrap();
+            feed.send(record(if n % 2 == 0 { "k" } else { "j" }, n))
+                .await
+                .unwrap();
         }
-        settlement.wait_until(|p| p.settled == 5).await;
+        let expect = match workers {
+            Workers::Unordered(_) => 5,
+            // 0, 2, 4 of key k; the serial loop holds the whole shard behind 1.
+            Workers::ByKey(_) => 3,
+            _ => 1,
+        };
+        settlement.wait_until(|p| p.settled >= expect).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         let progress = settlement.progress();
+        assert_eq!(progress.settled, expect, "{workers:?}");
         assert_eq!(progress.checkpoint, Some(seq(0)), "{workers:?}");
+        assert!(
+            called.load(Ordering::SeqCst) > 1,
+            "{workers:?}: tried again"
+        );
         assert!(!tx.is_closed(), "{workers:?}: the loop lives on");
         drop((tx, feed));
         handle.shutdown(Duration::from_millis(10)).await;

@@ -45,7 +45,8 @@ pub struct ShardStats {
     /// Entries held in the settlement window (bounded by `max_unsettled`).
     pub window: u64,
     /// The record holding the checkpoint back, when it has failed at least once or the
-    /// settlement window is full.
+    /// settlement window is full; otherwise the oldest record of the shard that has failed and
+    /// is not settled (behind a head still on its first attempt), if any.
     pub stuck: Option<Stuck>,
     /// KPL de-aggregation counts: aggregates unpacked, sub-records delivered, malformed
     /// aggregates delivered as they were, sub-records outside the shard's hash key range.
@@ -188,10 +189,13 @@ fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
         .iter()
         .map(|(shard, held)| {
             let progress = held.settlement.progress();
+            // The head when it failed or fills the window; else the oldest failing record
+            // behind it (a head still on its first attempt must not hide a failing key).
             let stuck = held
                 .settlement
                 .stuck()
-                .filter(|s| s.attempts > 0 || s.window >= shared.config.max_unsettled as u64);
+                .filter(|s| s.attempts > 0 || s.window >= shared.config.max_unsettled as u64)
+                .or_else(|| held.settlement.first_failing());
             ShardStats {
                 shard: shard.clone(),
                 owner: shared.config.owner.clone(),
