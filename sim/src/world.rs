@@ -256,11 +256,7 @@ impl World {
             if self.faults_on && now >= fault_end {
                 self.calm_down().await;
             }
-            if self.kinesis_clear_at.is_some_and(|at| now >= at) {
-                self.kinesis_clear_at = None;
-                self.kinesis.clear_faults();
-                self.sim_kinesis.set_latency(0);
-            }
+            self.clear_kinesis_if_due();
             if now >= next_check {
                 self.monitor().await;
                 next_check = now + Duration::from_millis(250);
@@ -452,9 +448,11 @@ impl World {
         let slow_until = Arc::default();
         let life = self.id_life(&id);
         let kinesis = self.sim_kinesis.for_instance(freeze.clone());
-        let started = self
-            .start_broker(&id, store, kinesis, clock.clone(), &freeze, &slow_until)
-            .await;
+        let started =
+            match self.build_broker(&id, store, kinesis, clock.clone(), &freeze, &slow_until) {
+                Ok(broker) => self.starting(broker).await,
+                Err(error) => Err(error),
+            };
         match started {
             Ok(running) => {
                 self.rec
@@ -499,7 +497,34 @@ impl World {
         }
     }
 
-    async fn start_broker(
+    /// Clears the Kinesis faults of an episode once it is over.
+    fn clear_kinesis_if_due(&mut self) {
+        if self.kinesis_clear_at.is_some_and(|at| Instant::now() >= at) {
+            self.kinesis_clear_at = None;
+            self.kinesis.clear_faults();
+            self.sim_kinesis.set_latency(0);
+        }
+    }
+
+    /// `broker.start()`, while the world goes on around it: a start retries failing calls
+    /// until its deadline (30 s), and meanwhile episodes must end on time and the checkers
+    /// sample as always (a world that stood still during a start kept its Kinesis faults on
+    /// until the start gave up, and stopped sampling).
+    async fn starting(&mut self, broker: Broker) -> Result<RunningBroker, BrokerError> {
+        let start = broker.start();
+        tokio::pin!(start);
+        loop {
+            tokio::select! {
+                started = &mut start => return started,
+                () = sleep(Duration::from_millis(250)) => {
+                    self.clear_kinesis_if_due();
+                    self.sample().await;
+                }
+            }
+        }
+    }
+
+    fn build_broker(
         &self,
         id: &str,
         store: FaultyStore,
@@ -507,7 +532,7 @@ impl World {
         clock: SimClock,
         freeze: &Arc<Freeze>,
         slow_until: &Arc<std::sync::Mutex<Option<Instant>>>,
-    ) -> Result<RunningBroker, BrokerError> {
+    ) -> Result<Broker, BrokerError> {
         let builder = Broker::builder()
             .kinesis(kinesis)
             .lease_store(store)
@@ -565,7 +590,7 @@ impl World {
                 .batch(10)
                 .handle(move |b| handler.clone().batch(b))?,
         }
-        broker.start().await
+        Ok(broker)
     }
 
     /// Hooks that take their time (0 to 2.5 s, from the seed and the shard) and check two
@@ -1062,6 +1087,14 @@ impl World {
     /// Samples the table and the brokers: row invariants, held shards, window bounds and
     /// failed subscriptions.
     async fn monitor(&mut self) {
+        self.sample().await;
+        if self.live().is_empty() && !self.faults_on {
+            self.start_new(None).await;
+        }
+    }
+
+    /// One sample of the checkers (also while a start runs: see `starting`).
+    async fn sample(&mut self) {
         self.monitor_rows().await;
         self.monitor_members().await;
         let mut failed = Vec::new();
@@ -1158,9 +1191,6 @@ impl World {
                 if stall.after_leave { ", after its holder's graceful leave" } else { "" },
                 stall.since as f64 / 1000.0
             ));
-        }
-        if self.live().is_empty() && !self.faults_on {
-            self.start_new(None).await;
         }
     }
 

@@ -132,9 +132,11 @@ fn a_seed_replays_exactly() {
 /// janitor's delete undone by a late create; 9562, a take of an instance's own row lost to a
 /// renewal whose answer was lost left the row unread for good; 16969, a burial whose answer
 /// was lost, the roster listed before the next read, was never announced (two shards unread).
+/// And one of the simulation itself: 12711, a start retrying against failing Kinesis stood the
+/// world still, so the faults' episode never ended and no checker sampled (26 s unexcused).
 #[test]
 fn seeds_that_found_defects() {
-    for seed in [392, 3026, 3857, 9562, 12016, 16969] {
+    for seed in [392, 3026, 3857, 9562, 12016, 16969, 12711] {
         let report = kinesis_sim::run(seed);
         assert!(report.passed(), "{}", report.failure(150));
     }
