@@ -19,7 +19,7 @@ use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};
 use crate::error::CliError;
 use crate::lag::probe_all;
 use crate::render::{self, ChangeLine};
-use crate::target::{plan_step, Step};
+use crate::target::{may_retry, plan_step, ResetTo, Step};
 use crate::view::{self, holdings, shard_rows, state_of, Judge, State};
 
 /// Listings longer than this print progress lines on stderr.
@@ -306,6 +306,12 @@ pub async fn release<O: Write, E: Write>(
                 "already_free",
                 "nobody held it; nothing written".into(),
             ),
+            State::Evicted => change(
+                &row,
+                &row,
+                "already_free",
+                "already released by an operator; nothing written".into(),
+            ),
             State::Held | State::HandedOver => {
                 match ctx
                     .store
@@ -316,10 +322,10 @@ pub async fn release<O: Write, E: Write>(
                     Outcome::Written(after) => {
                         let owner = row.owner.as_deref().unwrap_or("-");
                         let note = format!(
-                        "`{owner}` stops reading it at its next renewal (records it handled since \
-                         the checkpoint are handled again); the next instance to look takes it, \
-                         after the checkpoint"
-                    );
+                            "`{owner}` stops reading it at its next renewal (records it handled \
+                             since the checkpoint are handled again); an instance takes it once \
+                             it has stood still for a lease, and reads after the checkpoint"
+                        );
                         ctx.bump(stream, io).await?;
                         change(&row, &after, "released", note)
                     }
@@ -376,6 +382,14 @@ pub async fn reset<O: Write, E: Write>(
     io: &mut Io<'_, O, E>,
 ) -> Result<(), CliError> {
     let stream = &args.table.stream;
+    if args.shard.is_none() && matches!(args.to, ResetTo::AfterSequence(_)) {
+        // A sequence number belongs to one shard: every other shard's reader would be refused
+        // by Kinesis for good.
+        return Err(CliError::Invalid {
+            what: "--to after-sequence=N with --all".into(),
+            reason: "a sequence number belongs to one shard; name it with --shard".into(),
+        });
+    }
     let target = args.to.checkpoint();
     let refused = |shard: &str, reason: String| CliError::Refused {
         table: ctx.table.clone(),
@@ -449,7 +463,9 @@ pub async fn reset<O: Write, E: Write>(
     }
     let mut lines = Vec::new();
     let mut lost = None;
-    for (row, step) in plan {
+    // A store failure part-way: the rows written before it are still reported and announced.
+    let mut failure = None;
+    'rows: for (row, step) in plan {
         match step {
             Step::Skip { reason } => {
                 lines.push(change(&row, &row, "skipped", reason));
@@ -461,28 +477,40 @@ pub async fn reset<O: Write, E: Write>(
         let mut current = row.clone();
         let mut written = None;
         for _ in 0..WRITE_ATTEMPTS {
-            match ctx
+            let outcome = match ctx
                 .store
                 .evict(&current.key, current.counter, Some(&target))
                 .await
-                .map_err(|e| ctx.store_error(stream, e))?
             {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    failure = Some(ctx.store_error(stream, e));
+                    break 'rows;
+                }
+            };
+            match outcome {
                 Outcome::Written(after) => {
                     written = Some(after);
                     break;
                 }
                 Outcome::Lost(l) => {
                     // Written since: judge the row again as it stands now.
-                    let fresh = ctx
-                        .store
-                        .read(&current.key)
-                        .await
-                        .map_err(|e| ctx.store_error(stream, e))?;
+                    let fresh = match ctx.store.read(&current.key).await {
+                        Ok(fresh) => fresh,
+                        Err(e) => {
+                            failure = Some(ctx.store_error(stream, e));
+                            break 'rows;
+                        }
+                    };
                     let still = fresh
                         .as_ref()
                         .map(|r| plan_step(r, &alive, named, args.force));
                     match (fresh, still) {
-                        (Some(fresh), Some(Step::Move)) => current = fresh,
+                        (Some(fresh), Some(Step::Move))
+                            if may_retry(&current, &fresh, args.force) =>
+                        {
+                            current = fresh;
+                        }
                         _ => {
                             lost = Some((
                                 row.key.shard().to_owned(),
@@ -498,10 +526,14 @@ pub async fn reset<O: Write, E: Write>(
             Some(after) => {
                 let note = match state_of(&row) {
                     State::Held => format!(
-                        "freed: `{}` stops reading it at its next renewal; the next taker reads from {target}",
+                        "freed: `{}` stops reading it at its next renewal; an instance takes it \
+                         once it has stood still for a lease and reads from {target}",
                         row.owner.as_deref().unwrap_or("-")
                     ),
-                    _ => format!("the next taker reads from {target}"),
+                    _ => format!(
+                        "an instance takes it once it has stood still for a lease and reads \
+                         from {target}"
+                    ),
                 };
                 lines.push(change(&row, &after, "reset", note));
             }
@@ -515,9 +547,14 @@ pub async fn reset<O: Write, E: Write>(
         }
     }
     if lines.iter().any(|l| l.result == "reset") {
-        ctx.bump(stream, io).await?;
+        if let Err(e) = ctx.bump(stream, io).await {
+            failure.get_or_insert(e);
+        }
     }
     print(io, &args.table, &lines, || render::changes_table(&lines))?;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
     match lost {
         Some((shard, reason)) => Err(refused(&shard, reason)),
         None => Ok(()),

@@ -23,11 +23,12 @@
 //!
 //! # Writes
 //!
-//! Every write is conditional on the counter the command read: `release` frees a row
-//! (its holder's next renewal is refused, so it stops reading at once, and the next instance
-//! to look takes the row after its checkpoint); `reset` stores a new checkpoint and frees the
-//! row in one write. Both then bump the stream's epoch, so instances notice within a take
-//! interval (1 s by default).
+//! Every write is conditional on the counter the command read: `release` frees a row (its
+//! holder's next renewal is refused, so it stops reading); `reset` stores a new checkpoint and
+//! frees the row in one write. A freed row is left in the operator's hold
+//! ([`EVICTED_OWNER`](kinesis_lease_core::rules::EVICTED_OWNER)): instances take it once it
+//! stood still for a lease, when the old holder has stopped for sure, and read after its
+//! checkpoint. Both commands then bump the stream's epoch, so instances notice at once.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod args;

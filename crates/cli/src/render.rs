@@ -46,7 +46,11 @@ pub struct LeaseLine {
 pub fn lease_line(row: &Lease, probe: Option<&Probe>) -> LeaseLine {
     let mut line = LeaseLine {
         shard: row.key.shard().to_owned(),
-        owner: row.owner.clone(),
+        // An evicted row names the operator's hold, which is nobody's.
+        owner: row
+            .owner
+            .clone()
+            .filter(|_| !kinesis_lease_core::rules::is_evicted(row)),
         state: state_of(row).json(),
         checkpoint: row.checkpoint.as_ref().map(|c| c.stored()),
         subsequence: row.checkpoint.as_ref().and_then(|c| c.subsequence()),

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use kinesis_lease_core::{Checkpoint, Lease, SequenceNumber};
+use kinesis_lease_core::{rules, Checkpoint, Lease, SequenceNumber};
 
 use crate::view::{state_of, State};
 
@@ -206,14 +206,59 @@ pub fn plan_step(row: &Lease, alive: &HashSet<String>, named: bool, force: bool)
             },
             _ => Step::Move,
         },
-        State::Free | State::HandedOver => Step::Move,
+        State::Free | State::HandedOver | State::Evicted => Step::Move,
     }
+}
+
+/// Whether a reset whose write lost to a write since (`judged` was read, `fresh` is the row
+/// now) may try again on `fresh`: only while it is the holding that was judged (or the row
+/// was evicted meanwhile), or with `--force`. A row taken since by a holder nobody judged (a
+/// survivor that took a dead holder's row, the asker of a hand-over, a restart with a new
+/// token) is refused.
+pub fn may_retry(judged: &Lease, fresh: &Lease, force: bool) -> bool {
+    force
+        || rules::is_evicted(fresh)
+        || (fresh.owner == judged.owner && fresh.token == judged.token)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kinesis_lease_core::LeaseKey;
+
+    #[test]
+    fn a_reset_tries_again_only_on_the_holding_it_judged() {
+        let mut judged = Lease::new(LeaseKey::new("s", "a").unwrap(), Vec::new());
+        judged.owner = Some("dead".into());
+        judged.token = Some("r1.dead".into());
+        let mut renewed = judged.clone();
+        renewed.counter += 1;
+        assert!(
+            may_retry(&judged, &renewed, false),
+            "the same holding, written"
+        );
+        let mut taken = renewed.clone();
+        taken.owner = Some("survivor".into());
+        taken.token = Some("r1.survivor".into());
+        assert!(
+            !may_retry(&judged, &taken, false),
+            "taken by a holder nobody judged"
+        );
+        assert!(may_retry(&judged, &taken, true), "unless forced");
+        let mut restarted = renewed.clone();
+        restarted.token = Some("r1.dead-2".into());
+        assert!(
+            !may_retry(&judged, &restarted, false),
+            "a restart with a new token"
+        );
+        let mut handed = judged.clone();
+        handed.token = None;
+        handed.owner = Some("asker".into());
+        assert!(!may_retry(&judged, &handed, false), "handed over since");
+        let mut evicted = renewed;
+        rules::evicted(&mut evicted, None);
+        assert!(may_retry(&judged, &evicted, false), "released meanwhile");
+    }
 
     #[test]
     fn every_form_of_to_parses() {

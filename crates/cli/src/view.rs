@@ -1,7 +1,8 @@
 //! What the rows say, as an operator reads them: pure, no I/O.
 //!
 //! - [`state_of`]: a shard row is *held* (owner and token), *handed over* (an owner, no token
-//!   yet: the asker takes it next), *free* (no owner) or *finished* (`SHARD_END`).
+//!   yet: the asker takes it next), *free* (no owner), *evicted* (freed by an operator: taken
+//!   once it stood still for a lease) or *finished* (`SHARD_END`).
 //! - [`is_bookkeeping`]: the table's own rows (`stream:*` index, `stream:*epoch` epoch,
 //!   `stream@members:owner` member rows), never shown as shards.
 //! - [`Judge`]: whether members are alive, from their member rows' counters over one renew
@@ -10,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use kinesis_lease_core::{Checkpoint, Lease, LeaseKey};
+use kinesis_lease_core::{rules, Checkpoint, Lease, LeaseKey};
 
 /// A shard row's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -22,22 +23,26 @@ pub enum State {
     /// Its owner handed it to another instance (the owner field names the new one), which
     /// takes it with a token of its own next.
     HandedOver,
+    /// Freed by an operator (`release`, `reset`): held by nobody, and taken by an instance once
+    /// its counter has stood still for a lease, when the evicted holder has stopped for sure.
+    Evicted,
     /// Read and settled to its end (`SHARD_END`).
     Finished,
 }
 
 impl State {
-    /// The plain-text name: `held`, `free`, `handed over`, `finished`.
+    /// The plain-text name: `held`, `free`, `handed over`, `evicted`, `finished`.
     pub fn text(self) -> &'static str {
         match self {
             State::Held => "held",
             State::Free => "free",
             State::HandedOver => "handed over",
+            State::Evicted => "evicted",
             State::Finished => "finished",
         }
     }
 
-    /// The JSON name: `held`, `free`, `handed_over`, `finished`.
+    /// The JSON name: `held`, `free`, `handed_over`, `evicted`, `finished`.
     pub fn json(self) -> &'static str {
         match self {
             State::HandedOver => "handed_over",
@@ -50,6 +55,8 @@ impl State {
 pub fn state_of(row: &Lease) -> State {
     if row.checkpoint == Some(Checkpoint::ShardEnd) {
         State::Finished
+    } else if rules::is_evicted(row) {
+        State::Evicted
     } else if row.owner.is_none() {
         State::Free
     } else if row.token.is_none() {
@@ -270,6 +277,9 @@ mod tests {
         let mut done = row("s", "a", None, None);
         done.checkpoint = Some(Checkpoint::ShardEnd);
         assert_eq!(state_of(&done), State::Finished);
+        let mut evicted = row("s", "a", Some("x"), Some("t"));
+        rules::evicted(&mut evicted, None);
+        assert_eq!(state_of(&evicted), State::Evicted);
         assert_eq!(State::HandedOver.text(), "handed over");
         assert_eq!(State::HandedOver.json(), "handed_over");
     }

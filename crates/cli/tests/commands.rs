@@ -8,7 +8,9 @@ use std::time::Duration;
 use clap::Parser;
 use kinesis_broker_cli::commands::Context;
 use kinesis_broker_cli::{run_with, Cli, CliError};
-use kinesis_lease_core::{Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take};
+use kinesis_lease_core::{
+    rules, Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take,
+};
 use kinesis_lease_memory::MemoryLeaseStore;
 use serde_json::Value;
 
@@ -195,7 +197,14 @@ async fn release_frees_a_row_fenced_and_refuses_finished_or_missing_rows() {
     assert_eq!(out[0]["counter_before"], before.counter);
     assert_eq!(out[0]["checkpoint"], "42", "the checkpoint stays");
     let after = store.read(&key("s", "shardId-0")).await.unwrap().unwrap();
-    assert_eq!((after.owner, after.counter), (None, before.counter + 1));
+    // The operator's hold: nobody's, taken once it stood still for a lease.
+    assert!(rules::is_evicted(&after), "{after:?}");
+    assert_eq!(after.counter, before.counter + 1);
+    let listed = json(&store, "leases --table leases --stream s --json").await;
+    assert_eq!(
+        (&listed[0]["state"], &listed[0]["owner"]),
+        (&Value::from("evicted"), &Value::Null)
+    );
     assert_eq!(store.epoch("s").await.unwrap(), 1, "the others are told");
     assert!(
         !store
@@ -290,7 +299,7 @@ async fn reset_refuses_a_live_holder_unless_forced_and_says_what_it_changed() {
             row.checkpoint,
             Some(Checkpoint::AtTimestamp(1_796_119_200_000))
         );
-        assert_eq!(row.owner, None);
+        assert!(rules::is_evicted(row), "{row:?}");
     }
     live.abort();
 }
@@ -299,11 +308,14 @@ async fn reset_refuses_a_live_holder_unless_forced_and_says_what_it_changed() {
 async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
     let (store, _a, _) = fleet().await;
     // Nobody renews: `a` is not alive, so its row may be moved without --force.
-    let (result, out, err) = cli(
+    // A sequence number belongs to one shard: refused for --all, as a usage error.
+    let (result, _, _) = cli(
         &store,
         "reset --table leases --stream s --all --to after-sequence=5",
     )
     .await;
+    assert_eq!(result.unwrap_err().exit_code(), 2);
+    let (result, out, err) = cli(&store, "reset --table leases --stream s --all --to latest").await;
     result.unwrap_or_else(|e| panic!("{e}: {err}"));
     assert!(err.contains("`a` is not alive"), "{err}");
     let lines: Vec<&str> = out.lines().collect();
@@ -313,7 +325,8 @@ async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
         "{out}"
     );
     let row = store.read(&key("s", "shardId-0")).await.unwrap().unwrap();
-    assert_eq!((row.owner, row.checkpoint), (None, Some(seq("5"))));
+    assert!(rules::is_evicted(&row), "{row:?}");
+    assert_eq!(row.checkpoint, Some(Checkpoint::Latest));
     assert_eq!(
         store
             .read(&key("s", "shardId-2"))
@@ -324,7 +337,10 @@ async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
         Some(Checkpoint::ShardEnd)
     );
     let listed = json(&store, "leases --table leases --stream s --json").await;
-    assert_eq!(listed[0]["checkpoint"], "5", "seen in the next listing");
+    assert_eq!(
+        listed[0]["checkpoint"], "LATEST",
+        "seen in the next listing"
+    );
 
     let (result, _, _) = cli(
         &store,

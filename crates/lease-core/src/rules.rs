@@ -45,16 +45,33 @@ pub fn may_evict(row: Option<&Lease>, observed: u64) -> bool {
     row.is_some_and(|r| r.counter == observed)
 }
 
-/// The row as an evict leaves it: no owner, token, expiry or hand-over request, and
+/// The owner an operator's evict leaves on a row. No instance has it (owner ids never start
+/// with `*`), so the evicted holder's next renewal, checkpoint or release fails and it stops.
+pub const EVICTED_OWNER: &str = "*evicted";
+
+/// The token an evict leaves on a row: not a roster token, so instances take the row only
+/// once its counter has stood still for a whole lease on their own clock, as a row of an
+/// instance without a member row. By then the evicted holder has stopped for sure (its keeper
+/// stops within `lease - renew` of its last renewal); taking the row at once would let the
+/// next owner read beside the evicted one until that one's next renewal.
+pub const EVICTED_TOKEN: &str = "evicted";
+
+/// The row as an evict leaves it: held by [`EVICTED_OWNER`] with [`EVICTED_TOKEN`] (taken by
+/// an instance once it stood still for a lease), no expiry or hand-over request, and
 /// `checkpoint` stored when given (the counter is the store's to bump).
 pub fn evicted(row: &mut Lease, checkpoint: Option<&Checkpoint>) {
-    row.owner = None;
-    row.token = None;
+    row.owner = Some(EVICTED_OWNER.to_owned());
+    row.token = Some(EVICTED_TOKEN.to_owned());
     row.expiry_ms = 0;
     row.wanted_by = None;
     if let Some(cp) = checkpoint {
         row.checkpoint = Some(cp.clone());
     }
+}
+
+/// Whether `row` was left by an operator's evict and not taken since.
+pub fn is_evicted(row: &Lease) -> bool {
+    row.owner.as_deref() == Some(EVICTED_OWNER)
 }
 
 /// The [`Lost`] outcome describing `row` as it stands.
@@ -96,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn an_evict_is_fenced_on_the_counter_alone_and_frees_the_row() {
+    fn an_evict_is_fenced_on_the_counter_alone_and_leaves_the_operators_hold() {
         let held = row(Some("a"), Some("t1"), 7);
         assert!(may_evict(Some(&held), 7), "whoever holds it");
         assert!(!may_evict(Some(&held), 6), "written since");
@@ -108,8 +125,18 @@ mod tests {
         let mut kept = wanted.clone();
         evicted(&mut kept, None);
         assert_eq!(
-            (&kept.owner, &kept.token, kept.expiry_ms, &kept.wanted_by),
-            (&None, &None, 0, &None)
+            (
+                kept.owner.as_deref(),
+                kept.token.as_deref(),
+                kept.expiry_ms,
+                &kept.wanted_by
+            ),
+            (Some(EVICTED_OWNER), Some(EVICTED_TOKEN), 0, &None)
+        );
+        assert!(is_evicted(&kept) && !is_evicted(&held));
+        assert!(
+            !holds(Some(&kept), &crate::Holder::new("a", "t1")),
+            "the evicted holder holds it no more"
         );
         assert_eq!(kept.checkpoint, Some(Checkpoint::TrimHorizon), "kept");
         assert_eq!(kept.counter, 7, "the store bumps the counter");

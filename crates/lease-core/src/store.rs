@@ -161,9 +161,11 @@ impl Take {
 /// *Evict.* [`evict`](LeaseStore::evict) is the operator's write (the `kinesis-broker`
 /// command line's `release` and `reset`): it frees a row whoever holds it, if its counter
 /// still equals the one the operator observed, and may store a new checkpoint in the same
-/// write. The holder's next renewal then loses its condition (no owner, no token), so its
-/// reader stops at once, and any instance may take the row. Stores that offer no operator
-/// writes keep the default body, which refuses.
+/// write. The holder's next renewal then loses its condition, so its reader stops. The row is
+/// left in the operator's hold ([`rules::evicted`](crate::rules::evicted): an owner no
+/// instance can be, a token that is no roster token), so instances take it only once its
+/// counter stood still for a lease, when the old holder has stopped for sure. Stores that
+/// offer no operator writes keep the default body, which refuses.
 ///
 /// *Counter.* Every write that lands bumps the row's counter by exactly one; a created row has
 /// counter 1 after its first write. Readers compare counters to detect writes they did not see.
@@ -240,9 +242,10 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Returns true when it was deleted, false when the row was written since or is gone.
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>>;
 
-    /// Frees the row whoever holds it (clearing owner, token, expiry and a hand-over request)
-    /// if its counter still equals `observed`, storing `checkpoint` in the same write when
-    /// given (see *Evict*). A missing row is [`Outcome::Lost`] with counter 0.
+    /// Frees the row whoever holds it into the operator's hold ([`rules::evicted`](crate::rules::evicted):
+    /// no expiry or hand-over request) if its counter still equals `observed`, storing
+    /// `checkpoint` in the same write when given (see *Evict*). A missing row is
+    /// [`Outcome::Lost`] with counter 0.
     ///
     /// # Errors
     ///

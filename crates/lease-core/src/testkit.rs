@@ -904,7 +904,8 @@ pub async fn delete_is_fenced_and_unlists(h: &Harness) {
 }
 
 /// An operator's evict frees a held (or handed-over) row whoever holds it, fenced on the
-/// counter it observed, keeps or replaces the checkpoint, and the holder's next writes are
+/// counter it observed, into the operator's hold (`rules::EVICTED_OWNER`, taken once it stood
+/// still for a lease), keeps or replaces the checkpoint, and the holder's next writes are
 /// refused; a missing row is not created.
 pub async fn evict_is_fenced_and_frees(h: &Harness) {
     let key = h.key("evict", "shardId-1");
@@ -935,10 +936,15 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
             .expect("evict"),
         "evict",
     );
+    // The operator's hold: no instance's, and taken only once it stood still for a lease.
     assert_eq!(
         (freed.owner.as_deref(), freed.token.as_deref()),
-        (None, None)
+        (
+            Some(crate::rules::EVICTED_OWNER),
+            Some(crate::rules::EVICTED_TOKEN)
+        )
     );
+    assert!(crate::rules::is_evicted(&freed));
     assert_eq!(freed.wanted_by, None);
     assert_eq!(freed.counter, renewed.counter + 1, "one bump");
     assert_eq!(freed.checkpoint, Some(seq("5")), "the checkpoint stays");
@@ -950,7 +956,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     lost_to(
         h.renew(&key, &a, None).await,
         "the evicted holder's renewal",
-        None,
+        Some(crate::rules::EVICTED_OWNER),
         freed.counter,
     );
     // A row handed over (owner, no token) and wanted is freed the same way, and a new
@@ -968,7 +974,10 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
             .expect("evict"),
         "evict with a checkpoint",
     );
-    assert_eq!((reset.owner.as_deref(), reset.checkpoint), (None, Some(at)));
+    assert_eq!(
+        (reset.owner.as_deref(), reset.checkpoint),
+        (Some(crate::rules::EVICTED_OWNER), Some(at))
+    );
     let back = written(
         h.store
             .evict(&key, reset.counter, Some(&Checkpoint::TrimHorizon))

@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use aws_sdk_dynamodb::types::{Delete, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use kinesis_lease_core::{
-    duration_ms, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey, LeaseResult,
-    LeaseStore, Outcome, SystemClock, Take,
+    duration_ms, rules, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey,
+    LeaseResult, LeaseStore, Outcome, SystemClock, Take,
 };
 
 use crate::condition::{self, Cond};
@@ -484,10 +484,11 @@ impl LeaseStore for DynamoLeaseStore {
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
+            // As `rules::evicted`: the operator's hold, taken once it stood still for a lease.
             let expr = Expr::default()
                 .set(EXPIRY, ":expiry", n(0))
-                .remove(OWNER)
-                .remove(TOKEN)
+                .set(OWNER, ":owner", s(rules::EVICTED_OWNER))
+                .set(TOKEN, ":token", s(rules::EVICTED_TOKEN))
                 .remove(WANTED_BY)
                 .checkpoint(checkpoint);
             self.update(key, expr, condition::evict(observed)).await
