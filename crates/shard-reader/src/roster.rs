@@ -97,10 +97,16 @@ pub(crate) fn successor<'a>(members: &'a HashSet<String>, me: &str) -> Option<&'
         .copied()
 }
 
+/// How long a member row's counter must stand still (on the watcher's clock) for its member
+/// to be dead: a whole lease. The one definition the verdict and the watch's schedule share.
+pub(crate) fn dead_after(lease: Duration) -> Duration {
+    lease
+}
+
 /// Whether a member whose row's counter has stood still for `still` (on the watcher's clock,
-/// since the watcher first saw that counter) is dead: it stood still for a whole lease.
+/// since the watcher first saw that counter) is dead: it stood still for [`dead_after`].
 pub(crate) fn is_dead(still: Duration, lease: Duration) -> bool {
-    still >= lease
+    still >= dead_after(lease)
 }
 
 #[cfg(test)]

@@ -294,7 +294,13 @@ impl Watcher {
                 if roster::is_dead(now.duration_since(since), config.lease_duration) {
                     self.bury(&key, &watched, row.counter).await;
                 } else {
-                    self.watch_at = self.watch_at.min(since + config.lease_duration);
+                    // Looked at again when it would be dead, and never in the past: a schedule
+                    // that disagreed with the verdict once made the watch spin (a planted slow
+                    // takeover in the simulation, which hung instead of failing).
+                    let dead_at = since + roster::dead_after(config.lease_duration);
+                    self.watch_at = self
+                        .watch_at
+                        .min(dead_at.max(now + std::time::Duration::from_millis(1)));
                 }
             }
             // This instance's take of it landed, though its answer was lost.
