@@ -1,5 +1,5 @@
 //! Figure 1: dispatch overhead. 1,000,000 in-memory deliveries over 8 shards through the
-//! serial loop, `workers(4)`, `workers(4, by_key)` and `batch(500)` (settlement and checkpoint
+//! serial loop, `workers(4)`, `workers(4).by_key()` and `batch(500)` (settlement and checkpoint
 //! offers included), against a bare `tokio::sync::mpsc` loop handing the same records to the
 //! same handler. Each mode runs 5 rounds, each round the bare loop then the mode, and reports
 //! the minimum, median and maximum of the ratio of the round's two rates; the verdict uses the
@@ -46,7 +46,7 @@ fn main() {
         let modes: [(&str, Workers, Option<usize>); 4] = [
             ("serial", Workers::Serial, None),
             ("workers(4)", Workers::Unordered(4), None),
-            ("workers(4, by_key)", Workers::ByKey(4), None),
+            ("workers(4).by_key()", Workers::ByKey(4), None),
             ("batch(500)", Workers::Serial, Some(500)),
         ];
         // Each mode is measured alternately with the bare loop, round by round, so a ratio
