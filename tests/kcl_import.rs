@@ -208,7 +208,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
     let out = cli(&account, &dry).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    eprintln!("import-kcl --dry-run after KCL {version}:\n{stdout}{stderr}");
+    eprintln!("kinesis-broker {} after KCL {version}:\n{stdout}{stderr}", dry.join(" "));
     assert!(
         ours.list(&stream).await.unwrap_or_default().is_empty(),
         "a dry run writes nothing"
