@@ -4,8 +4,10 @@
 //!
 //! # Order
 //!
-//! 1. Read and plan. A dry run stops here; so does a plan that writes nothing (a second
-//!    import), without watching the KCL: an import that writes nothing cannot race it.
+//! 1. Read and plan, and ask Kinesis for an iterator at every sequence number the plan would
+//!    write (a KCL table of another stream has checkpoints this stream's shards do not hold).
+//!    A dry run stops here; so does a plan that writes nothing (a second import), without
+//!    watching the KCL: an import that writes nothing cannot race it.
 //! 2. Watch the KCL's leases of the stream for one failover time: a counter that moves means
 //!    KCL workers still run, and the import is refused (or, forced, goes on with a warning).
 //! 3. Read and plan again (the KCL's rows as last watched, this library's rows now), then
@@ -20,8 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_types::SdkConfig;
-use kinesis_lease_core::{Lease, LeaseKey, LeaseStore};
-use kinesis_shard_reader::{KinesisApi, Shard};
+use kinesis_lease_core::{Checkpoint, ErrorChain, Lease, LeaseKey, LeaseStore};
+use kinesis_shard_reader::{KinesisApi, ReaderError, Shard, StartAt};
 use tokio::time::Instant;
 
 use crate::liveness::{moved, reading, Verdict, Watch};
@@ -173,7 +175,11 @@ impl KclImport {
         stream: &str,
     ) -> Result<ImportReport, ImportError> {
         let (selection, listed) = self.read_kcl(target, stream).await?;
-        self.report(target, stream, &selection, &listed, true).await
+        let report = self
+            .report(target, stream, &selection, &listed, true)
+            .await?;
+        self.probe(target, stream, &report).await?;
+        Ok(report)
     }
 
     /// Imports the KCL's leases of `stream`; `notes` receives progress and warnings.
@@ -201,6 +207,7 @@ impl KclImport {
         if first.written() == 0 {
             return Ok(first);
         }
+        self.probe(target, stream, &first).await?;
         let mut warnings = Vec::new();
         let last = self
             .watch(stream, &selection, &mut notes, &mut warnings)
@@ -364,6 +371,55 @@ impl KclImport {
                 },
             }),
         }
+    }
+
+    /// Asks Kinesis for an iterator at each sequence number the plan would write: a KCL
+    /// checkpoint the stream's shard does not hold means the KCL table belongs to another
+    /// stream (single-stream tables do not name theirs, and shard ids repeat across streams).
+    async fn probe(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        report: &ImportReport,
+    ) -> Result<(), ImportError> {
+        for step in &report.steps {
+            let checkpoint = match &step.action {
+                Action::Create(row) => row.checkpoint.as_ref(),
+                Action::Advance { checkpoint, .. } => Some(checkpoint),
+                _ => None,
+            };
+            let Some(Checkpoint::Sequence(seq)) = checkpoint else {
+                continue;
+            };
+            let at = StartAt::AtSequence(seq.clone());
+            match target
+                .kinesis
+                .shard_iterator(stream, &step.shard, &at)
+                .await
+            {
+                Ok(_) => {}
+                Err(error @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+                    return Err(ImportError::Unmappable {
+                        table: self.table.name().to_owned(),
+                        stream: stream.to_owned(),
+                        shard: step.shard.clone(),
+                        reason: format!(
+                            "Kinesis does not know the KCL's checkpoint {} in this shard ({}): is \
+                             `{stream}` the stream this KCL application reads?",
+                            seq.number(),
+                            ErrorChain(&error)
+                        ),
+                    });
+                }
+                Err(source) => {
+                    return Err(ImportError::Kinesis {
+                        stream: stream.to_owned(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Watches the KCL's leases for one failover time; the last reading.

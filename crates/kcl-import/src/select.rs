@@ -110,6 +110,22 @@ pub fn select(
         .filter_map(|row| split_multi_stream_key(&row.lease_key))
         .map(|(identifier, _)| identifier)
         .collect();
+    if let Some(key) = stream_key {
+        if identifier_stream(key) != Some(stream) {
+            return Err(SelectError::NoLeases {
+                hint: match identifier_stream(key) {
+                    Some(other) => format!(
+                        "the stream key `{key}` names stream `{other}`: its leases belong to \
+                         that stream"
+                    ),
+                    None => format!(
+                        "the stream key `{key}` is not a stream identifier \
+                         `account:stream:creationEpoch`"
+                    ),
+                },
+            });
+        }
+    }
     let (mode, mut chosen) = match stream_key {
         Some(key) => (
             KclMode::MultiStream {
@@ -259,6 +275,15 @@ mod tests {
         assert!(matches!(
             select(&rows, "orders", Some("123456789012:orders:1")),
             Err(SelectError::NoLeases { .. })
+        ));
+        // A key of another stream never imports its leases into this one.
+        assert!(matches!(
+            select(&rows, "payments", Some("123456789012:orders:1800000000")),
+            Err(SelectError::NoLeases { hint }) if hint.contains("names stream `orders`")
+        ));
+        assert!(matches!(
+            select(&rows, "orders", Some("orders")),
+            Err(SelectError::NoLeases { hint }) if hint.contains("not a stream identifier")
         ));
     }
 

@@ -268,3 +268,82 @@ async fn a_table_of_another_stream_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Kinesis that lists a memory stream's shards and holds none of the sequence numbers asked
+/// about, as a stream other than the KCL application's would.
+#[derive(Debug)]
+struct Elsewhere(MemoryStream);
+
+impl KinesisApi for Elsewhere {
+    fn list_shards<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
+        self.0.list_shards(stream)
+    }
+
+    fn shard_iterator<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        _position: &'a StartAt,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<String, ReaderError>> {
+        Box::pin(async move {
+            Err(ReaderError::ShardNotFound {
+                stream: stream.to_owned(),
+                shard: shard.to_owned(),
+                operation: "GetShardIterator",
+            })
+        })
+    }
+
+    fn get_records<'a>(
+        &'a self,
+        stream: &'a str,
+        shard: &'a str,
+        iterator: &'a str,
+        limit: usize,
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+    {
+        self.0.get_records(stream, shard, iterator, limit)
+    }
+
+    fn put_records<'a>(
+        &'a self,
+        stream: &'a str,
+        entries: &'a [kinesis_shard_reader::PutEntry],
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
+    {
+        self.0.put_records(stream, entries)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn checkpoints_the_stream_does_not_hold_are_refused_before_watching() {
+    let world = World::new();
+    let elsewhere = Elsewhere(world.kinesis.clone());
+    let target = Target {
+        kinesis: &elsewhere,
+        ..world.target()
+    };
+    for dry in [true, false] {
+        let result = if dry {
+            world.import().plan(target, STREAM).await
+        } else {
+            world.import().run(target, STREAM, |_| {}).await
+        };
+        match result {
+            Err(ImportError::Unmappable { shard, reason, .. }) => {
+                assert_eq!(shard, "shardId-000000000000");
+                assert!(reason.contains("is `orders` the stream"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(world.store.table().is_empty());
+    assert_eq!(
+        world.kcl.0.scans.load(Ordering::SeqCst),
+        2,
+        "refused before watching"
+    );
+}
