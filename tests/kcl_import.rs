@@ -208,7 +208,10 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
     let out = cli(&account, &dry).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    eprintln!("kinesis-broker {} after KCL {version}:\n{stdout}{stderr}", dry.join(" "));
+    eprintln!(
+        "kinesis-broker {} after KCL {version}:\n{stdout}{stderr}",
+        dry.join(" ")
+    );
     assert!(
         ours.list(&stream).await.unwrap_or_default().is_empty(),
         "a dry run writes nothing"
@@ -434,4 +437,37 @@ async fn multi_stream_rows_import_at_start_into_their_own_stream() {
         store.list(&payments).await.expect("list").is_empty(),
         "the other stream's lease was not imported into `{orders}`'s rows nor its own"
     );
+
+    // A single-stream table of `orders` imported into `payments`: the shard ids match, the
+    // checkpoints do not, and Kinesis says so (kinesis-local looks a sequence number up only
+    // in a shard that holds records: `payments` gets one).
+    Publisher::new(AwsKinesis::new(&config), &payments)
+        .put("key", "p-0")
+        .await
+        .expect("publish");
+    let single = unique_name("kcl-single");
+    let row = KclRow {
+        checkpoint: Some(per_shard[&ids[0]][10].1.number().to_owned()),
+        ..KclRow::lease(ids[0].clone(), 4)
+    };
+    create_kcl_table(&config, &single, &[row]).await;
+    let kinesis = AwsKinesis::new(&config);
+    let target = kinesis_kcl_import::Target {
+        store: &store,
+        table: &table,
+        kinesis: &kinesis,
+    };
+    match KclImport::dynamo(&config, &single)
+        .plan(target, &payments)
+        .await
+    {
+        Err(kinesis_kcl_import::ImportError::Unmappable { shard, reason, .. }) => {
+            assert_eq!(shard, ids[0]);
+            assert!(
+                reason.contains("does not know the KCL's checkpoint"),
+                "{reason}"
+            );
+        }
+        other => panic!("a table of another stream: {other:?}"),
+    }
 }
