@@ -6,9 +6,11 @@
 //! reads by itself: the code under test has no test-only endpoint plumbing. Without them every
 //! test fails loudly, naming the command to use.
 
+mod kcl;
 mod proxy;
 mod read_meter;
 
+pub use kcl::{kcl_consumer, kcl_consumers, KclProcess, KclRun};
 pub use proxy::FaultProxy;
 pub use read_meter::Reads;
 

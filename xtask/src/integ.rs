@@ -9,11 +9,14 @@
 //! `KPL_AGG_NODE_PATH`, for the KPL interop tests.
 //! It builds the `kinesis-broker` binary first and passes its path as `KINESIS_BROKER_BIN`,
 //! for the command-line tests (`tests/cli.rs`).
+//! It builds the Java KCL consumer of `tests/kcl/` with Maven for each KCL version run and
+//! passes them as `KCL_CONSUMERS` (or, without Java and Maven, says so loudly and passes the
+//! reason as `KCL_CONSUMERS_SKIPPED`), for the import tests (`tests/kcl_import.rs`).
 //! Extra arguments are passed to the test binaries (a name filter, `--nocapture`).
 
 use std::process::Command;
 
-use crate::{emulators, root};
+use crate::{emulators, kcl, root};
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut endpoints = Vec::new();
@@ -36,6 +39,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         "KPL_AGG_NODE_PATH",
         emulators::kinesis_agg_node_path().display().to_string(),
     ));
+    // The import tests run the real KCL, built here.
+    let consumers = kcl::build()?;
+    let (var, value) = consumers.env();
+    endpoints.push((var, value));
     // The command-line tests run the `kinesis-broker` binary as a process.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let built = Command::new(&cargo)

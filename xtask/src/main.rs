@@ -5,6 +5,7 @@
 mod bench;
 mod emulators;
 mod integ;
+mod kcl;
 mod sim;
 
 use std::path::PathBuf;

@@ -94,6 +94,17 @@ pub enum BrokerError {
         #[source]
         source: Box<LeaseError>,
     },
+    /// Importing the KCL's checkpoints at start refused (KCL workers still run, a row held by
+    /// another instance) or failed; nothing of this subscription started.
+    #[cfg(feature = "kcl-import")]
+    #[error("importing the KCL's checkpoints of stream `{stream}` failed")]
+    KclImport {
+        /// The stream.
+        stream: String,
+        /// The import's error (it names the KCL table and the shard).
+        #[source]
+        source: Box<kinesis_kcl_import::ImportError>,
+    },
     /// A dispatch setting is invalid.
     #[error("subscription to `{stream}` is misconfigured")]
     Dispatch {

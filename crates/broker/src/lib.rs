@@ -48,6 +48,8 @@
 //!   instance, and [`BrokerBuilder::dynamo_lease_table`].
 //! - `metrics`: metrics through the `metrics` facade (MillisBehindLatest, RecordsProcessed,
 //!   LeasesHeld, ...; see docs/operations.md).
+//! - `kcl-import` (implies `dynamodb-lease`): [`SubscriptionBuilder::import_kcl`], importing a
+//!   Java KCL application's checkpoints at start, and [`KclImport`].
 //! - `serde`: [`Delivery::json`] and [`SubscriptionBuilder::handle_json`].
 //! - `testing`: the `testing` module.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -81,6 +83,11 @@ pub use subscription::{BatchSubscriptionBuilder, SubscriptionBuilder};
 pub use kinesis_dispatch::{
     BatchFailure, Delivery, DeliveryStream, DispatchError, HandlerError, Permanent, RetryPolicy,
     Stuck,
+};
+#[cfg(feature = "kcl-import")]
+#[doc(inline)]
+pub use kinesis_kcl_import::{
+    DynamoKclTable, ImportError as KclImportError, ImportReport as KclImportReport, KclImport,
 };
 #[doc(inline)]
 pub use kinesis_lease_core::{Checkpoint, SequenceNumber};
@@ -138,3 +145,8 @@ pub mod testing {
 #[cfg(all(doctest, feature = "dynamodb-lease"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The library option of docs/migrating-from-kcl.md, compiled as a doctest.
+#[cfg(all(doctest, feature = "kcl-import"))]
+#[doc = include_str!("../../../docs/migrating-from-kcl.md")]
+pub struct MigratingFromKclDoctests;

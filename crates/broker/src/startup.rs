@@ -106,6 +106,15 @@ fn reader_transient(error: &ReaderError) -> Option<&'static str> {
 
 impl Broker {
     /// Where the lease store's calls go, for messages.
+    /// The lease table's name for messages (a DynamoDB table's name, or what the store is).
+    #[cfg(feature = "kcl-import")]
+    fn lease_table_name(&self) -> String {
+        match &self.dynamo {
+            Some(dynamo) => dynamo.store.table().to_owned(),
+            None => self.lease_endpoint(),
+        }
+    }
+
     fn lease_endpoint(&self) -> String {
         #[cfg(feature = "dynamodb-lease")]
         if let Some(dynamo) = &self.dynamo {
@@ -139,6 +148,8 @@ impl Broker {
     /// renews them (checked by reading them twice, a renew interval and a take interval
     /// apart, only when such rows exist; another instance asking for one of them is no
     /// renewal).
+    /// With a subscription's `import_kcl` (feature `kcl-import`), `BrokerError::KclImport`
+    /// when the KCL's workers still run or the import cannot be done.
     pub async fn start(self) -> Result<RunningBroker, BrokerError> {
         if self.subscriptions.is_empty() {
             return Err(BrokerError::NoSubscriptions);
@@ -231,6 +242,32 @@ impl Broker {
                     stream: stream.clone(),
                     source: Box::new(source),
                 })?;
+            #[cfg(feature = "kcl-import")]
+            if let Some(import) = &sub.kcl_import {
+                let table = self.lease_table_name();
+                let target = kinesis_kcl_import::Target {
+                    store: &*self.store,
+                    table: &table,
+                    kinesis: &*kinesis,
+                };
+                let report = import
+                    .run(
+                        target,
+                        stream,
+                        |note| tracing::info!(stream = %stream, "{note}"),
+                    )
+                    .await
+                    .map_err(|source| BrokerError::KclImport {
+                        stream: stream.clone(),
+                        source: Box::new(source),
+                    })?;
+                tracing::info!(
+                    stream = %stream,
+                    kcl_table = %report.kcl_table,
+                    written = report.written(),
+                    "imported the KCL's checkpoints"
+                );
+            }
             // Refuse to start with an owner id another live process renews rows with.
             let probe =
                 || Coordinator::probe_owner(&*self.store, stream, &self.owner, t.renew + t.take);

@@ -22,6 +22,8 @@ pub(crate) struct Subscription {
     pub(crate) max_unsettled: usize,
     pub(crate) fan_out: Option<String>,
     pub(crate) hooks: Hooks,
+    #[cfg(feature = "kcl-import")]
+    pub(crate) kcl_import: Option<kinesis_kcl_import::KclImport>,
     pub(crate) sender: DeliverySender,
     /// `None` for a stream subscription: the user holds the receiver.
     pub(crate) dispatch: Option<(DeliveryReceiver, Handler, DispatchConfig)>,
@@ -42,6 +44,8 @@ pub struct SubscriptionBuilder<'b> {
     max_unsettled: usize,
     fan_out: Option<String>,
     hooks: Hooks,
+    #[cfg(feature = "kcl-import")]
+    kcl_import: Option<kinesis_kcl_import::KclImport>,
     dispatch: DispatchConfig,
 }
 
@@ -58,8 +62,46 @@ impl<'b> SubscriptionBuilder<'b> {
             max_unsettled: 10_000,
             fan_out: None,
             hooks: Hooks::new(),
+            #[cfg(feature = "kcl-import")]
+            kcl_import: None,
             dispatch: DispatchConfig::default(),
         }
+    }
+
+    /// Imports a Java KCL application's checkpoints of this stream at `start()`, before the
+    /// first take (feature `kcl-import`): every shard resumes just after the last record the
+    /// KCL processed, inside a KPL aggregate too. `start()` first watches the KCL's lease
+    /// counters for its failover time (10 s by default, [`KclImport::failover_time`]) and
+    /// fails with [`BrokerError::KclImport`] while KCL workers still renew. Rows already at
+    /// or past the KCL's checkpoints are left alone, so once imported, later starts read the
+    /// KCL table once and write nothing (and do not wait). See docs/migrating-from-kcl.md.
+    ///
+    /// [`KclImport`]: crate::KclImport
+    /// [`KclImport::failover_time`]: crate::KclImport::failover_time
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, KclImport, TableSetup};
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    /// let mut broker = Broker::builder()
+    ///     .sdk_config(&aws)
+    ///     .dynamo_lease_table(DynamoLeaseStore::new(&aws, "orders-leases"), TableSetup::CreateIfMissing)
+    ///     .build()?;
+    /// broker
+    ///     .subscribe("orders")
+    ///     .import_kcl(KclImport::dynamo(&aws, "orders-kcl-app"))
+    ///     .handle(|order: Delivery| async move { Ok::<(), std::io::Error>(()) })?;
+    /// broker.start().await?.run_until_signal().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "kcl-import")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "kcl-import")))]
+    pub fn import_kcl(mut self, import: kinesis_kcl_import::KclImport) -> Self {
+        self.kcl_import = Some(import);
+        self
     }
 
     /// Where the subscription begins (default: the tip, `LATEST`): `TrimHorizon`, `Latest` or
@@ -338,6 +380,8 @@ impl<'b> SubscriptionBuilder<'b> {
             max_unsettled: self.max_unsettled,
             fan_out: self.fan_out,
             hooks: self.hooks,
+            #[cfg(feature = "kcl-import")]
+            kcl_import: self.kcl_import,
             sender,
             dispatch: handler.map(|(receiver, handler)| (receiver, handler, dispatch)),
         })

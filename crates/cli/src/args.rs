@@ -1,14 +1,12 @@
 //! The command line as clap derive types: one subcommand per verb, the types are the docs.
 //!
-//! Parsing does no I/O, so tests parse argument lists without running anything. `import-kcl`
-//! (moving a KCL lease table over) is planned as one more [`Command`] variant with its own
-//! argument struct, beside these.
+//! Parsing does no I/O, so tests parse argument lists without running anything.
 
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::target::ResetTo;
+use crate::target::{parse_rfc3339, ResetTo};
 
 /// The kinesis-broker operator's command line: see who reads which shard and how far behind
 /// it is, free a lease, rewind or skip a shard, check which instances are alive.
@@ -43,6 +41,13 @@ pub enum Command {
     /// Moves checkpoints (rewind or skip), fenced on the counter read, and frees the rows so
     /// the next taker reads from there. Refuses rows held by a live member unless `--force`.
     Reset(ResetArgs),
+    /// Imports a Java KCL application's checkpoints of the stream from its lease table:
+    /// each shard resumes just after the KCL's last processed record (inside a KPL aggregate
+    /// too), finished shards stay finished, parents are kept. Refuses while KCL workers still
+    /// renew their leases (unless `--force`); never moves a row back; a second import changes
+    /// nothing.
+    #[command(name = "import-kcl")]
+    ImportKcl(ImportKclArgs),
 }
 
 /// The lease table and the stream every command names.
@@ -115,6 +120,41 @@ pub struct ResetArgs {
     /// The brokers' renew interval, to judge whether a holder is alive (see `members`).
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub renew_interval: Duration,
+}
+
+/// `import-kcl`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportKclArgs {
+    /// The KCL application's DynamoDB lease table (its application name, unless it configured
+    /// another). Only read.
+    #[arg(long)]
+    pub kcl_table: String,
+    /// The lease table to write (`--table`, created when missing) and the stream.
+    #[command(flatten)]
+    pub table: TableArgs,
+    /// In a multi-stream KCL table, the stream identifier whose leases to import
+    /// (`account:stream:creationEpoch`), when the stream name alone names several.
+    #[arg(long)]
+    pub kcl_stream_key: Option<String>,
+    /// Print the mapping and change nothing (the KCL's liveness is not watched).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write even while KCL workers renew their leases, and move rows that brokers hold,
+    /// with a warning.
+    #[arg(long)]
+    pub force: bool,
+    /// The KCL application's failover time (`failoverTimeMillis`): its lease counters must
+    /// stand still this long before the import writes.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub failover_time: Duration,
+    /// The KCL application's `AT_TIMESTAMP` start (RFC 3339), for leases it never
+    /// checkpointed (the KCL stores the sentinel without the time).
+    #[arg(long, value_parser = parse_time_arg)]
+    pub at_timestamp: Option<u64>,
+}
+
+fn parse_time_arg(input: &str) -> Result<u64, String> {
+    parse_rfc3339(input).map_err(|reason| format!("`{input}` is not an RFC 3339 time: {reason}"))
 }
 
 /// Parses `500ms`, `3s`, `2m` or a bare number of seconds.
@@ -212,11 +252,76 @@ mod tests {
                 "3h",
             ],
             &["import-kcl"],
+            &["import-kcl", "--table", "t", "--stream", "s"],
+            &[
+                "import-kcl",
+                "--kcl-table",
+                "k",
+                "--table",
+                "t",
+                "--stream",
+                "s",
+                "--at-timestamp",
+                "noon",
+            ],
         ] {
             let err = parse(args).unwrap_err();
             assert_ne!(err.kind(), ErrorKind::DisplayHelp, "{args:?}");
             assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn import_kcl_parses_with_its_flags() {
+        let cli = parse(&[
+            "import-kcl",
+            "--kcl-table",
+            "orders-app",
+            "--table",
+            "orders-leases",
+            "--stream",
+            "orders",
+            "--kcl-stream-key",
+            "123456789012:orders:1700000000",
+            "--dry-run",
+            "--failover-time",
+            "3s",
+            "--at-timestamp",
+            "2026-12-01T10:00:00Z",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::ImportKcl(a) => {
+                assert_eq!(a.kcl_table, "orders-app");
+                assert_eq!(
+                    (a.table.table.as_str(), a.table.stream.as_str()),
+                    ("orders-leases", "orders")
+                );
+                assert_eq!(
+                    a.kcl_stream_key.as_deref(),
+                    Some("123456789012:orders:1700000000")
+                );
+                assert!(a.dry_run && !a.force);
+                assert_eq!(a.failover_time, Duration::from_secs(3));
+                assert_eq!(a.at_timestamp, Some(1_796_119_200_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&[
+            "import-kcl",
+            "--kcl-table",
+            "k",
+            "--table",
+            "t",
+            "--stream",
+            "s",
+            "--force",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::ImportKcl(a) if a.force && a.failover_time == Duration::from_secs(10) && a.at_timestamp.is_none()
+        ));
     }
 
     #[test]

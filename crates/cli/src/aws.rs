@@ -50,6 +50,7 @@ pub async fn connect(region: Option<String>, table: &str) -> Result<Context, Cli
         store: Arc::new(dynamo.clone()),
         dynamo: Some(dynamo),
         kinesis: Some(Arc::new(AwsKinesis::new(&config))),
+        aws: Some(config),
     })
 }
 

@@ -42,6 +42,9 @@ pub struct Context {
     pub dynamo: Option<DynamoLeaseStore>,
     /// Kinesis, to ask how far behind checkpoints are (`None`: not asked).
     pub kinesis: Option<Arc<dyn KinesisApi>>,
+    /// The AWS configuration the clients were built from (`import-kcl` reads the KCL's table
+    /// with it); `None` in tests.
+    pub aws: Option<aws_config::SdkConfig>,
 }
 
 /// Where results and progress go.
@@ -54,11 +57,11 @@ pub struct Io<'a, O: Write, E: Write> {
 }
 
 impl<O: Write, E: Write> Io<'_, O, E> {
-    fn result(&mut self, text: &str) -> Result<(), CliError> {
+    pub(crate) fn result(&mut self, text: &str) -> Result<(), CliError> {
         writeln!(self.out, "{}", text.trim_end()).map_err(CliError::Output)
     }
 
-    fn note(&mut self, text: &str) {
+    pub(crate) fn note(&mut self, text: &str) {
         // Progress is best effort: a closed stderr must not fail the command.
         let _ = writeln!(self.err, "{text}");
     }

@@ -71,6 +71,11 @@ pub enum CliError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// `import-kcl` refused (KCL workers still run, a row held by a broker, ...) or could not
+    /// read what it imports (the KCL's table, the stream's shards); the error names the
+    /// tables, the stream and the shard.
+    #[error("import from the KCL failed")]
+    Import(#[source] Box<kinesis_kcl_import::ImportError>),
     /// Writing the result to stdout failed (a closed pipe).
     #[error("cannot write the result")]
     Output(#[source] std::io::Error),

@@ -7,6 +7,9 @@
 //! kinesis-broker reset   --table T --stream S (--shard ID | --all)
 //!                        --to trim-horizon|latest|at-timestamp=RFC3339|after-sequence=N
 //!                        [--force] [--json]
+//! kinesis-broker import-kcl --kcl-table K --table T --stream S [--kcl-stream-key KEY]
+//!                        [--dry-run] [--force] [--failover-time 10s]
+//!                        [--at-timestamp RFC3339] [--json]
 //! ```
 //!
 //! Results go to stdout (an aligned table, or JSON with `--json`), progress and errors to
@@ -19,7 +22,8 @@
 //! [`lag`] reads how far behind a checkpoint is from one probe page, [`render`] prints
 //! tables and JSON. [`commands`] gathers the observations, carries out the plan with fenced
 //! writes ([`LeaseStore::evict`](kinesis_lease_core::LeaseStore::evict)) and prints;
-//! [`aws`] builds the clients from the standard AWS chain.
+//! [`aws`] builds the clients from the standard AWS chain. [`import`] runs `import-kcl`
+//! through the `kinesis-kcl-import` crate, whose rules are pure and unit-tested there.
 //!
 //! # Writes
 //!
@@ -35,6 +39,7 @@ pub mod args;
 pub mod aws;
 pub mod commands;
 pub mod error;
+pub mod import;
 pub mod lag;
 pub mod render;
 pub mod target;
@@ -64,6 +69,15 @@ pub async fn run_with<O: Write, E: Write>(
         Command::Members(args) => commands::members(ctx, args, &mut io).await,
         Command::Release(args) => commands::release(ctx, args, &mut io).await,
         Command::Reset(args) => commands::reset(ctx, args, &mut io).await,
+        Command::ImportKcl(args) => {
+            let aws = ctx.aws.as_ref().ok_or_else(|| CliError::Invalid {
+                what: "command".into(),
+                reason: "import-kcl reads the KCL's DynamoDB table and needs an AWS configuration"
+                    .into(),
+            })?;
+            let kcl = kinesis_kcl_import::KclImport::dynamo(aws, args.kcl_table.clone());
+            import::import_kcl(ctx, kcl, args, &mut io).await
+        }
     }
 }
 
@@ -78,6 +92,7 @@ pub async fn run<O: Write, E: Write>(cli: &Cli, out: &mut O, err: &mut E) -> Res
         Command::Members(a) => &a.table.table,
         Command::Release(a) => &a.table.table,
         Command::Reset(a) => &a.table.table,
+        Command::ImportKcl(a) => &a.table.table,
     };
     let ctx = aws::connect(cli.region.clone(), table).await?;
     run_with(cli, &ctx, out, err).await

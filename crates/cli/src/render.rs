@@ -76,11 +76,11 @@ pub fn lease_line(row: &Lease, probe: Option<&Probe>) -> LeaseLine {
     line
 }
 
-fn or_dash(value: Option<&str>) -> String {
+pub(crate) fn or_dash(value: Option<&str>) -> String {
     value.unwrap_or("-").to_owned()
 }
 
-fn table(header: &[&str]) -> Table {
+pub(crate) fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table.load_preset(NOTHING).set_header(header.to_vec());
     table

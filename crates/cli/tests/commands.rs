@@ -22,6 +22,7 @@ fn ctx(store: &MemoryLeaseStore) -> Context {
         store: Arc::new(store.clone()),
         dynamo: None,
         kinesis: None,
+        aws: None,
     }
 }
 

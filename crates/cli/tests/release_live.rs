@@ -104,6 +104,7 @@ async fn run(table: &MemoryLeaseTable, args: &str) -> String {
         store,
         dynamo: None,
         kinesis: None,
+        aws: None,
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     run_with(&cli, &ctx, &mut out, &mut err)

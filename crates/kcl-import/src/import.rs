@@ -1,0 +1,556 @@
+//! `KclImport`: the import's I/O. It reads the KCL's table, the stream's shards and this
+//! library's rows, hands them to the pure rules (`select`, `plan`, `liveness`), and carries
+//! out the plan with conditional writes.
+//!
+//! # Order
+//!
+//! 1. Read and plan, and ask Kinesis for an iterator at every sequence number the plan would
+//!    write (a KCL table of another stream has checkpoints this stream's shards do not hold).
+//!    A dry run stops here; so does a plan that writes nothing (a second import), without
+//!    watching the KCL: an import that writes nothing cannot race it.
+//! 2. Watch the KCL's leases of the stream for one failover time: a counter that moves means
+//!    KCL workers still run, and the import is refused (or, forced, goes on with a warning).
+//! 3. Read and plan again (the KCL's rows as last watched, this library's rows now), then
+//!    write: a missing row is created only if it is still missing, a row behind is moved
+//!    forward fenced on the counter read; a write that loses its condition re-reads the row
+//!    and decides again (never moving it back). The stream's epoch is bumped, so running
+//!    brokers notice at once.
+//! 4. Read the KCL's rows once more: one written since the watch means a KCL worker came back
+//!    during the import ([`ImportError::KclResumed`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_types::SdkConfig;
+use kinesis_lease_core::{Checkpoint, ErrorChain, Lease, LeaseKey, LeaseStore};
+use kinesis_shard_reader::{KinesisApi, ReaderError, Shard, StartAt};
+use tokio::time::Instant;
+
+use crate::liveness::{moved, reading, Verdict, Watch};
+use crate::plan::{plan, Action, Step};
+use crate::select::{select, KclMode, SelectError, Selection};
+use crate::{DynamoKclTable, ImportError, KclTable};
+
+/// The KCL's default failover time (`LeaseManagementConfig.failoverTimeMillis`).
+pub const DEFAULT_FAILOVER: Duration = Duration::from_secs(10);
+
+/// Attempts per row when a conditional write loses to another writer.
+const WRITE_ATTEMPTS: usize = 3;
+
+/// What an import runs against: this library's lease store and table name, and Kinesis.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// This library's lease store.
+    pub store: &'a dyn LeaseStore,
+    /// Its table's name, for messages.
+    pub table: &'a str,
+    /// Kinesis, to list the stream's shards.
+    pub kinesis: &'a dyn KinesisApi,
+}
+
+/// What an import did (or, dry, would do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportReport {
+    /// The stream.
+    pub stream: String,
+    /// The KCL table.
+    pub kcl_table: String,
+    /// How the stream's rows were recognised.
+    pub mode: KclMode,
+    /// One step per shard, sorted.
+    pub steps: Vec<Step>,
+    /// True for a dry run: nothing was written.
+    pub dry_run: bool,
+    /// The window the KCL was watched for, when it was.
+    pub watched: Option<Duration>,
+    /// Rows of the KCL table that are not leases (KCL 3.5's worker metrics, coordinator).
+    pub other_entities: usize,
+    /// What the caller should know (a forced import, a KCL still live).
+    pub warnings: Vec<String>,
+}
+
+impl ImportReport {
+    /// An empty report of `stream` from `kcl_table` (for tools that render reports).
+    pub fn new(stream: impl Into<String>, kcl_table: impl Into<String>, mode: KclMode) -> Self {
+        Self {
+            stream: stream.into(),
+            kcl_table: kcl_table.into(),
+            mode,
+            steps: Vec::new(),
+            dry_run: false,
+            watched: None,
+            other_entities: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// How many rows were written (or, dry, would be).
+    pub fn written(&self) -> usize {
+        self.steps.iter().filter(|s| s.action.writes()).count()
+    }
+}
+
+/// Imports a KCL application's leases of one stream into this library's lease table.
+///
+/// # Examples
+///
+/// ```no_run
+/// use kinesis_kcl_import::{KclImport, Target};
+/// # async fn f(aws: &aws_types::SdkConfig, store: &dyn kinesis_lease_core::LeaseStore,
+/// #            kinesis: &dyn kinesis_shard_reader::KinesisApi) -> Result<(), Box<dyn std::error::Error>> {
+/// let import = KclImport::dynamo(aws, "orders-kcl-app");
+/// let target = Target { store, table: "orders-leases", kinesis };
+/// let report = import.run(target, "orders", |note| eprintln!("{note}")).await?;
+/// println!("{} rows written", report.written());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct KclImport {
+    table: Arc<dyn KclTable>,
+    stream_key: Option<String>,
+    failover: Duration,
+    force: bool,
+    at_timestamp_ms: Option<u64>,
+}
+
+impl KclImport {
+    /// An import from `table`.
+    pub fn new(table: impl KclTable + 'static) -> Self {
+        Self {
+            table: Arc::new(table),
+            stream_key: None,
+            failover: DEFAULT_FAILOVER,
+            force: false,
+            at_timestamp_ms: None,
+        }
+    }
+
+    /// An import from the KCL's DynamoDB table `table` (the application name, unless the
+    /// application configured another).
+    pub fn dynamo(config: &SdkConfig, table: impl Into<String>) -> Self {
+        Self::new(DynamoKclTable::new(config, table))
+    }
+
+    /// The multi-stream identifier (`account:stream:creationEpoch`) whose leases to import,
+    /// when the stream name alone is ambiguous.
+    pub fn stream_key(mut self, key: impl Into<String>) -> Self {
+        self.stream_key = Some(key.into());
+        self
+    }
+
+    /// The KCL application's failover time (10 s by default): how long the KCL's counters
+    /// must stand still before the import writes.
+    pub fn failover_time(mut self, failover: Duration) -> Self {
+        self.failover = failover;
+        self
+    }
+
+    /// Writes even while KCL workers run, and moves rows held by brokers: with a warning.
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// The application's `AT_TIMESTAMP` start (ms since the epoch), for KCL leases that never
+    /// checkpointed and store only the sentinel `AT_TIMESTAMP`.
+    pub fn at_timestamp_ms(mut self, ms: u64) -> Self {
+        self.at_timestamp_ms = Some(ms);
+        self
+    }
+
+    /// The KCL table's name.
+    pub fn kcl_table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// The plan, without writing anything or watching the KCL (a dry run).
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), except the refusals that come from watching and writing.
+    pub async fn plan(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+    ) -> Result<ImportReport, ImportError> {
+        let (selection, listed) = self.read_kcl(target, stream).await?;
+        let report = self
+            .report(target, stream, &selection, &listed, true)
+            .await?;
+        self.probe(target, stream, &report).await?;
+        Ok(report)
+    }
+
+    /// Imports the KCL's leases of `stream`; `notes` receives progress and warnings.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::KclRunning`] when a KCL lease of the stream moved within the failover
+    /// time (nothing written); [`ImportError::Refused`] for a row of ours held by a broker and
+    /// behind the KCL (nothing written), or one that kept changing; [`ImportError::KclResumed`]
+    /// when the KCL wrote its table during the writes; the reading errors
+    /// ([`ImportError::NoLeases`], [`ImportError::AmbiguousStream`],
+    /// [`ImportError::ForeignShards`], [`ImportError::Unmappable`], ...) and the failures of
+    /// the tables and of Kinesis.
+    pub async fn run<F: FnMut(&str)>(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        mut notes: F,
+    ) -> Result<ImportReport, ImportError> {
+        let (selection, listed) = self.read_kcl(target, stream).await?;
+        let first = self
+            .report(target, stream, &selection, &listed, false)
+            .await?;
+        self.refusals(target, stream, &first)?;
+        if first.written() == 0 {
+            return Ok(first);
+        }
+        self.probe(target, stream, &first).await?;
+        let mut warnings = Vec::new();
+        let last = self
+            .watch(stream, &selection, &mut notes, &mut warnings)
+            .await?;
+        let mut report = self.report(target, stream, &last, &listed, false).await?;
+        self.refusals(target, stream, &report)?;
+        report.watched = Some(self.failover);
+        let mut wrote = false;
+        for step in &mut report.steps {
+            if self.write(target, stream, &last, &listed, step).await? {
+                wrote = true;
+            }
+        }
+        if wrote {
+            target
+                .store
+                .bump_epoch(stream)
+                .await
+                .map_err(|source| store_error(target, stream, source))?;
+        }
+        // A KCL worker that came back during the writes.
+        let after = self.select(stream, self.table.scan().await?)?;
+        if let Some(movement) = moved(&reading(&last.leases), &reading(&after.leases)) {
+            if !self.force {
+                return Err(ImportError::KclResumed {
+                    table: self.table.name().to_owned(),
+                    stream: stream.to_owned(),
+                    movement: Box::new(movement),
+                });
+            }
+            warnings.push(format!("forced: {movement} during the import"));
+        }
+        for warning in &warnings {
+            notes(&format!("warning: {warning}"));
+        }
+        report.warnings = warnings;
+        Ok(report)
+    }
+
+    fn select(&self, stream: &str, rows: Vec<crate::KclRow>) -> Result<Selection, ImportError> {
+        let table = self.table.name().to_owned();
+        select(&rows, stream, self.stream_key.as_deref()).map_err(|e| match e {
+            SelectError::NoLeases { hint } => ImportError::NoLeases {
+                table,
+                stream: stream.to_owned(),
+                hint,
+            },
+            SelectError::Ambiguous { candidates } => ImportError::AmbiguousStream {
+                table,
+                stream: stream.to_owned(),
+                candidates,
+            },
+        })
+    }
+
+    /// The KCL's leases of the stream and the stream's shards, checked against each other.
+    async fn read_kcl(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+    ) -> Result<(Selection, Vec<Shard>), ImportError> {
+        let selection = self.select(stream, self.table.scan().await?)?;
+        let listed =
+            target
+                .kinesis
+                .list_shards(stream)
+                .await
+                .map_err(|source| ImportError::Kinesis {
+                    stream: stream.to_owned(),
+                    source: Box::new(source),
+                })?;
+        let known = selection
+            .leases
+            .iter()
+            .any(|l| listed.iter().any(|s| s.id == l.shard));
+        if !known {
+            let mut shards: Vec<&str> = selection.leases.iter().map(|l| l.shard.as_str()).collect();
+            let more = shards.len().saturating_sub(4);
+            shards.truncate(4);
+            let mut shards = shards.join(", ");
+            if more > 0 {
+                shards.push_str(&format!(" and {more} more"));
+            }
+            return Err(ImportError::ForeignShards {
+                table: self.table.name().to_owned(),
+                stream: stream.to_owned(),
+                shards,
+            });
+        }
+        Ok((selection, listed))
+    }
+
+    async fn ours(&self, target: Target<'_>, stream: &str) -> Result<Vec<Lease>, ImportError> {
+        target
+            .store
+            .list(stream)
+            .await
+            .map_err(|source| store_error(target, stream, source))
+    }
+
+    async fn report(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        selection: &Selection,
+        listed: &[Shard],
+        dry_run: bool,
+    ) -> Result<ImportReport, ImportError> {
+        let ours = self.ours(target, stream).await?;
+        let steps = plan(
+            stream,
+            &selection.leases,
+            listed,
+            &ours,
+            self.at_timestamp_ms,
+            self.force,
+        )
+        .map_err(|u| ImportError::Unmappable {
+            table: self.table.name().to_owned(),
+            stream: stream.to_owned(),
+            shard: u.shard,
+            reason: u.reason,
+        })?;
+        Ok(ImportReport {
+            stream: stream.to_owned(),
+            kcl_table: self.table.name().to_owned(),
+            mode: selection.mode.clone(),
+            steps,
+            dry_run,
+            watched: None,
+            other_entities: selection.other_entities,
+            warnings: Vec::new(),
+        })
+    }
+
+    fn refusals(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        report: &ImportReport,
+    ) -> Result<(), ImportError> {
+        let refused: Vec<&Step> = report
+            .steps
+            .iter()
+            .filter(|s| s.action == Action::Refuse)
+            .collect();
+        match refused.first() {
+            None => Ok(()),
+            Some(step) => Err(ImportError::Refused {
+                table: target.table.to_owned(),
+                stream: stream.to_owned(),
+                shard: step.shard.clone(),
+                reason: if refused.len() > 1 {
+                    format!(
+                        "{} (and {} more); nothing was written",
+                        step.note,
+                        refused.len() - 1
+                    )
+                } else {
+                    format!("{}; nothing was written", step.note)
+                },
+            }),
+        }
+    }
+
+    /// Asks Kinesis for an iterator at each sequence number the plan would write: a KCL
+    /// checkpoint the stream's shard does not hold means the KCL table belongs to another
+    /// stream (single-stream tables do not name theirs, and shard ids repeat across streams).
+    async fn probe(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        report: &ImportReport,
+    ) -> Result<(), ImportError> {
+        for step in &report.steps {
+            let checkpoint = match &step.action {
+                Action::Create(row) => row.checkpoint.as_ref(),
+                Action::Advance { checkpoint, .. } => Some(checkpoint),
+                _ => None,
+            };
+            let Some(Checkpoint::Sequence(seq)) = checkpoint else {
+                continue;
+            };
+            let at = StartAt::AtSequence(seq.clone());
+            match target
+                .kinesis
+                .shard_iterator(stream, &step.shard, &at)
+                .await
+            {
+                Ok(_) => {}
+                Err(error @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+                    return Err(ImportError::Unmappable {
+                        table: self.table.name().to_owned(),
+                        stream: stream.to_owned(),
+                        shard: step.shard.clone(),
+                        reason: format!(
+                            "Kinesis does not know the KCL's checkpoint {} in this shard ({}): is \
+                             `{stream}` the stream this KCL application reads?",
+                            seq.number(),
+                            ErrorChain(&error)
+                        ),
+                    });
+                }
+                Err(source) => {
+                    return Err(ImportError::Kinesis {
+                        stream: stream.to_owned(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Watches the KCL's leases for one failover time; the last reading.
+    async fn watch<F: FnMut(&str)>(
+        &self,
+        stream: &str,
+        first: &Selection,
+        notes: &mut F,
+        warnings: &mut Vec<String>,
+    ) -> Result<Selection, ImportError> {
+        let mut watch = Watch::new(self.failover, &first.leases);
+        notes(&format!(
+            "watching the KCL's leases of `{stream}` in `{}` for {:.1} s (live KCL workers renew within it)",
+            self.table.name(),
+            self.failover.as_secs_f64()
+        ));
+        let started = Instant::now();
+        loop {
+            let left = watch.window().saturating_sub(started.elapsed());
+            tokio::time::sleep(left.min(watch.every())).await;
+            let last = self.select(stream, self.table.scan().await?)?;
+            watch.look(&last.leases, started.elapsed());
+            match watch.verdict() {
+                Verdict::Watching => {}
+                Verdict::Still => return Ok(last),
+                Verdict::Live(movement) if self.force => {
+                    warnings.push(format!(
+                        "forced while KCL workers run: {movement}; the KCL and the brokers may both read the stream"
+                    ));
+                    return Ok(last);
+                }
+                Verdict::Live(movement) => {
+                    return Err(ImportError::KclRunning {
+                        table: self.table.name().to_owned(),
+                        stream: stream.to_owned(),
+                        movement: Box::new(movement),
+                        window: self.failover,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Carries out one step; true when it wrote.
+    async fn write(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        kcl: &Selection,
+        listed: &[Shard],
+        step: &mut Step,
+    ) -> Result<bool, ImportError> {
+        let shard = step.shard.clone();
+        let refused = |reason: String| ImportError::Refused {
+            table: target.table.to_owned(),
+            stream: stream.to_owned(),
+            shard: shard.clone(),
+            reason,
+        };
+        let key = LeaseKey::new(stream, step.shard.as_str())
+            .map_err(|source| store_error(target, stream, source))?;
+        let mut action = step.action.clone();
+        for _ in 0..WRITE_ATTEMPTS {
+            let landed = match &action {
+                Action::Create(row) => target
+                    .store
+                    .create(row)
+                    .await
+                    .map_err(|source| store_error(target, stream, source))?,
+                Action::Advance { fence, checkpoint } => target
+                    .store
+                    .evict(&key, *fence, Some(checkpoint))
+                    .await
+                    .map_err(|source| store_error(target, stream, source))?
+                    .is_written(),
+                _ => return Ok(false),
+            };
+            if landed {
+                step.action = action;
+                return Ok(true);
+            }
+            // Written by another since it was read: decide again from the row as it is now.
+            let now = target
+                .store
+                .read(&key)
+                .await
+                .map_err(|source| store_error(target, stream, source))?;
+            let replanned = plan(
+                stream,
+                &kcl.leases,
+                listed,
+                now.as_slice(),
+                self.at_timestamp_ms,
+                self.force,
+            )
+            .map_err(|u| refused(u.reason))?;
+            let again = replanned
+                .into_iter()
+                .find(|s| s.shard == shard)
+                .ok_or_else(|| refused("the shard left the plan".into()))?;
+            step.before = again.before.clone();
+            step.after = again.after.clone();
+            step.note = format!("written meanwhile by another writer; {}", again.note);
+            match again.action {
+                Action::Refuse => {
+                    return Err(refused(format!("{} (written meanwhile)", again.note)))
+                }
+                Action::Leave | Action::Skip => {
+                    step.action = Action::Leave;
+                    return Ok(false);
+                }
+                next => action = next,
+            }
+        }
+        Err(refused(format!(
+            "the row kept changing over {WRITE_ATTEMPTS} attempts; import again"
+        )))
+    }
+}
+
+fn store_error(
+    target: Target<'_>,
+    stream: &str,
+    source: kinesis_lease_core::LeaseError,
+) -> ImportError {
+    ImportError::Store {
+        table: target.table.to_owned(),
+        stream: stream.to_owned(),
+        source: Box::new(source),
+    }
+}
+
+#[cfg(test)]
+mod tests;
