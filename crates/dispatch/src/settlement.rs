@@ -333,6 +333,18 @@ impl ShardSettlement {
     /// Every unsettled delivery that failed at least once, in the shard's order (a scan of the
     /// window: for reports, not for every record).
     pub fn failing(&self) -> Vec<Stuck> {
+        self.failing_up_to(usize::MAX)
+    }
+
+    /// The oldest unsettled delivery that failed at least once, if any (a scan of the window
+    /// up to it: for stats, not for every record).
+    pub fn first_failing(&self) -> Option<Stuck> {
+        self.failing_up_to(1).pop()
+    }
+
+    /// Up to `most` unsettled deliveries that failed at least once, oldest first; each one's
+    /// `window` counts the entries from it on.
+    fn failing_up_to(&self, most: usize) -> Vec<Stuck> {
         let window = self.window();
         let len = window.entries.len() as u64;
         window
@@ -340,21 +352,9 @@ impl ShardSettlement {
             .iter()
             .enumerate()
             .filter(|(_, e)| !e.settled && e.attempts > 0)
+            .take(most)
             .map(|(i, e)| self.stuck_of(e, len - i as u64))
             .collect()
-    }
-
-    /// The oldest unsettled delivery that failed at least once, if any (a scan of the window
-    /// up to it: for stats, not for every record).
-    pub fn first_failing(&self) -> Option<Stuck> {
-        let window = self.window();
-        let len = window.entries.len() as u64;
-        window
-            .entries
-            .iter()
-            .enumerate()
-            .find(|(_, e)| !e.settled && e.attempts > 0)
-            .map(|(i, e)| self.stuck_of(e, len - i as u64))
     }
 
     /// When the oldest record read and not settled arrived in Kinesis (the head of the
