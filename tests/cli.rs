@@ -18,34 +18,6 @@ use kinesis_broker::{DynamoLeaseStore, StartAt};
 use kinesis_integ::*;
 use serde_json::Value;
 
-fn binary() -> PathBuf {
-    std::env::var_os("KINESIS_BROKER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            panic!(
-                "KINESIS_BROKER_BIN is not set: run the integration suite with `cargo xtask \
-                 integ`, which builds the kinesis-broker binary"
-            )
-        })
-}
-
-/// Runs the binary with `args` in `account` (the endpoints come from this process's
-/// environment, as `cargo xtask integ` set them).
-async fn run(account: &str, args: &[&str]) -> Output {
-    endpoint(Service::Dynamodb);
-    endpoint(Service::Kinesis);
-    tokio::process::Command::new(binary())
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", account)
-        .env("AWS_SECRET_ACCESS_KEY", "integ-secret")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_PROFILE")
-        .output()
-        .await
-        .expect("run kinesis-broker")
-}
-
 struct Cli {
     account: String,
     table: String,
@@ -57,7 +29,7 @@ impl Cli {
     async fn expect(&self, code: i32, verb: &str, extra: &[&str]) -> (String, String) {
         let mut args = vec![verb, "--table", &self.table, "--stream", &self.stream];
         args.extend_from_slice(extra);
-        let out = run(&self.account, &args).await;
+        let out = run_cli(&self.account, &args).await;
         let (stdout, stderr) = (
             String::from_utf8(out.stdout).unwrap(),
             String::from_utf8(out.stderr).unwrap(),
@@ -222,14 +194,14 @@ async fn every_command_against_a_live_broker_then_after_its_shutdown() {
         stderr.contains("shardId-999999") && stderr.contains(&stream) && stderr.contains(&table),
         "{stderr}"
     );
-    let missing = run(
+    let missing = run_cli(
         &account,
         &["leases", "--table", "no-such-table", "--stream", &stream],
     )
     .await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("`no-such-table` does not exist"));
-    let usage = run(&account, &["reset", "--table", &table, "--stream", &stream]).await;
+    let usage = run_cli(&account, &["reset", "--table", &table, "--stream", &stream]).await;
     assert_eq!(usage.status.code(), Some(2));
 
     // After a's shutdown: released rows, checkpoints kept, a gone from the roster.
@@ -337,7 +309,7 @@ async fn every_command_against_a_live_broker_then_after_its_shutdown() {
 
 #[tokio::test]
 async fn a_missing_region_is_a_usage_error_naming_it() {
-    let out = tokio::process::Command::new(binary())
+    let out = tokio::process::Command::new(cli_binary())
         .args(["leases", "--table", "t", "--stream", "s"])
         .env_remove("AWS_REGION")
         .env_remove("AWS_DEFAULT_REGION")

@@ -34,22 +34,6 @@ const PER_SHARD: usize = 600;
 /// The shard whose records are KPL aggregates, and whose KCL checkpoint falls inside one.
 const AGGREGATED: usize = 2;
 
-/// Runs the `kinesis-broker` binary in `account`.
-async fn cli(account: &str, args: &[&str]) -> Output {
-    let binary = std::env::var_os("KINESIS_BROKER_BIN")
-        .expect("KINESIS_BROKER_BIN is not set: run the suite with `cargo xtask integ`");
-    tokio::process::Command::new(binary)
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", account)
-        .env("AWS_SECRET_ACCESS_KEY", "integ-secret")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_PROFILE")
-        .output()
-        .await
-        .expect("run kinesis-broker")
-}
-
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -172,7 +156,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         "--failover-time",
         "3s",
     ];
-    let out = cli(&account, &import).await;
+    let out = run_cli(&account, &import).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(
         out.status.code(),
@@ -205,7 +189,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
 
     let mut dry = import.to_vec();
     dry.push("--dry-run");
-    let out = cli(&account, &dry).await;
+    let out = run_cli(&account, &dry).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     eprintln!(
@@ -219,7 +203,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
 
     let mut json = import.to_vec();
     json.push("--json");
-    let out = cli(&account, &json).await;
+    let out = run_cli(&account, &json).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let lines: Vec<Value> = serde_json::from_str(&stdout).expect("json");
@@ -245,7 +229,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         lines[AGGREGATED]
     );
 
-    let out = cli(&account, &json).await;
+    let out = run_cli(&account, &json).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let again: Vec<Value> = serde_json::from_str(&stdout).expect("json");

@@ -353,3 +353,32 @@ pub async fn wait_for_distinct(log: &Log, n: usize, limit: std::time::Duration) 
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The `kinesis-broker` binary `cargo xtask integ` built (`KINESIS_BROKER_BIN`).
+pub fn cli_binary() -> std::path::PathBuf {
+    std::env::var_os("KINESIS_BROKER_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "KINESIS_BROKER_BIN is not set: run the integration suite with `cargo xtask \
+                 integ`, which builds the kinesis-broker binary"
+            )
+        })
+}
+
+/// Runs the `kinesis-broker` binary with `args` in `account` (the endpoints come from this
+/// process's environment, as `cargo xtask integ` set them).
+pub async fn run_cli(account: &str, args: &[&str]) -> std::process::Output {
+    endpoint(Service::Dynamodb);
+    endpoint(Service::Kinesis);
+    tokio::process::Command::new(cli_binary())
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", account)
+        .env("AWS_SECRET_ACCESS_KEY", "integ-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .await
+        .expect("run kinesis-broker")
+}
