@@ -8,8 +8,6 @@
 //! the rows are free and `a` has left; `reset --all --to trim-horizon` is seen in the next
 //! listing (with every record behind), and broker `b` started then reads every record again.
 
-use std::path::PathBuf;
-use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
