@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 fn main() -> ExitCode {
-    // `RUST_LOG=kinesis_shard_reader=debug` shows the brokers' own logs for a replayed seed.
+    // `RUST_LOG=kinesis_fleet=debug,kinesis_shard_reader=debug` shows the brokers' own logs for a replayed seed.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -6,6 +6,7 @@ mod bench;
 mod emulators;
 mod integ;
 mod kcl;
+mod layout;
 mod sim;
 
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ jobs:
                      and print one table of figures
   sim --seed N       replay one seed of the fleet simulation, with its history on failure
   sim --seeds N [--from M]
-                     run a campaign of N simulation seeds (release build)";
+                     run a campaign of N simulation seeds (release build)
+  layout             check the library crates' layout: no source file over 800 lines, no
+                     import cycles between the files of a crate";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,6 +31,7 @@ fn main() {
         Some("integ") => integ::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("sim") => sim::run(&args[1..]),
+        Some("layout") => layout::run(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

@@ -2,7 +2,7 @@
 //!
 //! `cargo xtask sim --seed N` replays one seed and prints its history when it fails (add
 //! `--history` to print it anyway); `cargo xtask sim --seeds N [--from M]` runs a campaign of
-//! N seeds. `RUST_LOG=kinesis_shard_reader=debug` shows the brokers' own logs of a replay.
+//! N seeds. `RUST_LOG=kinesis_fleet=debug,kinesis_shard_reader=debug` shows the brokers' own logs of a replay.
 
 use std::process::Command;
 

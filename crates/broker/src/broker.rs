@@ -6,13 +6,14 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use kinesis_lease_core::{Clock, LeaseStore, SystemClock};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::{validate_stream_name, AwsKinesis, KinesisApi};
+use kinesis_stream_aws::AwsKinesis;
+use kinesis_stream_core::{validate_stream_name, KinesisApi};
 
 use crate::error::stream_error;
 use crate::mount::Mount;
 use crate::owner::default_owner_id;
+use crate::registered::Subscription;
 use crate::shutdown::ShutdownHandle;
-use crate::subscription::{Subscription, SubscriptionBuilder};
 use crate::timings::Timings;
 use crate::BrokerError;
 
@@ -184,11 +185,6 @@ impl Broker {
     /// before `start()` is kept.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
-    }
-
-    /// Starts a subscription to `stream`; finish it with `handle(..)` or `stream()`.
-    pub fn subscribe(&mut self, stream: impl Into<String>) -> SubscriptionBuilder<'_> {
-        SubscriptionBuilder::new(self, stream.into())
     }
 
     pub(crate) fn add(&mut self, subscription: Subscription) -> Result<(), BrokerError> {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kinesis_dispatch::DispatchError;
 use kinesis_lease_core::LeaseError;
-use kinesis_shard_reader::ReaderError;
+use kinesis_stream_core::ReaderError;
 
 /// Errors of the broker, each naming the stream or table concerned.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +40,7 @@ pub enum BrokerError {
         stream: String,
         /// The probe's finding.
         #[source]
-        source: Box<kinesis_shard_reader::ReaderError>,
+        source: Box<kinesis_stream_core::ReaderError>,
     },
     /// An AWS client has no region (or no credentials provider) configured, so no call could
     /// be signed: checked by `build()` for an `sdk_config(..)` and a DynamoDB lease table, and

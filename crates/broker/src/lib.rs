@@ -59,8 +59,8 @@ mod broker;
 mod error;
 mod mount;
 mod owner;
-mod publish_plan;
 mod publisher;
+mod registered;
 mod running;
 mod shutdown;
 mod startup;
@@ -73,7 +73,7 @@ mod timings;
 pub use broker::TableSetup;
 pub use broker::{Broker, BrokerBuilder};
 pub use error::BrokerError;
-pub use publisher::{Published, Publisher};
+pub use publisher::Publisher;
 pub use running::RunningBroker;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::{BrokerStats, ShardStats, StatsHandle, StreamStats, Totals};
@@ -84,6 +84,8 @@ pub use kinesis_dispatch::{
     BatchFailure, Delivery, DeliveryStream, DispatchError, HandlerError, Permanent, RetryPolicy,
     Stuck,
 };
+#[doc(inline)]
+pub use kinesis_fleet::{Hooks, Release, ShardInfo};
 #[cfg(feature = "kcl-import")]
 #[doc(inline)]
 pub use kinesis_kcl_import::{
@@ -97,9 +99,13 @@ pub use kinesis_lease_dynamo::{DynamoLeaseError, DynamoLeaseStore};
 #[doc(inline)]
 pub use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
 #[doc(inline)]
-pub use kinesis_shard_reader::{
-    AwsKinesis, Hooks, KplStats, PutEntry, ReaderError, Release, ShardInfo, StartAt,
-};
+pub use kinesis_publisher::Published;
+#[doc(inline)]
+pub use kinesis_shard_reader::KplStats;
+#[doc(inline)]
+pub use kinesis_stream_aws::AwsKinesis;
+#[doc(inline)]
+pub use kinesis_stream_core::{PutEntry, ReaderError, StartAt};
 
 /// The lease contract, for writing a lease store of your own: the [`LeaseStore`](lease::LeaseStore)
 /// trait, its rows and outcomes, and the clocks. A store depends on `kinesis-lease-core` alone;
@@ -124,9 +130,11 @@ pub mod kinesis {
     #[doc(inline)]
     pub use kinesis_lease_core::{BoxFuture, SequenceNumber};
     #[doc(inline)]
-    pub use kinesis_shard_reader::{
-        AwsKinesis, ConsumerStatus, KinesisApi, PutEntry, PutOutcome, ReaderError, RecordsPage,
-        Shard, ShardEvent, ShardSubscription, StartAt, StreamConsumer,
+    pub use kinesis_stream_aws::AwsKinesis;
+    #[doc(inline)]
+    pub use kinesis_stream_core::{
+        ConsumerStatus, KinesisApi, PutEntry, PutOutcome, ReaderError, RecordsPage, Shard,
+        ShardEvent, ShardSubscription, StartAt, StreamConsumer,
     };
 }
 
@@ -138,7 +146,7 @@ pub mod testing {
     #[doc(inline)]
     pub use kinesis_lease_core::ManualClock;
     #[doc(inline)]
-    pub use kinesis_shard_reader::{hash_key, ConsumerDeletion, MemoryStream, Op, StoredRecord};
+    pub use kinesis_stream_memory::{hash_key, ConsumerDeletion, MemoryStream, Op, StoredRecord};
 }
 
 /// The README's usage example, compiled as a doctest.

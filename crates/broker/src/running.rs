@@ -25,8 +25,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use kinesis_dispatch::DispatchHandle;
+use kinesis_fleet::CoordinatorHandle;
 use kinesis_lease_core::LeaseStore;
-use kinesis_shard_reader::CoordinatorHandle;
 
 use crate::mount::Mount;
 use crate::shutdown::{ShutdownHandle, ShutdownReport};

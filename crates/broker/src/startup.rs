@@ -8,8 +8,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use kinesis_dispatch::Dispatcher;
+use kinesis_fleet::{Coordinator, ReaderConfig};
 use kinesis_lease_core::{ErrorChain, LeaseError};
-use kinesis_shard_reader::{Coordinator, ReaderConfig, ReaderError};
+use kinesis_stream_core::ReaderError;
 use tokio::time::Instant;
 
 use crate::error::stream_error;

@@ -1,6 +1,6 @@
 //! `BrokerStats`: what a running broker holds and how far it got, for dashboards and tests.
 
-pub use kinesis_shard_reader::ShardStats;
+pub use kinesis_fleet::ShardStats;
 
 /// Every subscription's held shards.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -59,7 +59,7 @@ pub struct Totals {
 /// task while the broker runs, including while `run_until` holds it.
 #[derive(Debug, Clone)]
 pub struct StatsHandle {
-    pub(crate) sources: Vec<kinesis_shard_reader::StatsSource>,
+    pub(crate) sources: Vec<kinesis_fleet::StatsSource>,
 }
 
 impl StatsHandle {

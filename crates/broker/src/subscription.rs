@@ -7,26 +7,17 @@ use kinesis_dispatch::{
     channel, channel_for, BatchFailure, Delivery, DeliveryReceiver, DeliverySender, DeliveryStream,
     DispatchConfig, Handler, HandlerError, RetryPolicy, Workers, DEFAULT_CAPACITY,
 };
-use kinesis_shard_reader::{Hooks, StartAt};
+use kinesis_fleet::Hooks;
+use kinesis_stream_core::StartAt;
 
+use crate::registered::Subscription;
 use crate::{Broker, BrokerError};
 
-/// A registered subscription, waiting for `start()`.
-#[derive(Debug)]
-pub(crate) struct Subscription {
-    pub(crate) stream: String,
-    pub(crate) start_at: StartAt,
-    pub(crate) reposition: Option<StartAt>,
-    pub(crate) reposition_marker: Option<String>,
-    pub(crate) records_per_call: usize,
-    pub(crate) max_unsettled: usize,
-    pub(crate) fan_out: Option<String>,
-    pub(crate) hooks: Hooks,
-    #[cfg(feature = "kcl-import")]
-    pub(crate) kcl_import: Option<kinesis_kcl_import::KclImport>,
-    pub(crate) sender: DeliverySender,
-    /// `None` for a stream subscription: the user holds the receiver.
-    pub(crate) dispatch: Option<(DeliveryReceiver, Handler, DispatchConfig)>,
+impl Broker {
+    /// Starts a subscription to `stream`; finish it with `handle(..)` or `stream()`.
+    pub fn subscribe(&mut self, stream: impl Into<String>) -> SubscriptionBuilder<'_> {
+        SubscriptionBuilder::new(self, stream.into())
+    }
 }
 
 /// Configures a subscription; finish with [`handle`](Self::handle), [`batch`](Self::batch) or
@@ -350,7 +341,7 @@ impl<'b> SubscriptionBuilder<'b> {
         batch_size: usize,
     ) -> Result<(), BrokerError> {
         let records_per_call = self.records_per_call.unwrap_or(if batch_size > 1 {
-            kinesis_shard_reader::ReaderConfig::records_per_call_for(batch_size)
+            kinesis_fleet::ReaderConfig::records_per_call_for(batch_size)
         } else {
             1_000
         });

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kinesis_shard_reader::ReaderConfig;
+use kinesis_fleet::ReaderConfig;
 
 use crate::BrokerError;
 

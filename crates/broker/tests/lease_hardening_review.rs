@@ -353,7 +353,7 @@ fn no_work(_: &str) -> Duration {
 // Findings
 // ---------------------------------------------------------------------------------------------
 
-/// TWO OWNERS after a lost lease. When the keeper gives up (crates/shard-reader/src/keeper.rs
+/// TWO OWNERS after a lost lease. When the keeper gives up (crates/fleet/src/keeper.rs
 /// `lose`, at `sent + lease - renew`), it revokes the settlement, but a handler already running
 /// goes on (crates/dispatch/src/dispatcher.rs `run_one` never stops a running attempt). The
 /// only margin is the renew interval (3 s): a handler that runs longer than that past the stop

@@ -11,7 +11,7 @@ use kinesis_broker::{
     Publisher, PutEntry, StartAt,
 };
 use kinesis_lease_core::BoxFuture;
-use kinesis_shard_reader::{ReaderError, RecordsPage, Shard};
+use kinesis_stream_core::{ReaderError, RecordsPage, Shard};
 
 /// Kinesis that refuses each entry with probability `p` (seeded), as a throttled shard does,
 /// and refuses every call after the first `calls` (when set), as a revoked permission does.

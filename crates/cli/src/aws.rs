@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use kinesis_lease_dynamo::DynamoLeaseStore;
-use kinesis_shard_reader::AwsKinesis;
+use kinesis_stream_aws::AwsKinesis;
 
 use crate::commands::Context;
 use crate::CliError;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome};
 use kinesis_lease_dynamo::DynamoLeaseStore;
-use kinesis_shard_reader::KinesisApi;
+use kinesis_stream_core::KinesisApi;
 use tokio::time::Instant;
 
 use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};

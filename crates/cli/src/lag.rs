@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use kinesis_lease_core::{Checkpoint, Lease};
-use kinesis_shard_reader::{KinesisApi, ReaderError, StartAt};
+use kinesis_stream_core::{KinesisApi, ReaderError, StartAt};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 

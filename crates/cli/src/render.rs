@@ -283,7 +283,7 @@ mod tests {
     use super::*;
     use crate::lag::Behind;
     use kinesis_lease_core::{Checkpoint, LeaseKey, SequenceNumber};
-    use kinesis_shard_reader::ReaderError;
+    use kinesis_stream_core::ReaderError;
 
     fn row(shard: &str, owner: Option<&str>, cp: Option<Checkpoint>) -> Lease {
         let mut row = Lease::new(LeaseKey::new("s", shard).unwrap(), Vec::new());

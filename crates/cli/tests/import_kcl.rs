@@ -12,7 +12,7 @@ use kinesis_broker_cli::{Cli, CliError, Command};
 use kinesis_kcl_import::{ImportError, KclImport, KclRow, KclTable};
 use kinesis_lease_core::{BoxFuture, LeaseKey, LeaseStore};
 use kinesis_lease_memory::MemoryLeaseStore;
-use kinesis_shard_reader::MemoryStream;
+use kinesis_stream_memory::MemoryStream;
 use serde_json::Value;
 
 #[derive(Debug, Default)]

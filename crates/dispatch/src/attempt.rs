@@ -15,12 +15,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::batch::failed_with_followers;
-use crate::dispatcher::Ctx;
+use crate::ctx::Ctx;
 use crate::handler::{BatchHandler, Handler, OneHandler, Permanent};
 use crate::parking::{Parked, Parking};
 use crate::retry::Exhausted;
 use crate::{Delivery, DispatchError, HandlerError};
 
+/// The [`HandlerError`] a caught handler (or dead-letter callback) panic becomes, carrying
+/// its message when the payload is a string.
 pub(crate) fn panic_error(panic: Box<dyn std::any::Any + Send>) -> HandlerError {
     let message = panic
         .downcast_ref::<&str>()

@@ -1,14 +1,23 @@
-//! Batches: gathering one (up to its size, or what arrives within the window of its first
-//! record) and, when some of its records failed, which to retry so each key keeps its order.
+//! Batches: the [`Unit`] a loop hands the handler at once, gathering one (up to its size, or
+//! what arrives within the window of its first record) and, when some of its records failed,
+//! which to retry so each key keeps its order.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::dispatcher::{Rx, Unit};
 use crate::parking::Parking;
+use crate::rx::Rx;
 use crate::Delivery;
+
+/// What a loop hands the handler at once.
+pub(crate) enum Unit {
+    /// One delivery, for a one-record handler.
+    One(Delivery),
+    /// A batch of deliveries, for a batch handler.
+    Batch(Vec<Delivery>),
+}
 
 /// The unit beginning with `first`: itself, or a batch of up to `max` gathered within
 /// `window` of it. Records held back behind a parked one are queued behind it instead.

@@ -1,4 +1,5 @@
-//! `Record` (what a reader hands in) and `Delivery` (what a handler gets).
+//! `Delivery`: what a handler gets, one [`Record`] (what a reader hands in) with its place in
+//! its shard's settlement.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,40 +9,7 @@ use bytes::Bytes;
 use kinesis_lease_core::SequenceNumber;
 
 use crate::settlement::ShardSettlement;
-
-/// One Kinesis record as a shard reader hands it to dispatch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// The record's data.
-    pub payload: Bytes,
-    /// The partition key the producer gave (a sub-record's own key, for a de-aggregated KPL
-    /// record).
-    pub partition_key: String,
-    /// The explicit hash key the producer gave, if any (decimal); only de-aggregated KPL
-    /// sub-records carry one, since Kinesis does not return it for plain records.
-    pub explicit_hash_key: Option<String>,
-    /// Its sequence number (with a subsequence for a de-aggregated KPL record).
-    pub sequence: SequenceNumber,
-    /// When Kinesis received it, approximately.
-    pub arrival: Option<SystemTime>,
-}
-
-impl Record {
-    /// A record with no arrival time and no explicit hash key.
-    pub fn new(
-        payload: impl Into<Bytes>,
-        partition_key: impl Into<String>,
-        sequence: SequenceNumber,
-    ) -> Self {
-        Self {
-            payload: payload.into(),
-            partition_key: partition_key.into(),
-            explicit_hash_key: None,
-            sequence,
-            arrival: None,
-        }
-    }
-}
+use kinesis_stream_core::Record;
 
 struct Data {
     record: Record,

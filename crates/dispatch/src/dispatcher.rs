@@ -37,13 +37,13 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, Instant};
 
-use crate::batch::gather;
+use crate::batch::{gather, Unit};
+use crate::channel::Numbered;
+use crate::ctx::Ctx;
 use crate::parking::{Hold, Parking};
 use crate::router::{route, Pick};
-use crate::{
-    channel::Numbered, Delivery, DeliveryReceiver, DispatchConfig, DispatchError, Handler,
-    RetryPolicy, Workers,
-};
+use crate::rx::Rx;
+use crate::{Delivery, DeliveryReceiver, DispatchConfig, DispatchError, Handler, Workers};
 
 /// Starts the dispatch loops of one subscription.
 #[derive(Debug)]
@@ -207,16 +207,6 @@ impl DispatchHandle {
     }
 }
 
-pub(crate) struct Ctx {
-    pub(crate) handler: Handler,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) window: Duration,
-    pub(crate) closing: watch::Receiver<bool>,
-    /// Signalled each time a worker takes from its queue: a router whose every candidate
-    /// queue was full tries again (a permit is kept when it is not waiting yet).
-    pub(crate) room: Notify,
-}
-
 enum Source {
     /// The shared channel, this loop's alone (serial) or taken from side by side (unordered):
     /// the loop stops taking at `close()`.
@@ -230,39 +220,6 @@ enum Source {
         rx: mpsc::Receiver<Numbered>,
         signals: bool,
     },
-}
-
-/// The two kinds of queue a loop reads.
-pub(crate) trait Rx: Send {
-    fn recv(&mut self) -> impl std::future::Future<Output = Option<Delivery>> + Send;
-    fn try_recv(&mut self) -> Option<Delivery>;
-}
-
-impl Rx for DeliveryReceiver {
-    async fn recv(&mut self) -> Option<Delivery> {
-        DeliveryReceiver::recv(self).await
-    }
-    fn try_recv(&mut self) -> Option<Delivery> {
-        DeliveryReceiver::try_recv(self)
-    }
-}
-
-impl Rx for mpsc::Receiver<Numbered> {
-    async fn recv(&mut self) -> Option<Delivery> {
-        mpsc::Receiver::recv(self)
-            .await
-            .map(Numbered::into_delivery)
-    }
-    fn try_recv(&mut self) -> Option<Delivery> {
-        mpsc::Receiver::try_recv(self)
-            .ok()
-            .map(Numbered::into_delivery)
-    }
-}
-
-pub(crate) enum Unit {
-    One(Delivery),
-    Batch(Vec<Delivery>),
 }
 
 impl Source {

@@ -12,8 +12,10 @@ use crate::Delivery;
 /// The error a handler returns (or a panic turned into one).
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// A one-record handler, boxed so [`Handler`] is one type whatever the closure.
 pub(crate) type OneFn =
     Arc<dyn Fn(Delivery) -> BoxFuture<'static, Result<(), HandlerError>> + Send + Sync>;
+/// A batch handler, boxed the same way.
 pub(crate) type BatchFn =
     Arc<dyn Fn(Vec<Delivery>) -> BoxFuture<'static, Result<(), BatchFailure>> + Send + Sync>;
 

@@ -19,6 +19,7 @@ mod attempt;
 mod batch;
 mod channel;
 mod config;
+mod ctx;
 mod delivery;
 mod dispatcher;
 mod error;
@@ -28,6 +29,7 @@ mod metrics;
 mod parking;
 mod retry;
 mod router;
+mod rx;
 mod settlement;
 mod stream;
 
@@ -35,10 +37,11 @@ pub use channel::{
     channel, channel_for, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY,
 };
 pub use config::{DispatchConfig, Workers};
-pub use delivery::{Delivery, Record};
+pub use delivery::Delivery;
 pub use dispatcher::{DispatchHandle, Dispatcher};
 pub use error::DispatchError;
 pub use handler::{BatchFailure, BatchHandler, Handler, HandlerError, OneHandler, Permanent};
+pub use kinesis_stream_core::Record;
 pub use lane::{lane_of, LANE_HASH_KEYS};
 pub use retry::{Exhausted, RetryPolicy};
 pub use settlement::{CheckpointCursor, Progress, ShardSettlement, Stuck};

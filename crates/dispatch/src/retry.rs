@@ -21,6 +21,7 @@ use kinesis_lease_core::BoxFuture;
 
 use crate::{Delivery, HandlerError};
 
+/// The dead-letter callback of [`Exhausted::DeadLetter`], boxed.
 pub(crate) type DeadLetterFn = Arc<
     dyn Fn(Delivery, HandlerError) -> BoxFuture<'static, Result<(), HandlerError>> + Send + Sync,
 >;

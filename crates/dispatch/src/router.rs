@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::dispatcher::Ctx;
-use crate::{channel::Numbered, lane_of, DeliveryReceiver};
+use crate::channel::Numbered;
+use crate::ctx::Ctx;
+use crate::{lane_of, DeliveryReceiver};
 
 /// How the router picks a lane.
 #[derive(Clone, Copy)]
@@ -94,6 +95,7 @@ pub(crate) async fn route(
     }
 }
 
+/// What trying each candidate lane once came to.
 pub(crate) enum Placement {
     /// Sent to the candidate `start + i`.
     Placed(usize),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use kinesis_lease_core::{BoxError, LeaseError};
-use kinesis_shard_reader::ReaderError;
+use kinesis_stream_core::ReaderError;
 
 use crate::Movement;
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use aws_types::SdkConfig;
 use kinesis_lease_core::{Checkpoint, ErrorChain, Lease, LeaseKey, LeaseStore};
-use kinesis_shard_reader::{KinesisApi, ReaderError, Shard, StartAt};
+use kinesis_stream_core::{KinesisApi, ReaderError, Shard, StartAt};
 use tokio::time::Instant;
 
 use crate::liveness::{moved, reading, Verdict, Watch};
@@ -98,7 +98,7 @@ impl ImportReport {
 /// ```no_run
 /// use kinesis_kcl_import::{KclImport, Target};
 /// # async fn f(aws: &aws_types::SdkConfig, store: &dyn kinesis_lease_core::LeaseStore,
-/// #            kinesis: &dyn kinesis_shard_reader::KinesisApi) -> Result<(), Box<dyn std::error::Error>> {
+/// #            kinesis: &dyn kinesis_stream_core::KinesisApi) -> Result<(), Box<dyn std::error::Error>> {
 /// let import = KclImport::dynamo(aws, "orders-kcl-app");
 /// let target = Target { store, table: "orders-leases", kinesis };
 /// let report = import.run(target, "orders", |note| eprintln!("{note}")).await?;

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 
 use kinesis_lease_core::{rules, Checkpoint, Lease, LeaseKey};
-use kinesis_shard_reader::Shard;
+use kinesis_stream_core::Shard;
 
 use crate::mapping::{kcl_checkpoint, kcl_text, Reach};
 use crate::select::KclLease;

@@ -18,6 +18,7 @@ mod backoff;
 mod checkpoint;
 mod clock;
 mod error;
+mod holder;
 mod key;
 mod lease;
 #[cfg(feature = "testkit")]
@@ -31,6 +32,7 @@ pub use backoff::Backoff;
 pub use checkpoint::{Checkpoint, SequenceNumber};
 pub use clock::{duration_ms, Clock, ManualClock, SystemClock};
 pub use error::{BoxError, ErrorChain, LeaseError};
+pub use holder::Holder;
 pub use key::LeaseKey;
 pub use lease::Lease;
-pub use store::{BoxFuture, Holder, LeaseResult, LeaseStore, Lost, Outcome, Take};
+pub use store::{BoxFuture, LeaseResult, LeaseStore, Lost, Outcome, Take};

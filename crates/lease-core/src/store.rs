@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::{Checkpoint, Lease, LeaseError, LeaseKey};
+use crate::{Checkpoint, Holder, Lease, LeaseError, LeaseKey};
 
 /// The boxed future every [`LeaseStore`] method returns, so the trait stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -45,30 +45,6 @@ pub struct Lost {
     pub holder: Option<String>,
     /// The row's counter now (0 when the row does not exist).
     pub counter: u64,
-}
-
-/// Who writes: the lease owner id and the token of its current holding of the row.
-///
-/// The owner id names an instance; the token names one holding. A take writes a token the
-/// taker chose (fresh for every take), and renew, checkpoint, release and hand-over succeed
-/// only while the row still carries both. A second process running with the same owner id
-/// holds different tokens, so it can never renew or checkpoint the first one's holdings.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Holder {
-    /// The lease-owner id.
-    pub owner: String,
-    /// The token of this holding.
-    pub token: String,
-}
-
-impl Holder {
-    /// A holder with `owner` id and `token`.
-    pub fn new(owner: impl Into<String>, token: impl Into<String>) -> Self {
-        Self {
-            owner: owner.into(),
-            token: token.into(),
-        }
-    }
 }
 
 /// How to take a row: fenced on the counter the taker observed, for how long, and what else

@@ -23,11 +23,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kinesis_dispatch::Record;
+use kinesis_stream_core::Record;
 
 /// De-aggregation counts of one shard, for its stats.
 #[derive(Debug, Default)]
-pub(crate) struct KplCounters {
+pub struct KplCounters {
     aggregates: AtomicU64,
     sub_records: AtomicU64,
     malformed: AtomicU64,
@@ -51,7 +51,8 @@ pub struct KplStats {
 }
 
 impl KplCounters {
-    pub(crate) fn stats(&self) -> KplStats {
+    /// What was counted so far.
+    pub fn stats(&self) -> KplStats {
         KplStats {
             aggregates: self.aggregates.load(Ordering::Relaxed),
             sub_records: self.sub_records.load(Ordering::Relaxed),

@@ -34,13 +34,13 @@ use std::time::Duration;
 use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::time::Instant;
 
-use crate::keeper::KeeperCmd;
-use crate::kinesis::ConsumerStatus;
-use crate::reader::{Delivered, Reader, Stop};
-use crate::shared::Shared;
-use crate::start::StartPlan;
-use crate::{ReaderError, StartAt};
 use kinesis_lease_core::Backoff;
+use kinesis_stream_core::{ConsumerStatus, ReaderError, StartAt};
+
+use crate::control::KeeperCmd;
+use crate::read_context::ReadContext;
+use crate::reader::{Delivered, Reader, Stop};
+use crate::start::StartPlan;
 
 /// Kinesis allows one SubscribeToShard a second per consumer and shard.
 const SUBSCRIBE_GAP: Duration = Duration::from_secs(1);
@@ -64,8 +64,8 @@ impl Reader {
             ..
         } = plan;
         let mut at = Delivered::new(start, reopen, skip);
-        let kinesis = self.shared.kinesis.clone();
-        let stream = self.shared.config.stream.clone();
+        let kinesis = self.context.kinesis.clone();
+        let stream = self.context.config.stream.clone();
         let shard = self.shard.clone();
         // Just after the last event's continuation, once an event moved it.
         let mut continuation: Option<SequenceNumber> = None;
@@ -181,7 +181,7 @@ impl Reader {
         arn: &mut String,
         backoff: &mut Backoff,
     ) -> Result<bool, Stop> {
-        let shared = self.shared.clone();
+        let shared = self.context.clone();
         // Another reader of this subscription registered it again meanwhile.
         if let Some(known) = shared.consumer_arn.get().filter(|known| known != arn) {
             tracing::info!(arn = %known, "the fan-out consumer was registered again; subscribing with its new ARN");
@@ -235,7 +235,7 @@ impl Reader {
     /// backoff for as long as the reader runs; only a permanent error (the stream gone, a
     /// refusal such as access denied) fails the subscription.
     async fn consumer_again(&mut self, arn: &mut String) -> Result<(), Stop> {
-        let shared = self.shared.clone();
+        let shared = self.context.clone();
         let _one_at_a_time = self.or_stop(shared.consumer_arn.renewing()).await?;
         if let Some(known) = shared.consumer_arn.get().filter(|known| known != arn) {
             tracing::info!(arn = %known, "the fan-out consumer was registered again; subscribing with its new ARN");
@@ -283,7 +283,12 @@ const ACTIVE_WITHIN: Duration = Duration::from_secs(180);
 /// Registers the subscription's fan-out consumer `name` (or finds the one already registered:
 /// other instances share it) and waits until it is `ACTIVE`, with bounded backoff. Returns its
 /// ARN.
-pub(crate) async fn register_consumer(shared: &Shared, name: &str) -> Result<String, ReaderError> {
+///
+/// # Errors
+///
+/// A [`ReaderError`] no retry mends (the stream is gone, Kinesis refused), or `InUse` when the
+/// consumer is not `ACTIVE` within 180 s.
+pub async fn register_consumer(shared: &ReadContext, name: &str) -> Result<String, ReaderError> {
     let stream = shared.config.stream.as_str();
     let kinesis = shared.kinesis.clone();
     let deadline = Instant::now() + ACTIVE_WITHIN;

@@ -1,56 +1,39 @@
-//! Turns leases into reading: finds a stream's shards, takes their leases, reads each owned
-//! shard into the subscription's channel, renews, checkpoints and lets go.
+//! Reads one Kinesis shard into a subscription's channel: polling (GetRecords) or enhanced
+//! fan-out (SubscribeToShard), KPL aggregates unpacked into one delivery per sub-record, and
+//! the start-position rules that say where a taken shard opens.
 //!
-//! - [`KinesisApi`]: the Kinesis calls needed, over the AWS SDK ([`AwsKinesis`]) or in process
-//!   (`MemoryStream`, with fault injection, for tests and the quickstart; feature `testing`).
-//! - [`Coordinator`]: one per subscription; lists shards, creates lease rows, takes leases
-//!   (parents before children, fair share, skew-safe expiry) and runs one reader and one lease
-//!   keeper per held shard.
-//! - The reader reads with GetRecords into the subscription's channel, unpacking KPL
-//!   aggregated records into one delivery per sub-record; the keeper renews the
-//!   lease every 3 s with the due checkpoint, and writes `SHARD_END` or the final checkpoint
-//!   with the release. A lost renewal stops the reader at once, with no checkpoint.
+//! What this crate does not do is decide which shards to read: leases, the roster, balancing
+//! and the lease keepers are the fleet protocol's (`kinesis-fleet`), which starts one
+//! [`Reader`] per held shard and talks to it through the small vocabulary of [`control`]
+//! ([`Signal`], [`Phase`], [`KeeperCmd`]). The reader is written against the Kinesis contract
+//! (`kinesis-stream-core`) alone, so it reads from AWS, from the in-process `MemoryStream` or
+//! from a source of your own alike.
 //!
-//! Every shard task runs in a `shard_reader` span with `stream`, `shard` and `owner` fields.
+//! - [`Reader`]: one shard's reading, with its recoveries: an expired iterator reopened just
+//!   after the last delivered record, throttling and transient failures backed off, a shard
+//!   ended only on proof that nothing of it is left to read.
+//! - [`register_consumer`]: registers (or finds) the fan-out consumer and waits until it is
+//!   `ACTIVE`.
+//! - [`start`]: where a taken shard opens (pinned `LATEST`, repositions, children).
+//! - [`KplStats`]: what de-aggregation met.
+//!
+//! A reader runs inside the fleet's `shard_reader` span, with `stream`, `shard` and `owner`.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-mod aws;
-mod aws_fan_out;
-mod cleanup;
-mod config;
-mod coordinator;
+mod consumer_arn;
+pub mod control;
 mod deaggregation;
-mod error;
 mod fan_out;
-mod handle;
-mod hooks;
-mod keeper;
-mod kinesis;
-mod member;
-#[cfg(feature = "testing")]
-mod memory_fan_out;
-#[cfg(feature = "testing")]
-mod memory_stream;
 mod metrics;
+mod read_context;
 mod reader;
-mod roster;
-mod shared;
-mod start;
-mod take_plan;
-mod twin;
+pub mod start;
 
-pub use aws::AwsKinesis;
-pub use config::ReaderConfig;
-pub use coordinator::Coordinator;
-pub use deaggregation::KplStats;
-pub use error::{validate_stream_name, ReaderError};
-pub use handle::{CoordinatorHandle, ShardStats, StatsSource};
-pub use hooks::{Hooks, Release, ShardInfo, DEFAULT_HOOK_BOUND};
-pub use kinesis::{
-    ConsumerStatus, KinesisApi, PutEntry, PutOutcome, RecordsPage, Shard, ShardEvent,
-    ShardSubscription, StartAt, StreamConsumer,
-};
-#[cfg(feature = "testing")]
-pub use memory_fan_out::ConsumerDeletion;
-#[cfg(feature = "testing")]
-pub use memory_stream::{hash_key, MemoryStream, Op, StoredRecord};
+pub use consumer_arn::ConsumerArn;
+pub use control::{KeeperCmd, Phase, Signal};
+pub use deaggregation::{KplCounters, KplStats};
+pub use fan_out::register_consumer;
+pub use metrics::ShardMetrics;
+pub use read_context::{ReadContext, ReadSettings};
+pub use reader::Reader;
+pub use start::StartPlan;

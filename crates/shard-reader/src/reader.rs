@@ -27,27 +27,41 @@ use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::keeper::KeeperCmd;
-use crate::shared::{Phase, Shared, Signal};
-use crate::start::StartPlan;
-use crate::{ReaderError, StartAt};
 use kinesis_lease_core::Backoff;
+use kinesis_stream_core::{ReaderError, StartAt};
 
-pub(crate) struct Reader {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) shard: String,
-    pub(crate) feed: ShardFeed,
-    pub(crate) settlement: Arc<ShardSettlement>,
-    pub(crate) signal: watch::Receiver<Signal>,
-    pub(crate) phase: watch::Receiver<Phase>,
-    pub(crate) keeper: mpsc::Sender<KeeperCmd>,
-    pub(crate) millis_behind: Arc<AtomicU64>,
+use crate::control::{left_running, KeeperCmd, Phase, Signal};
+use crate::deaggregation::{expand_into, KplCounters};
+use crate::metrics::ShardMetrics;
+use crate::read_context::ReadContext;
+use crate::start::StartPlan;
+
+/// The reader of one held shard: run it with [`Reader::run`] on the shard's start plan.
+#[derive(Debug)]
+pub struct Reader {
+    /// What the subscription's readers share.
+    pub context: Arc<ReadContext>,
+    /// The shard.
+    pub shard: String,
+    /// Where its records go: the subscription's channel, tagged with the shard's settlement.
+    pub feed: ShardFeed,
+    /// The shard's settlement (its window bounds what is read ahead of the checkpoint).
+    pub settlement: Arc<ShardSettlement>,
+    /// The lease keeper's word: read on, stop, or lost.
+    pub signal: watch::Receiver<Signal>,
+    /// The subscription's phase: reading stops once it leaves `Running`.
+    pub phase: watch::Receiver<Phase>,
+    /// Where the reader tells the keeper that the shard ended, or to release it.
+    pub keeper: mpsc::Sender<KeeperCmd>,
+    /// How far the last read was behind the tip, for `stats()`.
+    pub millis_behind: Arc<AtomicU64>,
     /// The shard's hash key range, when the listing had it: sub-records outside it are
     /// counted.
-    pub(crate) hash_range: Option<(u128, u128)>,
-    pub(crate) kpl: Arc<crate::deaggregation::KplCounters>,
+    pub hash_range: Option<(u128, u128)>,
+    /// The shard's KPL counters.
+    pub kpl: Arc<KplCounters>,
     /// MillisBehindLatest of this shard.
-    pub(crate) metrics: crate::metrics::ShardMetrics,
+    pub metrics: ShardMetrics,
 }
 
 pub(crate) enum Stop {
@@ -118,7 +132,7 @@ impl Reader {
         tokio::select! {
             biased;
             _ = async { let _ = signal.wait_for(|s| *s != Signal::Reading).await.map(drop); } => Err(Stop::Stopped),
-            _ = crate::shared::left_running(&mut phase) => Err(Stop::Stopped),
+            _ = left_running(&mut phase) => Err(Stop::Stopped),
             out = fut => Ok(out),
         }
     }
@@ -127,8 +141,10 @@ impl Reader {
         self.or_stop(tokio::time::sleep(delay)).await
     }
 
-    pub(crate) async fn run(mut self, plan: StartPlan) {
-        if let Some(arn) = self.shared.consumer_arn.get() {
+    /// Reads the shard from `plan` until it ends, its lease is lost, or the subscription
+    /// leaves `Running`.
+    pub async fn run(mut self, plan: StartPlan) {
+        if let Some(arn) = self.context.consumer_arn.get() {
             return self.run_fan_out(plan, arn).await;
         }
         let StartPlan {
@@ -138,8 +154,8 @@ impl Reader {
             ..
         } = plan;
         let mut at = Delivered::new(start, reopen, skip);
-        let config = self.shared.config.clone();
-        let kinesis = self.shared.kinesis.clone();
+        let config = self.context.config.clone();
+        let kinesis = self.context.kinesis.clone();
         let (stream, shard) = (config.stream.as_str(), self.shard.clone());
         let mut iterator: Option<String> = None;
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
@@ -225,10 +241,10 @@ impl Reader {
         page: Vec<kinesis_dispatch::Record>,
         at: &mut Delivered,
     ) -> Result<(), Stop> {
-        let max_unsettled = self.shared.config.max_unsettled;
+        let max_unsettled = self.context.config.max_unsettled;
         for record in page {
             at.records.clear();
-            crate::deaggregation::expand_into(record, self.hash_range, &self.kpl, &mut at.records);
+            expand_into(record, self.hash_range, &self.kpl, &mut at.records);
             let mut records = std::mem::take(&mut at.records);
             for record in records.drain(..) {
                 if let Some(skip) = &at.skip_upto {
@@ -302,12 +318,12 @@ impl Reader {
     ) -> Result<(), Stop> {
         match error {
             ReaderError::ShardNotFound { .. } => {
-                let kinesis = self.shared.kinesis.clone();
-                let stream = self.shared.config.stream.clone();
+                let kinesis = self.context.kinesis.clone();
+                let stream = self.context.config.stream.clone();
                 let listed = self.or_stop(kinesis.list_shards(&stream)).await?;
                 match listed {
                     Err(error @ ReaderError::StreamNotFound { .. }) => {
-                        self.shared.fail(error);
+                        self.context.fail(error);
                         let _ = self.keeper.send(KeeperCmd::Release).await;
                         Err(Stop::Stopped)
                     }
@@ -342,7 +358,7 @@ impl Reader {
                 }
             }
             ReaderError::StreamNotFound { .. } => {
-                self.shared.fail(error);
+                self.context.fail(error);
                 let _ = self.keeper.send(KeeperCmd::Release).await;
                 Err(Stop::Stopped)
             }

@@ -20,22 +20,21 @@ use std::time::Duration;
 
 use kinesis_lease_core::{duration_ms, Checkpoint, Lease, SequenceNumber};
 
-use crate::kinesis::millis_of;
-use crate::{Shard, StartAt};
+use kinesis_stream_core::{millis_of, Shard, StartAt};
 
 /// How a taken shard starts reading, and what its take writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StartPlan {
+pub struct StartPlan {
     /// Written with the take: a pinned start position or a reposition.
-    pub(crate) checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Checkpoint>,
     /// The reposition marker written with the take.
-    pub(crate) marker: Option<String>,
+    pub marker: Option<String>,
     /// Where the first iterator opens.
-    pub(crate) open: StartAt,
+    pub open: StartAt,
     /// Where the reader reopens while it has delivered nothing yet.
-    pub(crate) reopen: StartAt,
+    pub reopen: StartAt,
     /// Records at or below this are skipped (a checkpoint inside an aggregated record).
-    pub(crate) skip: Option<SequenceNumber>,
+    pub skip: Option<SequenceNumber>,
 }
 
 impl StartPlan {
@@ -77,7 +76,7 @@ impl StartPlan {
 }
 
 /// The marker a reposition to `position` writes.
-pub(crate) fn reposition_marker(position: &StartAt) -> String {
+pub fn reposition_marker(position: &StartAt) -> String {
     match position {
         StartAt::TrimHorizon => Checkpoint::TRIM_HORIZON.to_owned(),
         StartAt::Latest => Checkpoint::LATEST.to_owned(),
@@ -91,7 +90,7 @@ pub(crate) fn reposition_marker(position: &StartAt) -> String {
 
 /// True for the positions a whole subscription may start or reposition at: sequence numbers
 /// belong to one shard.
-pub(crate) fn is_subscription_position(position: &StartAt) -> bool {
+pub fn is_subscription_position(position: &StartAt) -> bool {
     matches!(
         position,
         StartAt::TrimHorizon | StartAt::Latest | StartAt::AtTimestamp(_)
@@ -100,7 +99,7 @@ pub(crate) fn is_subscription_position(position: &StartAt) -> bool {
 
 /// Where a taken row starts, given the subscription's start position and reposition (with its
 /// marker), at `now_ms` on this host's wall clock.
-pub(crate) fn plan(
+pub fn plan(
     row: &Lease,
     start_at: &StartAt,
     reposition: Option<(&StartAt, &str)>,
@@ -140,11 +139,7 @@ pub(crate) fn plan(
 /// already closed hold nothing after the start and are created finished, and open ones start
 /// at the tip even when they have parents (as the KCL does). Later, a new shard (a child of a
 /// split or merge) starts at its first record once its parents end.
-pub(crate) fn initial_checkpoint(
-    shard: &Shard,
-    fresh: bool,
-    start_at: &StartAt,
-) -> Option<Checkpoint> {
+pub fn initial_checkpoint(shard: &Shard, fresh: bool, start_at: &StartAt) -> Option<Checkpoint> {
     if fresh {
         return match start_at {
             StartAt::Latest if shard.ending_sequence.is_some() => Some(Checkpoint::ShardEnd),
@@ -263,13 +258,10 @@ mod tests {
     }
 
     fn shard(closed: bool, parent: Option<&str>) -> Shard {
-        Shard {
-            id: "shardId-2".into(),
-            parent: parent.map(str::to_owned),
-            adjacent_parent: None,
-            hash_range: (0, u128::MAX),
-            ending_sequence: closed.then(|| "9".to_owned()),
-        }
+        let mut shard = Shard::new("shardId-2", (0, u128::MAX));
+        shard.parent = parent.map(str::to_owned);
+        shard.ending_sequence = closed.then(|| "9".to_owned());
+        shard
     }
 
     #[test]

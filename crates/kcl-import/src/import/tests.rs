@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use kinesis_lease_core::{Checkpoint, SequenceNumber};
 use kinesis_lease_memory::{MemoryLeaseStore, MemoryLeaseTable};
-use kinesis_shard_reader::MemoryStream;
+use kinesis_stream_memory::MemoryStream;
 
 use super::*;
 use crate::KclRow;
@@ -303,7 +303,7 @@ impl KinesisApi for Elsewhere {
         shard: &'a str,
         iterator: &'a str,
         limit: usize,
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_shard_reader::RecordsPage, ReaderError>>
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<kinesis_stream_core::RecordsPage, ReaderError>>
     {
         self.0.get_records(stream, shard, iterator, limit)
     }
@@ -311,8 +311,8 @@ impl KinesisApi for Elsewhere {
     fn put_records<'a>(
         &'a self,
         stream: &'a str,
-        entries: &'a [kinesis_shard_reader::PutEntry],
-    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_shard_reader::PutOutcome>, ReaderError>>
+        entries: &'a [kinesis_stream_core::PutEntry],
+    ) -> kinesis_lease_core::BoxFuture<'a, Result<Vec<kinesis_stream_core::PutOutcome>, ReaderError>>
     {
         self.0.put_records(stream, entries)
     }

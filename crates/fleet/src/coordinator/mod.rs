@@ -1,0 +1,454 @@
+//! `Coordinator`: one subscription's shards and leases.
+//!
+//! It lists the stream's shards (at start, every `shard_sync_interval`, and at once when a
+//! shard ends), creates the missing lease rows with their parents and start position, and
+//! every `take_interval` takes rows it may read: free rows, rows handed over to it, and rows
+//! whose holder stopped renewing. Children of a split or merge are taken only once every
+//! parent's checkpoint is `SHARD_END` (or the parent has left the stream, as a ListShards
+//! sent after the child existed shows: no listing, or a failed one, proves nothing), so
+//! parents finish before children.
+//!
+//! # Every take is fenced
+//!
+//! Every take is conditioned on the counter this coordinator saw in its listing, so of two
+//! takers that saw the same row exactly one wins, whatever their clocks say. A held row counts
+//! as expired only when this coordinator has seen its counter unchanged for a full lease
+//! duration on its own monotonic clock. The wall-clock expiry written in the row never decides.
+//!
+//! # One holding, one token
+//!
+//! A take writes a token fresh for that take, and the keeper's writes require it. A row that
+//! names this owner id but carries a token this coordinator never wrote belongs to another
+//! process with the same id (or to a crashed earlier run of this one): it is treated as
+//! foreign, and if its holder writes it (its counter moves further than another instance's
+//! hand-over request explains, see `twin`), the id is live elsewhere and the subscription
+//! fails with [`ReaderError::OwnerInUse`] instead of fighting over it. A take whose response
+//! was lost is adopted at the next listing when the row carries its token.
+//!
+//! # Reads that do not grow with the stream
+//!
+//! The coordinator joins the roster (see `roster`) before it takes anything, and lists the
+//! shard rows only when something changed: at start, when the stream's epoch moves (rows
+//! released, handed over, ended, or left by a member found dead), when the stream's shards
+//! change, when one of its own keepers ends, and while it is below its share with rows left to
+//! take. In steady state it reads the epoch every take interval, and the roster's epoch and the
+//! one member it watches every list interval: small reads, whatever the number of shards. The
+//! watch runs in a task of its own (see `ring_watch`), so neither a long take round nor a
+//! store call that does not answer delays it, and it goes on while the instance shuts down.
+//!
+//! # Fair share
+//!
+//! An instance aims for ceil(readable shards / owners), where owners are the members of the
+//! roster (this instance included) and the owners of live rows written before the roster; it
+//! takes no more than that. A member whose row this instance has seen stand still for a lease
+//! is not counted (it is dead or cut off, its keepers have stopped): its rows stay its own
+//! until it is buried, but the rows others free are not left waiting for its share.
+//!
+//! # Every store call is bounded
+//!
+//! Each store call of the coordinator is cut off after a lease duration (`bounded`), so a
+//! store that does not answer delays a take round but never stops the coordinator.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use kinesis_dispatch::DeliverySender;
+use kinesis_lease_core::{ErrorChain, Holder, LeaseStore};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio::time::{interval, Instant, MissedTickBehavior};
+use tracing::Instrument;
+
+use crate::abort_on_drop::AbortOnDrop;
+use crate::member::{member_key, Member};
+use crate::member_state::MemberState;
+use crate::roster;
+use crate::shared::{Exit, Report, Shared};
+use crate::{CoordinatorHandle, ReaderConfig};
+use kinesis_shard_reader::start::StartPlan;
+use kinesis_shard_reader::{Phase, ReadContext};
+use kinesis_stream_core::{KinesisApi, ReaderError};
+use store_calls::bounded;
+
+mod discovery;
+mod janitor;
+mod listing;
+mod ring_watch;
+mod shard_task;
+mod store_calls;
+mod take_round;
+
+/// Starts the coordinator of one subscription.
+#[derive(Debug)]
+pub struct Coordinator;
+
+impl Coordinator {
+    /// Checks, before starting, that no other live process uses `owner` on `stream`: when
+    /// rows of the stream (or the id's member row) name this owner id with a token, reads them
+    /// again after `wait` (a renew interval and a little more) and fails if the holder wrote
+    /// one meanwhile, twice in two windows (see `twin`: another instance's hand-over request
+    /// moves a row's counter too, and proves nothing; and the last renewal of a crashed run,
+    /// already sent, may land once after the first read). Costs one read when no row names the
+    /// id (fresh, unique ids; or rows released by a clean shutdown).
+    ///
+    /// # Errors
+    ///
+    /// [`ReaderError::OwnerInUse`] naming a shard (or the member row) the other process
+    /// renewed; [`ReaderError::Lease`] when the store fails.
+    pub async fn probe_owner(
+        store: &dyn LeaseStore,
+        stream: &str,
+        owner: &str,
+        wait: std::time::Duration,
+    ) -> Result<(), ReaderError> {
+        let lease_error = |source| ReaderError::Lease {
+            stream: stream.to_owned(),
+            shard: String::new(),
+            source,
+        };
+        let member = member_key(stream, owner)?;
+        // The rows naming this id with a token, by key: the shard rows and the member row.
+        let read = || async {
+            let mut rows = store.list(stream).await.map_err(lease_error)?;
+            rows.extend(store.read(&member).await.map_err(lease_error)?);
+            Ok::<_, ReaderError>(
+                rows.into_iter()
+                    .filter(|r| r.is_held_by(owner) && r.token.is_some())
+                    .map(|r| (r.key.clone(), r))
+                    .collect::<HashMap<_, _>>(),
+            )
+        };
+        let before = read().await?;
+        if before.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(%stream, %owner, rows = before.len(), ?wait, "rows name this owner id: checking that no live process renews them");
+        // A write of a crashed run that was already on its way may land once after the first
+        // read (its last renewal, sent just before the crash): one move is not proof. A live
+        // process renews every renew interval, so it moves the row again in the next window.
+        let mut before = before;
+        let mut moved_once = false;
+        loop {
+            tokio::time::sleep(wait).await;
+            let after = read().await?;
+            let moved = after.iter().find(|(key, row)| {
+                before.get(*key).is_some_and(|seen| {
+                    crate::twin::holder_wrote(
+                        crate::twin::Sighting::of(seen),
+                        crate::twin::Sighting::of(row),
+                    )
+                })
+            });
+            match moved {
+                Some((key, _)) if moved_once => {
+                    let shard = if *key == member {
+                        key.to_string()
+                    } else {
+                        key.shard().to_owned()
+                    };
+                    return Err(ReaderError::OwnerInUse {
+                        owner: owner.to_owned(),
+                        stream: stream.to_owned(),
+                        shard,
+                    });
+                }
+                Some(_) => {
+                    tracing::info!(%stream, %owner, "a row naming this owner id moved once: checking once more");
+                    moved_once = true;
+                    before = after;
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Spawns the coordinator on the current runtime; it reads `config.stream` into `sender`.
+    pub fn spawn(
+        config: ReaderConfig,
+        kinesis: Arc<dyn KinesisApi>,
+        store: Arc<dyn LeaseStore>,
+        sender: DeliverySender,
+    ) -> CoordinatorHandle {
+        let (reports_tx, reports) = mpsc::unbounded_channel();
+        let span =
+            tracing::info_span!("coordinator", stream = %config.stream, owner = %config.owner);
+        let shared = Arc::new(Shared {
+            metrics: crate::metrics::StreamMetrics::new(&config.stream),
+            read: Arc::new(ReadContext::new(config.read_settings(), kinesis)),
+            config,
+            store,
+            sender,
+            phase: watch::Sender::new(Phase::Running),
+            reports: reports_tx,
+            held: Mutex::default(),
+            member: watch::Sender::new(MemberState::outside()),
+            bump_owed: std::sync::atomic::AtomicBool::new(false),
+            roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
+        });
+        let state = State {
+            shared: shared.clone(),
+            stream_shards: HashMap::new(),
+            rows_created: HashSet::new(),
+            observed: HashMap::new(),
+            tasks: JoinSet::new(),
+            tokens: HashMap::new(),
+            pending: HashMap::new(),
+            sync_failed: false,
+            epoch: None,
+            relist_at: Some(Instant::now()),
+            members: HashSet::new(),
+            link: Arc::default(),
+            member: None,
+            watcher: None,
+            departed: HashSet::new(),
+            synced_at: None,
+            first_seen: HashMap::new(),
+            gone_since: HashMap::new(),
+            took_a_round: false,
+            left_free: HashSet::new(),
+            asked: None,
+            next_expiry: None,
+        };
+        let coordinator = tokio::spawn(state.run(reports).instrument(span));
+        CoordinatorHandle {
+            fatal: shared.read.fatal.subscribe(),
+            shared,
+            coordinator: Some(coordinator),
+        }
+    }
+}
+
+/// What the coordinator saw of one row, and since when its counter stood still.
+#[derive(Debug, Clone)]
+struct Seen {
+    counter: u64,
+    owner: Option<String>,
+    token: Option<String>,
+    /// Whether the row was marked wanted (see `twin`).
+    wanted: bool,
+    since: Instant,
+}
+
+impl Seen {
+    /// What this sighting showed, for `twin`.
+    fn sighting(&self) -> crate::twin::Sighting<'_> {
+        crate::twin::Sighting {
+            owner: self.owner.as_deref(),
+            token: self.token.as_deref(),
+            counter: self.counter,
+            wanted: self.wanted,
+        }
+    }
+}
+
+/// A take whose outcome is unknown (the store failed or lost the response): adopted if the
+/// row turns out to carry its token.
+#[derive(Debug)]
+struct Pending {
+    holder: Holder,
+    plan: StartPlan,
+    sent: Instant,
+    /// The membership incarnation the take was sent under.
+    incarnation: u64,
+}
+
+struct State {
+    shared: Arc<Shared>,
+    /// The stream's shards by id, from the last listing.
+    stream_shards: HashMap<String, kinesis_stream_core::Shard>,
+    rows_created: HashSet<String>,
+    observed: HashMap<String, Seen>,
+    tasks: JoinSet<()>,
+    /// Tokens this coordinator wrote, per shard, while a row may still carry one of them.
+    tokens: HashMap<String, HashSet<String>>,
+    pending: HashMap<String, Pending>,
+    /// The last ListShards failed: list again at the next take tick.
+    sync_failed: bool,
+    /// The stream's epoch at the last listing.
+    epoch: Option<u64>,
+    /// When the rows are to be listed again regardless of the epoch (`None`: only when the
+    /// epoch moves).
+    relist_at: Option<Instant>,
+    /// The members the roster listed last (this instance included once joined).
+    members: HashSet<String>,
+    /// What this instance has seen of member rows, shared with the ring watch.
+    link: Arc<ring_watch::Link>,
+    /// The task renewing this instance's member row, and what stops it.
+    member: Option<(tokio::sync::oneshot::Sender<()>, AbortOnDrop)>,
+    /// The ring watch's task, and what tells it this instance has left.
+    watcher: Option<(tokio::sync::oneshot::Sender<Instant>, AbortOnDrop)>,
+    /// The owner ids whose member row the last roster listing showed as not held by them (left
+    /// or buried).
+    departed: HashSet<String>,
+    /// When the last ListShards that succeeded was sent.
+    synced_at: Option<Instant>,
+    /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
+    /// that may just be newer than the listing, not gone.
+    first_seen: HashMap<String, Instant>,
+    /// Per finished row whose shard the stream no longer lists: since when (the send of the
+    /// first ListShards that omitted it). The janitor deletes it a lease later.
+    gone_since: HashMap<String, Instant>,
+    /// Set once the first take round has planned: that round takes at most one row while no
+    /// other owner is live (see `take_plan`).
+    took_a_round: bool,
+    /// Free or expired rows the last take round left to the other owners.
+    left_free: HashSet<String>,
+    /// The row this instance asked for, and when.
+    asked: Option<(String, Instant)>,
+    /// The earliest time a foreign row seen standing still will count as expired: the rows are
+    /// listed again then, so a crashed owner's shards are taken without waiting for the next
+    /// list interval.
+    next_expiry: Option<Instant>,
+}
+
+impl State {
+    async fn run(mut self, mut reports: mpsc::UnboundedReceiver<Report>) {
+        let config = self.shared.config.clone();
+        let shared = self.shared.clone();
+        let mut phase = shared.phase.subscribe();
+        let mut sync = interval(config.shard_sync_interval);
+        let mut take = interval(config.take_interval);
+        sync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        take.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Fan-out: the consumer is registered and ACTIVE before any shard is taken.
+        if let Some(name) = &config.fan_out {
+            let registered = tokio::select! {
+                biased;
+                _ = kinesis_shard_reader::control::left_running(&mut phase) => return,
+                registered = kinesis_shard_reader::register_consumer(&shared.read, name) => registered,
+            };
+            match registered {
+                Ok(arn) => {
+                    let _ = shared.read.consumer_arn.set(arn);
+                }
+                Err(error) => {
+                    shared.fail(error);
+                    return;
+                }
+            }
+        }
+        // Join the roster before taking anything: keepers stop with the membership.
+        let joined = tokio::select! {
+            biased;
+            _ = kinesis_shard_reader::control::left_running(&mut phase) => return,
+            joined = Member::join(&shared) => joined,
+        };
+        match joined {
+            Ok(Some(member)) => {
+                let (stop, stopped) = tokio::sync::oneshot::channel();
+                let task = tokio::spawn(member.run(stopped).instrument(tracing::Span::current()));
+                self.member = Some((stop, AbortOnDrop(task)));
+                let (left, leaving) = tokio::sync::oneshot::channel();
+                let watcher = ring_watch::Watcher::new(shared.clone(), self.link.clone());
+                let task = tokio::spawn(watcher.run(leaving).instrument(tracing::Span::current()));
+                self.watcher = Some((left, AbortOnDrop(task)));
+            }
+            Ok(None) => return,
+            Err(error) => {
+                shared.fail(error);
+                return;
+            }
+        }
+        self.sync_shards().await;
+        loop {
+            tokio::select! {
+                biased;
+                _ = kinesis_shard_reader::control::left_running(&mut phase) => break,
+                // Nobody receives deliveries any more (a dropped `DeliveryStream`, dispatch
+                // gone): release everything with what settled, rather than hold shards unread.
+                () = shared.sender.closed() => {
+                    tracing::warn!("the subscription's receiver is gone; releasing every shard");
+                    shared.phase.send_replace(Phase::Releasing);
+                    break;
+                }
+                report = reports.recv() => {
+                    let Some(report) = report else { break };
+                    self.on_report(report).await;
+                }
+                _ = sync.tick() => self.sync_shards().await,
+                _ = take.tick() => self.tick().await,
+            }
+            // Reap finished shard tasks, so the set holds live ones only.
+            while self.tasks.try_join_next().is_some() {}
+            if shared.read.fatal.borrow().is_some() {
+                // Stream gone or owner id in use: stop reading and release what is held.
+                shared.phase.send_replace(Phase::Releasing);
+                break;
+            }
+        }
+        // Keepers go on renewing while handlers finish (Draining), until Releasing; then each
+        // writes its final checkpoint. Wait for them here, so dropping the handle (which
+        // aborts this task) is the only way to cut them short. A closed channel while
+        // draining is the shutdown's own doing (dispatch ends; its lanes still finish what was
+        // routed to them): `release_all` decides when to release, not the channel.
+        while self.tasks.join_next().await.is_some() {}
+        // Every keeper has finished: leave the roster, then let the others see the released
+        // rows (and this instance gone) at their next epoch read.
+        if let Some((stop, mut task)) = self.member.take() {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(config.lease_duration * 2, &mut task.0).await;
+        }
+        shared
+            .bump_epoch_leaving(&config.stream, "rows released")
+            .await;
+        // Hand the ring watch on: its successor's next watcher counts from its own readings,
+        // which begin about now (see `ring_watch`).
+        if let Some((left, mut task)) = self.watcher.take() {
+            let _ = left.send(Instant::now());
+            let most = config.lease_duration * 3 + config.list_interval;
+            if tokio::time::timeout(most, &mut task.0).await.is_err() {
+                tracing::warn!("the ring watch did not hand on in time; stopped");
+            }
+        }
+    }
+
+    async fn on_report(&mut self, report: Report) {
+        tracing::debug!(shard = %report.shard, exit = ?report.exit, "shard task ended");
+        match report.exit {
+            Exit::Ended => {
+                // Children may be readable now.
+                self.sync_shards().await;
+                self.take_round().await;
+            }
+            // The row names this instance and nobody else takes it while it is a member:
+            // take it again.
+            Exit::Lost => self.relist_now(),
+            // The round the hand-over's epoch bump started may have run while the shard was
+            // still held here; the row may name an instance that has left since it asked.
+            Exit::HandedOver => self.relist_now(),
+            Exit::Released => {}
+        }
+    }
+
+    /// Lists the rows at the next take tick.
+    fn relist_now(&mut self) {
+        self.relist_at = Some(Instant::now());
+    }
+
+    /// Lists the rows at `at` at the latest.
+    fn relist_by(&mut self, at: Instant) {
+        self.relist_at = Some(self.relist_at.map_or(at, |r| r.min(at)));
+    }
+
+    /// Lists the roster: who is a member (recording what it shows of each member row), and who
+    /// departed. False when the listing failed.
+    async fn list_roster(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let stream = roster::members_stream(&shared.config.stream);
+        match bounded(&shared, "list", shared.store.list(&stream)).await {
+            Ok(rows) => {
+                self.members = roster::present(&rows);
+                self.departed = crate::cleanup::departed(&rows)
+                    .into_iter()
+                    .map(|r| r.key.shard().to_owned())
+                    .collect();
+                self.link.record_listing(&rows, Instant::now());
+                true
+            }
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "listing the roster failed");
+                false
+            }
+        }
+    }
+}

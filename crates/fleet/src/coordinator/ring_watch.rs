@@ -1,0 +1,479 @@
+//! The ring watch, in a task of its own: every list interval it reads the roster's epoch
+//! (listing the roster when it moved) and the member row of the member this instance watches
+//! (its successor in the ring of owner ids, see `roster`); a member whose row stood still for
+//! a lease is found dead and buried.
+//!
+//! # Why a task of its own
+//!
+//! A crashed member's shards are read again once its watcher buried it, so the watch must keep
+//! its schedule whatever else the coordinator is doing. In the coordinator's take tick it
+//! waited behind every take round (a round of slow takes, each allowed a lease, delayed it by
+//! as much), behind every store call that did not answer, and it stopped when the instance
+//! began to shut down. Here it runs from the join until the instance has left the roster, and
+//! a little longer (below). It shares with the coordinator only what this instance has seen of
+//! member rows ([`Link`]): the coordinator still lists the roster itself, after the rows, for
+//! every take round (the rule of `roster` needs that order).
+//!
+//! # Handing the watch on
+//!
+//! When this instance leaves, its predecessor in the ring watches its successor next, and
+//! counts a lease from its own first reading of it. Had the successor crashed just before, its
+//! shards would wait for that second count (about 20 s in all instead of 12). So the leaving
+//! instance goes on watching its successor after it left, until either the successor buried
+//! (found dead on this instance's count), or its row is seen written after `left - renew`
+//! (`left`: when the rows-released epoch bump landed). In that case its next watcher, whose
+//! take round after that bump lists the roster at the next take tick, counts from no later than
+//! `left + take interval`, so a crash of the successor after that write is found within
+//! `renew + take interval + lease` (+ one take tick) of its last renewal: 15 s with the
+//! defaults, against 13 s for a plain crash. A successor alive and renewing every renew
+//! interval is usually seen written in that window already (the leaver's reads go on while it
+//! drains), otherwise at its next renewal: a leave waits for this at most a renew and a take
+//! interval, and for a dead successor at most a lease (the burial). When no other member would
+//! watch the successor next (two members), there is nothing to hand on and the leave does not
+//! wait.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kinesis_lease_core::{ErrorChain, Holder, Lease, LeaseKey, Outcome, Take};
+use tokio::sync::oneshot;
+use tokio::time::{sleep, sleep_until, Instant};
+
+use super::store_calls::{bounded, delete_rows};
+use crate::member::member_key;
+use crate::roster;
+use crate::shared::Shared;
+
+/// How many leases a departed member row stands still before the janitor deletes it.
+const DEPARTED_FOR: u32 = 10;
+
+/// What this instance saw of one member row: its holding (counter and token), and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sighting {
+    counter: u64,
+    token: Option<String>,
+    since: Instant,
+}
+
+/// What the watcher and the coordinator share: every reading of a member row either made, so
+/// both count a member's standing still from this instance's first reading of its holding.
+#[derive(Debug, Default)]
+pub(super) struct Link {
+    seen: Mutex<HashMap<String, Sighting>>,
+    /// The watcher saw the roster change (a member buried or gone): the coordinator lists the
+    /// rows at its next tick, even if the epoch bump that says so failed.
+    relist: AtomicBool,
+}
+
+impl Link {
+    fn seen(&self) -> MutexGuard<'_, HashMap<String, Sighting>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a reading of a present member's row at `now`; returns since when its holding
+    /// (counter and token) stood still. A new token is a new holding whose counter may repeat
+    /// an old one's (a row deleted and created again starts over), so it starts over too.
+    fn record(&self, row: &Lease, now: Instant) -> Instant {
+        let mut seen = self.seen();
+        let entry = seen
+            .entry(row.key.shard().to_owned())
+            .or_insert_with(|| Sighting {
+                counter: row.counter,
+                token: row.token.clone(),
+                since: now,
+            });
+        if entry.counter != row.counter || entry.token != row.token {
+            *entry = Sighting {
+                counter: row.counter,
+                token: row.token.clone(),
+                since: now,
+            };
+        }
+        entry.since
+    }
+
+    /// Records a listing of the roster made at `now`: every present member's row; members
+    /// absent from it are forgotten.
+    pub(super) fn record_listing(&self, rows: &[Lease], now: Instant) {
+        let present: Vec<&Lease> = rows.iter().filter(|r| roster::is_present(r)).collect();
+        for row in &present {
+            self.record(row, now);
+        }
+        self.seen()
+            .retain(|member, _| present.iter().any(|r| r.key.shard() == member));
+    }
+
+    /// The members other than `me` whose row this instance has seen stand still for a lease:
+    /// dead, or cut off from the table (their keepers have stopped either way), even if not
+    /// buried yet. They do not count in the fair share; their rows stay theirs until buried.
+    pub(super) fn stale(
+        &self,
+        me: &str,
+        lease: std::time::Duration,
+        now: Instant,
+    ) -> HashSet<String> {
+        self.seen()
+            .iter()
+            .filter(|(member, s)| {
+                member.as_str() != me && roster::is_dead(now.duration_since(s.since), lease)
+            })
+            .map(|(member, _)| member.clone())
+            .collect()
+    }
+
+    /// True once since the last call the watcher saw the roster change.
+    pub(super) fn take_relist(&self) -> bool {
+        self.relist.swap(false, Ordering::SeqCst)
+    }
+}
+
+/// The ring watch of one subscription (see the module docs).
+pub(super) struct Watcher {
+    shared: Arc<Shared>,
+    link: Arc<Link>,
+    /// The roster's epoch at the last roster listing.
+    roster_epoch: Option<u64>,
+    /// When the roster was last listed by this watch.
+    roster_listed: Option<Instant>,
+    /// The members the roster listed last (this instance included once joined).
+    members: HashSet<String>,
+    /// Member rows of instances that left or were found dead, by owner id: the row's key and
+    /// counter, and since when this instance has seen that counter. The janitor deletes them
+    /// once they stood still for [`DEPARTED_FOR`] leases (see `cleanup`).
+    departed: HashMap<String, (LeaseKey, u64, Instant)>,
+    /// When the watched member is read next.
+    watch_at: Instant,
+    /// The last reading of the watched member's row: whose, its counter and token, and when
+    /// that read was sent.
+    last_read: Option<(String, u64, Option<String>, Instant)>,
+    /// A time after which the watched member's row was written (the send of the last read
+    /// that showed its previous holding), by member.
+    written_after: Option<(String, Instant)>,
+    /// A member whose burial (the take of its row) got no answer: it may have landed. A roster
+    /// listing no longer shows a member whose row names this instance, so without this the
+    /// watch would stop reading it and the burial would never be announced; its row is read
+    /// again at the next watch whatever the roster says.
+    unconfirmed: Option<String>,
+}
+
+impl Watcher {
+    pub(super) fn new(shared: Arc<Shared>, link: Arc<Link>) -> Self {
+        Self {
+            shared,
+            link,
+            roster_epoch: None,
+            roster_listed: None,
+            members: HashSet::new(),
+            departed: HashMap::new(),
+            watch_at: Instant::now(),
+            last_read: None,
+            written_after: None,
+            unconfirmed: None,
+        }
+    }
+
+    /// Watches until `left` fires with the time this instance's leave was announced, then
+    /// hands the watch on (see the module docs). A dropped `left` ends the watch at once.
+    pub(super) async fn run(mut self, mut left: oneshot::Receiver<Instant>) {
+        loop {
+            tokio::select! {
+                biased;
+                left_at = &mut left => {
+                    if let Ok(left_at) = left_at {
+                        self.hand_on(left_at).await;
+                    }
+                    return;
+                }
+                () = sleep_until(self.watch_at) => self.watch().await,
+            }
+        }
+    }
+
+    /// Lists the roster: who is a member, since when each member row's holding stood still,
+    /// and which rows are departed. False when the listing failed.
+    async fn list_roster(&mut self) -> bool {
+        let shared = self.shared.clone();
+        let stream = roster::members_stream(&shared.config.stream);
+        match bounded(&shared, "list", shared.store.list(&stream)).await {
+            Ok(rows) => {
+                let now = Instant::now();
+                self.members = roster::present(&rows);
+                let departed = crate::cleanup::departed(&rows);
+                self.departed
+                    .retain(|id, _| departed.iter().any(|r| r.key.shard() == id));
+                for row in departed {
+                    let entry = self.departed.entry(row.key.shard().to_owned()).or_insert((
+                        row.key.clone(),
+                        row.counter,
+                        now,
+                    ));
+                    if entry.1 != row.counter {
+                        *entry = (row.key.clone(), row.counter, now);
+                    }
+                }
+                self.link.record_listing(&rows, now);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "listing the roster failed");
+                false
+            }
+        }
+    }
+
+    /// Reads `member`'s row; notes when it was seen written. `None` when the read failed.
+    async fn read(&mut self, member: &str, key: &LeaseKey) -> Option<Option<Lease>> {
+        let shared = self.shared.clone();
+        let sent = Instant::now();
+        let row = match bounded(&shared, "read", shared.store.read(key)).await {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::warn!(%member, error = %ErrorChain(&error), "reading the watched member failed");
+                return None;
+            }
+        };
+        let (counter, token) = row
+            .as_ref()
+            .map_or((0, None), |r| (r.counter, r.token.clone()));
+        if let Some((m, c, t, at)) = &self.last_read {
+            if m == member && (*c != counter || *t != token) {
+                self.written_after = Some((member.to_owned(), *at));
+            }
+        }
+        self.last_read = Some((member.to_owned(), counter, token, sent));
+        Some(row)
+    }
+
+    /// Every list interval: reads the roster's epoch (listing the roster when it moved) and
+    /// the member row of the member this instance watches; a member whose row stood still for
+    /// a lease is found dead.
+    async fn watch(&mut self) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let now = Instant::now();
+        self.watch_at = now + config.list_interval;
+        let members = roster::members_stream(&config.stream);
+        // The roster is listed when its epoch moved, and at least every lease: a member that
+        // joined and crashed before its roster bump landed moves no epoch, and unlisted it
+        // would never be watched, its row never buried, its shards never read again. The
+        // listing costs one read per member, however many shards the stream has.
+        let due = self
+            .roster_listed
+            .is_none_or(|at| now.duration_since(at) >= config.lease_duration);
+        match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
+            Ok(epoch) if Some(epoch) != self.roster_epoch || due => {
+                if self.list_roster().await {
+                    self.roster_epoch = Some(epoch);
+                    self.roster_listed = Some(now);
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+            }
+        }
+        self.delete_departed().await;
+        let Some(watched) = self
+            .unconfirmed
+            .clone()
+            .or_else(|| roster::successor(&self.members, &config.owner).map(str::to_owned))
+        else {
+            return;
+        };
+        let Ok(key) = member_key(&config.stream, &watched) else {
+            return;
+        };
+        let Some(row) = self.read(&watched, &key).await else {
+            return;
+        };
+        // The read answered: whatever it shows settles an unconfirmed burial (a take that did
+        // not land leaves the row present, and it is buried again below once dead).
+        self.unconfirmed = None;
+        let now = Instant::now();
+        match row {
+            Some(row) if roster::is_present(&row) => {
+                let since = self.link.record(&row, now);
+                if roster::is_dead(now.duration_since(since), config.lease_duration) {
+                    self.bury(&key, &watched, row.counter).await;
+                } else {
+                    // Looked at again when it would be dead, and never in the past: a schedule
+                    // that disagreed with the verdict once made the watch spin (a planted slow
+                    // takeover in the simulation, which hung instead of failing).
+                    let dead_at = since + roster::dead_after(config.lease_duration);
+                    self.watch_at = self
+                        .watch_at
+                        .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+                }
+            }
+            // This instance's take of it landed, though its answer was lost.
+            Some(row) if row.is_held_by(&config.owner) => {
+                self.buried(&key, &watched, row.counter).await;
+            }
+            // It left, or another instance found it dead: the roster changed. Its leave bumped
+            // the epoch, unless that failed; bump it (again) so nobody misses its rows.
+            _ => {
+                // Once per departure: it is not watched again, even if the listing fails.
+                self.members.remove(&watched);
+                self.link.relist.store(true, Ordering::SeqCst);
+                shared.bump_epoch("a member left").await;
+                self.list_roster().await;
+            }
+        }
+    }
+
+    /// After this instance left the roster (its leave announced at `left_at`): goes on
+    /// watching its last successor until it is buried, or seen written after `left_at -
+    /// renew`, or gone; for at most a lease and a list interval. Nothing to do when no other
+    /// member would watch it next.
+    async fn hand_on(&mut self, left_at: Instant) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        // An unconfirmed burial is settled first: if it landed, nobody else will announce it.
+        let unconfirmed = self.unconfirmed.clone();
+        let Some(watched) = unconfirmed
+            .clone()
+            .or_else(|| roster::successor(&self.members, &config.owner).map(str::to_owned))
+        else {
+            return;
+        };
+        if unconfirmed.is_none()
+            && !self
+                .members
+                .iter()
+                .any(|m| *m != config.owner && *m != watched)
+        {
+            // Nobody else would watch it next: nothing to hand on.
+            return;
+        }
+        let Ok(key) = member_key(&config.stream, &watched) else {
+            return;
+        };
+        let enough = left_at
+            .checked_sub(config.renew_interval)
+            .unwrap_or(left_at);
+        let until = left_at + config.lease_duration + config.list_interval;
+        loop {
+            let handed_on = self
+                .written_after
+                .as_ref()
+                .is_some_and(|(m, after)| *m == watched && *after >= enough);
+            if handed_on {
+                tracing::debug!(member = %watched, "watch handed on");
+                return;
+            }
+            if Instant::now() >= until {
+                tracing::warn!(member = %watched, "left without seeing the watched member renew or die");
+                if self.unconfirmed.is_some() {
+                    // A burial that may have landed, never confirmed: announce it anyway (a
+                    // needless announcement costs the others one listing).
+                    self.announce(&key).await;
+                }
+                return;
+            }
+            if let Some(row) = self.read(&watched, &key).await {
+                self.unconfirmed = None;
+                let now = Instant::now();
+                match row {
+                    Some(row) if roster::is_present(&row) => {
+                        let since = self.link.record(&row, now);
+                        if roster::is_dead(now.duration_since(since), config.lease_duration) {
+                            self.bury(&key, &watched, row.counter).await;
+                            if self.unconfirmed.is_none() {
+                                return;
+                            }
+                        }
+                    }
+                    Some(row) if row.is_held_by(&config.owner) => {
+                        self.buried(&key, &watched, row.counter).await;
+                        return;
+                    }
+                    // It left, or another instance buried it.
+                    _ => return,
+                }
+            }
+            sleep(config.take_interval).await;
+        }
+    }
+
+    /// Takes the member row of `member`, found dead, fenced on the `counter` that stood still
+    /// for a lease: no renewal of it can land later, so none of its keepers can go on. Then
+    /// tells the others, whose next listing may take its rows at once.
+    async fn bury(&mut self, key: &LeaseKey, member: &str, counter: u64) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let holder = Holder::new(config.owner.clone(), roster::new_token());
+        let take = Take::fenced(config.lease_duration, counter);
+        match bounded(&shared, "take", shared.store.take(key, &holder, &take)).await {
+            Ok(Outcome::Written(taken)) => self.buried(key, member, taken.counter).await,
+            // Held by this instance already: an earlier take of ours landed late.
+            Ok(Outcome::Lost(lost)) if lost.holder.as_deref() == Some(config.owner.as_str()) => {
+                self.buried(key, member, lost.counter).await;
+            }
+            Ok(Outcome::Lost(_)) => {}
+            Err(error) => {
+                tracing::warn!(%member, error = %ErrorChain(&error), "taking a dead member's row failed; the next watch sees whether it landed");
+                self.unconfirmed = Some(member.to_owned());
+            }
+        }
+    }
+
+    /// After this instance took the member row of `member`, found dead (at `counter` now):
+    /// tells this coordinator and the others, whose next listing may take its rows at once.
+    async fn buried(&mut self, key: &LeaseKey, member: &str, counter: u64) {
+        let shared = self.shared.clone();
+        tracing::warn!(%member, counter, "member found dead (its row stood still for a lease); its shards are free");
+        shared.metrics.member_found_dead();
+        // Once per burial: it is not watched again, even if the listing below fails.
+        self.members.remove(member);
+        self.announce(key).await;
+    }
+
+    /// Tells this coordinator and the others that the roster changed (a member whose row is
+    /// `key` was buried): the roster's epoch and the stream's are bumped, and the roster listed.
+    async fn announce(&mut self, key: &LeaseKey) {
+        let shared = self.shared.clone();
+        // This coordinator lists at its next tick, whatever the bumps below do.
+        self.link.relist.store(true, Ordering::SeqCst);
+        // The row stays, held by this instance (so its counter never starts over while anyone
+        // may still watch it); the janitor deletes it much later.
+        let bumped = shared
+            .bump_within(key.stream(), shared.config.lease_duration)
+            .await;
+        if let Err(error) = bumped {
+            tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch");
+        }
+        // Retried here for up to a lease: while this instance drains in a shutdown its
+        // coordinator no longer ticks, so an owed bump would wait for the leave, and this
+        // watcher may be the only one to know.
+        if !shared
+            .bump_epoch_leaving(&shared.config.stream, "a member found dead")
+            .await
+        {
+            shared.bump_owed.store(true, Ordering::SeqCst);
+        }
+        self.list_roster().await;
+    }
+
+    /// The janitor's part of a watch: deletes the member rows of instances that left or were
+    /// buried once this instance has seen them stand still for [`DEPARTED_FOR`] leases: by then
+    /// nobody still acts on an old reading of them (a row deleted and created again starts
+    /// its counter over).
+    async fn delete_departed(&mut self) {
+        let shared = self.shared.clone();
+        if !crate::cleanup::is_janitor(&self.members, &shared.config.owner) {
+            return;
+        }
+        let lease = shared.config.lease_duration;
+        let doomed: Vec<(LeaseKey, u64)> = self
+            .departed
+            .values()
+            .filter(|(_, _, since)| since.elapsed() >= lease * DEPARTED_FOR)
+            .map(|(key, counter, _)| (key.clone(), *counter))
+            .collect();
+        for (key, _) in &doomed {
+            self.departed.remove(key.shard());
+        }
+        delete_rows(&shared, doomed).await;
+    }
+}

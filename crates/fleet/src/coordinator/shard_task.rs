@@ -1,0 +1,130 @@
+//! Spawning one held shard's tasks: its reader (`kinesis-shard-reader`), its lease keeper and
+//! the hooks around them, inside a `shard_reader` span with `stream`, `shard` and `owner`.
+
+use crate::handle::UNKNOWN_BEHIND;
+use crate::keeper::Keeper;
+use crate::shared::{Exit, Held, Report};
+use crate::ShardInfo;
+use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
+use kinesis_lease_core::{Holder, Lease};
+use kinesis_shard_reader::start::StartPlan;
+use kinesis_shard_reader::Reader;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::State;
+
+impl State {
+    /// Starts the keeper and reader of a freshly taken shard.
+    pub(super) fn start(
+        &mut self,
+        lease: Lease,
+        holder: Holder,
+        plan: StartPlan,
+        sent: Instant,
+        incarnation: u64,
+    ) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let shard = lease.key.shard().to_owned();
+        let settlement = ShardSettlement::new(config.stream.as_str(), shard.as_str());
+        let millis_behind = Arc::new(AtomicU64::new(UNKNOWN_BEHIND));
+        let written = Arc::new(Mutex::new(lease.checkpoint.clone()));
+        let kpl = Arc::new(kinesis_shard_reader::KplCounters::default());
+        shared.held().insert(
+            shard.clone(),
+            Held {
+                settlement: settlement.clone(),
+                millis_behind: millis_behind.clone(),
+                written: written.clone(),
+                kpl: kpl.clone(),
+            },
+        );
+        let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);
+        let (cmd_tx, cmd_rx) = mpsc::channel(2);
+        let keeper = Keeper {
+            shared: shared.clone(),
+            key: lease.key.clone(),
+            holder,
+            settlement: settlement.clone(),
+            cursor: CheckpointCursor::new(lease.checkpoint.as_ref()),
+            signal: signal_tx,
+            written,
+            taken_at: sent,
+            incarnation,
+            counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
+        };
+        let reader = Reader {
+            context: shared.read.clone(),
+            shard: shard.clone(),
+            feed: shared.sender.feed(settlement.clone()),
+            settlement,
+            signal: signal_rx,
+            phase: shared.phase.subscribe(),
+            keeper: cmd_tx,
+            millis_behind,
+            hash_range: self.stream_shards.get(&shard).map(|s| s.hash_range),
+            kpl,
+            metrics: shared.metrics.shard(&shard),
+        };
+        let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
+        if plan.marker.is_some() {
+            tracing::warn!(parent: &span, position = ?plan.open, "repositioned over the stored checkpoint (once per subscription)");
+        }
+        tracing::info!(parent: &span, checkpoint = ?lease.checkpoint.as_ref().map(ToString::to_string), position = ?plan.open, "lease taken");
+        shared.metrics.taken();
+        {
+            // Set under the lock, so that a take and a task's end cannot reorder their sets.
+            let held = shared.held();
+            shared.metrics.held(held.len());
+        }
+        let reports = shared.reports.clone();
+        let info = ShardInfo {
+            stream: config.stream.clone(),
+            shard: shard.clone(),
+            checkpoint: lease.checkpoint.clone(),
+        };
+        self.tasks.spawn(
+            async move {
+                let hooks = &shared.config.hooks;
+                // The keeper runs `on_taken` first (renewing meanwhile); the reader starts once
+                // it has returned, and never if the lease was lost during it.
+                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+                let read = async {
+                    if ready_rx.await.is_ok() {
+                        reader.run(plan).await;
+                    }
+                };
+                let (exit, ()) = tokio::join!(keeper.run(cmd_rx, ready_tx), read);
+                let last = {
+                    let mut held = shared.held();
+                    let gone = held.remove(&shard);
+                    shared.metrics.held(held.len());
+                    gone.and_then(|held| {
+                        held.written
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .clone()
+                    })
+                };
+                let _ = reports.send(Report {
+                    shard: shard.clone(),
+                    exit,
+                });
+                let info = ShardInfo {
+                    checkpoint: last,
+                    ..info
+                };
+                match exit {
+                    Exit::Lost => hooks.lost(info).await,
+                    Exit::Ended => hooks.ended(info).await,
+                    Exit::Released | Exit::HandedOver => {}
+                }
+            }
+            .instrument(span),
+        );
+    }
+}

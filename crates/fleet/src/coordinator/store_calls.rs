@@ -1,0 +1,39 @@
+//! The coordinator's store calls, each bounded: a store that hangs delays a round but never
+//! stops the coordinator (nor its shutdown). A leaf the coordinator's jobs and the ring watch
+//! all use.
+
+use kinesis_lease_core::ErrorChain;
+
+use crate::shared::Shared;
+
+/// Deletes each row, fenced on the counter seen; a row written since stays.
+pub(super) async fn delete_rows(shared: &Shared, rows: Vec<(kinesis_lease_core::LeaseKey, u64)>) {
+    for (key, counter) in rows {
+        match bounded(shared, "delete", shared.store.delete(&key, counter)).await {
+            Ok(true) => tracing::debug!(row = %key, "deleted a row nothing needs any more"),
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying later")
+            }
+        }
+    }
+}
+
+/// Runs a coordinator's store call for at most a lease duration: a store that hangs must not
+/// stall the coordinator (nor its shutdown). A call cut short counts as failed; a take cut
+/// short is adopted later if it landed.
+pub(super) async fn bounded<T>(
+    shared: &Shared,
+    operation: &'static str,
+    call: impl std::future::Future<Output = kinesis_lease_core::LeaseResult<T>>,
+) -> kinesis_lease_core::LeaseResult<T> {
+    tokio::time::timeout(shared.config.lease_duration, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kinesis_lease_core::LeaseError::Unavailable {
+                operation,
+                resource: shared.config.stream.clone(),
+                source: "no answer within a lease duration".into(),
+            })
+        })
+}

@@ -1,0 +1,255 @@
+//! The take round: from one listing, takes the rows this instance may read (free, handed
+//! over to it, or expired by its own observation), up to its fair share, parents before
+//! children, every take fenced on the counter seen; below its share with nothing free, asks
+//! one holder above its share to hand a shard over.
+
+use crate::roster;
+use crate::take_plan;
+use kinesis_lease_core::{ErrorChain, Holder, Lease, Outcome, Take};
+use kinesis_shard_reader::start::{self};
+use std::collections::{HashMap, HashSet};
+use tokio::time::Instant;
+
+use super::store_calls::bounded;
+use super::{Pending, State};
+
+impl State {
+    pub(super) async fn take_round(&mut self) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let rows = match bounded(&shared, "list", shared.store.list(&config.stream)).await {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "listing leases failed; retrying at the next tick");
+                self.relist_now();
+                return;
+            }
+        };
+        let now = Instant::now();
+        self.relist_at = None;
+        if let Err(error) = self.observe(&rows, now) {
+            shared.fail(error);
+            return;
+        }
+        self.adopt_pending(&rows);
+        // The roster, read after the rows: an owner absent from it held nothing, when the rows
+        // were read, that it could still act on (see `roster`).
+        if !self.list_roster().await {
+            self.relist_now();
+            return;
+        }
+        if !shared.member.borrow().is_live() {
+            // Not a member now (joining again after being found dead, or renewals failing):
+            // take nothing until the membership is back.
+            self.relist_by(now + config.take_interval);
+            return;
+        }
+        // Rows written before the roster expire only by standing still: watch them.
+        let legacy = rows.iter().any(|r| {
+            !r.is_held_by(&config.owner)
+                && r.token
+                    .as_deref()
+                    .is_some_and(|t| !roster::is_roster_token(t))
+        });
+        if legacy {
+            self.relist_by(now + config.list_interval);
+        }
+        let still: HashMap<String, std::time::Duration> = self
+            .observed
+            .iter()
+            .map(|(shard, seen)| (shard.clone(), now.duration_since(seen.since)))
+            .collect();
+        let held: HashSet<String> = shared.held().keys().cloned().collect();
+        let pending: HashSet<String> = self.pending.keys().cloned().collect();
+        let gone = self.parents_gone(&rows);
+        let readable = take_plan::readable(&rows, |parent| !gone.contains(parent));
+        let first_round = !self.took_a_round;
+        let departed = self.departed.clone();
+        // Members seen standing still for a lease do not count in the fair share.
+        let stale = self
+            .link
+            .stale(&config.owner, config.lease_duration, Instant::now());
+        if rows.iter().any(|r| {
+            r.token.is_none()
+                && r.owner.as_deref().is_some_and(|o| {
+                    o != config.owner && !self.members.contains(o) && !departed.contains(o)
+                })
+        }) {
+            // A row handed to an instance of an earlier release: see whether it took it.
+            self.relist_by(now + config.list_interval);
+        }
+        if first_round {
+            // The second round comes a list interval later, seeing who joined meanwhile.
+            self.relist_by(now + config.list_interval);
+        }
+        let view = take_plan::View {
+            me: &config.owner,
+            still: &still,
+            held: &held,
+            pending: &pending,
+            lease: config.lease_duration,
+            first_round,
+            left: &self.left_free,
+            members: &self.members,
+            departed: &departed,
+            stale: &stale,
+            list_interval: config.list_interval,
+        };
+        self.took_a_round = true;
+        let plan = take_plan::plan(readable, &view);
+        tracing::debug!(members = ?self.members, target = plan.target, room = plan.room, candidates = plan.candidates.len(), "take round");
+        self.next_expiry = plan.next_expiry.map(|left| now + left);
+        let ttl = config.lease_duration;
+        let mut room = plan.room;
+        let mut left_over = false;
+        let mut took_any = false;
+        let mut left_free = HashSet::new();
+        for (rank, row) in plan.candidates {
+            // Rows handed over to us, and our own rows whose keeper ended, are always taken.
+            if room == 0 && !rank.past_share() {
+                left_over = true;
+                left_free.insert(row.key.shard().to_owned());
+                continue;
+            }
+            let reposition = config.reposition();
+            let plan = start::plan(
+                row,
+                &config.start_at,
+                reposition.as_ref().map(|(p, m)| (*p, m.as_str())),
+                config.clock.now_ms(),
+                config.start_slack,
+            );
+            let mut take = Take::fenced(ttl, row.counter);
+            take.checkpoint = plan.checkpoint.clone();
+            take.repositioned = plan.marker.clone();
+            let holder = Holder::new(config.owner.clone(), roster::new_token());
+            let incarnation = shared.member.borrow().incarnation;
+            let shard = row.key.shard().to_owned();
+            self.tokens
+                .entry(shard.clone())
+                .or_default()
+                .insert(holder.token.clone());
+            let sent = Instant::now();
+            match bounded(&shared, "take", shared.store.take(&row.key, &holder, &take)).await {
+                Ok(Outcome::Written(lease)) => {
+                    room = room.saturating_sub(1);
+                    took_any = true;
+                    if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
+                        self.asked = None;
+                    }
+                    self.start(lease, holder, plan, sent, incarnation);
+                }
+                Ok(Outcome::Lost(lost)) => {
+                    tracing::debug!(%shard, holder = ?lost.holder, "take lost");
+                    if lost.holder.as_deref() == Some(config.owner.as_str()) {
+                        // Our own row moved since the listing (a renewal whose answer was lost
+                        // had landed): nobody else takes a present member's row, so unless we
+                        // list again and retake it, it stays unread for good.
+                        self.relist_now();
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted at the next listing if it landed");
+                    self.relist_now();
+                    self.pending.insert(
+                        shard,
+                        Pending {
+                            holder,
+                            plan,
+                            sent,
+                            incarnation,
+                        },
+                    );
+                }
+            }
+        }
+        // What a first round withheld was to make this instance visible, not others' shares.
+        let left_free = if first_round {
+            HashSet::new()
+        } else {
+            left_free
+        };
+        if !left_free.is_empty() && !left_free.is_subset(&self.left_free) {
+            // Rows left to the others that they may not know are free (the notice of whatever
+            // freed them may have been lost): tell them, once per new row left.
+            shared.bump_epoch("rows left to the others").await;
+        }
+        self.left_free = left_free;
+        let held_now = shared.held().len();
+        if held_now + 1 < plan.target {
+            // Well below the fair share (the rows may be held by a member that will hand them
+            // over, or freed by a change whose notice was lost): look again in a while.
+            self.relist_by(now + config.lease_duration);
+        }
+        if (left_over || took_any) && held_now < plan.target {
+            // Rows this round left free for the others (see `take_plan`), or rows lost to
+            // others' takes while more may have been freed since: list again at the next take
+            // tick. A round that takes nothing and leaves nothing waits for the epoch to move.
+            self.relist_now();
+        }
+        self.ask_for_one(&plan.readable, &plan.live, plan.target)
+            .await;
+        self.clean_up(&rows).await;
+    }
+
+    /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
+    /// shard, if it holds at least two more than this instance. Owners one apart do not move
+    /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
+    pub(super) async fn ask_for_one(
+        &mut self,
+        readable: &[&Lease],
+        live: &HashSet<String>,
+        target: usize,
+    ) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        // One request at a time: while a row is marked wanted by this instance, or for as
+        // long as its owner may take to hand it over (two leases to let deliveries settle and
+        // one to wait for running handlers).
+        if readable
+            .iter()
+            .any(|r| r.wanted_by.as_deref() == Some(config.owner.as_str()))
+        {
+            // Look again if the row has not come by then (its owner may have gone).
+            self.relist_by(Instant::now() + config.lease_duration * 3);
+            return;
+        }
+        if let Some((_, at)) = &self.asked {
+            let until = *at + config.lease_duration * 3;
+            if Instant::now() < until {
+                // Ask again then if the row has not come by.
+                self.relist_by(until);
+                return;
+            }
+            self.asked = None;
+        }
+        let mine = self.shared.held().len();
+        let Some(ask) = take_plan::ask(readable, live, &config.owner, mine, target) else {
+            return;
+        };
+        let (victim, open) = (ask.owner, ask.open);
+        let row = open[fastrand::usize(..open.len())];
+        let asked = bounded(
+            &shared,
+            "request",
+            shared.store.request(&row.key, &config.owner, row.counter),
+        );
+        match asked.await {
+            Ok(Outcome::Written(_)) => {
+                tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
+                let now = Instant::now();
+                self.asked = Some((row.key.shard().to_owned(), now));
+                self.relist_by(now + config.lease_duration * 3);
+            }
+            Ok(Outcome::Lost(_)) => {}
+            Err(error) => {
+                // It may have landed (the answer lost, or cut off): wait as for a request that
+                // did, rather than spend a call that may hang again on every round.
+                tracing::warn!(shard = %row.key.shard(), error = %ErrorChain(&error), "asking for a shard failed");
+                let now = Instant::now();
+                self.asked = Some((row.key.shard().to_owned(), now));
+                self.relist_by(now + config.lease_duration * 3);
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! What a subscription's coordinator and its shard tasks share.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use kinesis_dispatch::{DeliverySender, ShardSettlement};
+use kinesis_lease_core::{Checkpoint, ErrorChain, LeaseKey, LeaseStore};
+use tokio::sync::{mpsc, watch};
+
+use kinesis_shard_reader::{KplCounters, Phase, ReadContext};
+use kinesis_stream_core::ReaderError;
+
+use crate::ReaderConfig;
+
+/// Why a shard task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Read and settled to its end; `SHARD_END` written and the lease released.
+    Ended,
+    /// The lease was lost (or renewals failed too long); nothing written.
+    Lost,
+    /// Released on shutdown (or after a fatal error) with the final checkpoint.
+    Released,
+    /// Handed over to the instance that asked for it, with the final checkpoint.
+    HandedOver,
+}
+
+/// A shard task's report to the coordinator.
+#[derive(Debug)]
+pub(crate) struct Report {
+    pub(crate) shard: String,
+    pub(crate) exit: Exit,
+}
+
+/// The live view of one held shard, for `stats()`.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) settlement: Arc<ShardSettlement>,
+    pub(crate) millis_behind: Arc<AtomicU64>,
+    pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
+    pub(crate) kpl: Arc<KplCounters>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ReaderConfig,
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) sender: DeliverySender,
+    pub(crate) phase: watch::Sender<Phase>,
+    pub(crate) reports: mpsc::UnboundedSender<Report>,
+    pub(crate) held: Mutex<HashMap<String, Held>>,
+    /// What the subscription's readers share: the Kinesis source, the reading settings, the
+    /// fan-out consumer's ARN and the fatal error.
+    pub(crate) read: Arc<ReadContext>,
+    /// The subscription's metric handles (nothing without the `metrics` feature).
+    pub(crate) metrics: crate::metrics::StreamMetrics,
+    /// This instance's membership (see `member`): keepers stop when it lapses.
+    pub(crate) member: watch::Sender<crate::member_state::MemberState>,
+    /// An epoch bump that failed and is owed: the coordinator retries it at its next tick, so
+    /// freed rows are never left unnoticed by the others.
+    pub(crate) bump_owed: std::sync::atomic::AtomicBool,
+    /// The same for the roster's epoch after this instance joined: retried by the member task
+    /// at its next renewal, so the others always come to watch it.
+    pub(crate) roster_bump_owed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn key(&self, shard: &str) -> Result<LeaseKey, ReaderError> {
+        LeaseKey::new(self.config.stream.clone(), shard).map_err(|source| ReaderError::Lease {
+            stream: self.config.stream.clone(),
+            shard: shard.to_owned(),
+            source,
+        })
+    }
+
+    /// Bumps `stream`'s epoch once, waiting at most `most`: a call that does not answer in
+    /// time counts as failed (it may still land; a bump too many costs the others one listing).
+    pub(crate) async fn bump_within(
+        &self,
+        stream: &str,
+        most: std::time::Duration,
+    ) -> kinesis_lease_core::LeaseResult<()> {
+        tokio::time::timeout(most, self.store.bump_epoch(stream))
+            .await
+            .unwrap_or_else(|_| {
+                Err(kinesis_lease_core::LeaseError::Unavailable {
+                    operation: "bump_epoch",
+                    resource: stream.to_owned(),
+                    source: "no answer in time".into(),
+                })
+            })
+    }
+
+    /// Bumps the stream's epoch (rows were freed, moved or ended), waiting at most a lease; a
+    /// failure is retried by the coordinator.
+    pub(crate) async fn bump_epoch(&self, why: &'static str) {
+        let bumped = self
+            .bump_within(&self.config.stream, self.config.lease_duration)
+            .await;
+        if let Err(error) = bumped {
+            tracing::warn!(why, error = %ErrorChain(&error), "could not bump the stream's epoch; retrying at the next tick");
+            self.bump_owed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
+    /// most a lease in all: for the last bump of an instance that is leaving, which no later
+    /// tick of its own would retry, and for a burial's. False when every attempt failed.
+    pub(crate) async fn bump_epoch_leaving(&self, stream: &str, why: &'static str) -> bool {
+        let config = &self.config;
+        let mut backoff =
+            kinesis_lease_core::Backoff::new(config.renew_interval / 30, config.renew_interval);
+        let until = tokio::time::Instant::now() + config.lease_duration;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            let Err(error) = self.bump_within(stream, left).await else {
+                return true;
+            };
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(why, %stream, error = %ErrorChain(&error), "could not bump the epoch; the others notice at their next listing or watch");
+                return false;
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        }
+    }
+
+    /// Records a fatal error (the first one wins) for the subscription to surface.
+    pub(crate) fn fail(&self, error: ReaderError) {
+        self.read.fail(error);
+    }
+}
