@@ -1,7 +1,7 @@
 //! Enhanced fan-out against kinesis-local and moto: brokers read by SubscribeToShard from
 //! `TRIM_HORIZON` and from the default `LATEST`, a killed fan-out process is taken over, and a
 //! graceful hand-over delivers nothing twice. kinesis-local never signals shard end on this
-//! path (shard end by fan-out is covered on `MemoryStream`: crates/shard-reader/tests/
+//! path (shard end by fan-out is covered on `MemoryStream`: crates/fleet/tests/
 //! reader_fan_out.rs) and refuses a second subscription to a shard while one is live.
 
 use std::collections::HashSet;

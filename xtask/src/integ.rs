@@ -13,10 +13,13 @@
 //! passes them as `KCL_CONSUMERS` (or, without Java and Maven, says so loudly and passes the
 //! reason as `KCL_CONSUMERS_SKIPPED`), for the import tests (`tests/kcl_import.rs`).
 //! Extra arguments are passed to the test binaries (a name filter, `--nocapture`).
+//!
+//! Everything is built with the feature set of `cargo test --workspace --all-features` (what
+//! `.ci/run` builds first), so only the integration targets compile again, and the test
+//! binaries run side by side (see `integ_run`): they wait on leases and emulators far more than
+//! they compute.
 
-use std::process::Command;
-
-use crate::{emulators, kcl, root};
+use crate::{emulators, integ_run, kcl};
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut endpoints = Vec::new();
@@ -43,17 +46,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let consumers = kcl::build()?;
     let (var, value) = consumers.env();
     endpoints.push((var, value));
-    // The command-line tests run the `kinesis-broker` binary as a process.
+    // The command-line tests run the `kinesis-broker` binary as a process. Built (like the
+    // tests below) with the feature set of `cargo test --workspace --all-features`, so after
+    // the workspace tests nothing but the integration targets themselves is compiled again.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = Command::new(&cargo)
-        .current_dir(root())
-        .args([
-            "build",
-            "--package",
-            "kinesis-broker-cli",
-            "--bin",
-            "kinesis-broker",
-        ])
+    let built = integ_run::workspace_cargo(&cargo, "build")
+        .args(["--bin", "kinesis-broker"])
         .status()
         .map_err(|e| format!("cannot build the kinesis-broker binary: {e}"))?;
     if !built.success() {
@@ -65,28 +63,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         .join("debug")
         .join(format!("kinesis-broker{}", std::env::consts::EXE_SUFFIX));
     endpoints.push(("KINESIS_BROKER_BIN", binary.display().to_string()));
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root())
-        .args(["test", "--package", "kinesis-integ", "--test", "*", "--"])
-        .args(args)
-        .envs(endpoints.iter().map(|(k, v)| (*k, v.as_str())));
     for (var, default) in [
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "000000000000"),
         ("AWS_SECRET_ACCESS_KEY", "integ-secret"),
     ] {
         if std::env::var_os(var).is_none() {
-            cmd.env(var, default);
+            endpoints.push((var, default.to_owned()));
         }
     }
-    eprintln!("xtask: {cmd:?}");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run cargo test: {e}"))?;
+    let targets = integ_run::targets()?;
+    let binaries = integ_run::build(&cargo, &targets)?;
+    let outcome = integ_run::run_all(&binaries, args, &endpoints);
     drop(running);
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("the integration suite failed ({status})"))
-    }
+    outcome
 }

@@ -5,6 +5,7 @@
 mod bench;
 mod emulators;
 mod integ;
+mod integ_run;
 mod kcl;
 mod layout;
 mod sim;

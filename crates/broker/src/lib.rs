@@ -6,8 +6,13 @@
 //! settled, and hands shards over at once when it shuts down. Delivery is at least once.
 //!
 //! This is the crate a service depends on: it re-exports what users need from the layers
-//! below (`kinesis-lease-core`, `kinesis-lease-memory`, `kinesis-lease-dynamo` behind the
-//! `dynamodb-lease` feature, `kinesis-dispatch`, `kinesis-shard-reader`).
+//! below. Two contracts sit at the bottom, neither with an AWS dependency:
+//! `kinesis-lease-core` (lease stores: `kinesis-lease-memory`, and `kinesis-lease-dynamo`
+//! behind the `dynamodb-lease` feature) and `kinesis-stream-core` (Kinesis sources:
+//! `kinesis-stream-aws`, and `kinesis-stream-memory` behind the `testing` feature). On them:
+//! `kinesis-dispatch` (channel, lanes, settlement), `kinesis-shard-reader` (reading one shard),
+//! `kinesis-fleet` (leases, roster, balancing, keepers), `kinesis-publisher`. A store or a
+//! source of your own depends on its contract crate alone (docs/crates.md).
 //!
 //! # Examples
 //!

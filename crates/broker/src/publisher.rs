@@ -1,6 +1,7 @@
 //! `Publisher`: the facade's face of the `kinesis-publisher` crate, the same calls with their
 //! errors as [`BrokerError`], so a service handles one error type.
 
+use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -35,8 +36,15 @@ use crate::{BrokerError, Published};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Publisher(kinesis_publisher::Publisher);
+
+impl fmt::Debug for Publisher {
+    /// The same as the publisher it wraps: `Publisher { .. }`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 impl Publisher {
     /// A publisher to `stream` over any Kinesis implementation.

@@ -16,7 +16,6 @@
 
 #[cfg(feature = "metrics")]
 mod enabled {
-    use super::ShardMetrics;
     use std::time::Duration;
 
     /// One stream's (one subscription's) handles.
@@ -28,7 +27,6 @@ mod enabled {
         hand_overs: metrics::Counter,
         dead: metrics::Counter,
         renewal: metrics::Histogram,
-        stream: String,
     }
 
     impl StreamMetrics {
@@ -41,7 +39,6 @@ mod enabled {
                 hand_overs: metrics::counter!("HandOvers", &label),
                 dead: metrics::counter!("MembersFoundDead", &label),
                 renewal: metrics::histogram!("RenewalLatency", &label),
-                stream: stream.to_owned(),
             }
         }
         pub(crate) fn held(&self, n: usize) {
@@ -61,10 +58,6 @@ mod enabled {
         }
         pub(crate) fn renewed(&self, took: Duration) {
             self.renewal.record(took.as_secs_f64());
-        }
-        /// The handles of one of the stream's shards.
-        pub(crate) fn shard(&self, shard: &str) -> ShardMetrics {
-            ShardMetrics::new(&self.stream, shard)
         }
     }
 
@@ -125,7 +118,6 @@ mod enabled {
 
 #[cfg(not(feature = "metrics"))]
 mod enabled {
-    use super::ShardMetrics;
     use std::time::Duration;
 
     /// Nothing: the `metrics` feature is off.
@@ -142,9 +134,6 @@ mod enabled {
         pub(crate) fn handed_over(&self) {}
         pub(crate) fn member_found_dead(&self) {}
         pub(crate) fn renewed(&self, _took: Duration) {}
-        pub(crate) fn shard(&self, shard: &str) -> ShardMetrics {
-            ShardMetrics::new("", shard)
-        }
     }
 
     /// Nothing: the `metrics` feature is off.
@@ -164,4 +153,3 @@ mod enabled {
 }
 
 pub(crate) use enabled::{Counted, StreamMetrics};
-use kinesis_shard_reader::ShardMetrics;

@@ -1,6 +1,7 @@
 //! `StreamConsumer` and `ConsumerStatus`: an enhanced fan-out consumer as
 //! DescribeStreamConsumer tells it.
 
+/// Where a stream consumer is in its life (DescribeStreamConsumer's `ConsumerStatus`). Only an
 /// `Active` consumer can be subscribed through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

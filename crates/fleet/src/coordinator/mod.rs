@@ -44,6 +44,17 @@
 //! is not counted (it is dead or cut off, its keepers have stopped): its rows stay its own
 //! until it is buried, but the rows others free are not left waiting for its share.
 //!
+//! # One file per job
+//!
+//! This file holds the coordinator's state and its loop; each job the loop runs has a file of
+//! its own, found by its name: `discovery` (listing the stream's shards, creating rows),
+//! `listing` (the epoch, the rows, observing counters, twins), `take_round` (taking up to the
+//! fair share, asking for a hand-over), `janitor` (deleting rows nothing needs), `shard_task`
+//! (spawning a held shard's reader and keeper), `ring_watch` (watching the ring successor,
+//! burials) and `store_calls` (the bounded store calls they share). The jobs extend `State`
+//! with `impl` blocks and import nothing of each other; the ring watch and the store calls
+//! import nothing of this file.
+//!
 //! # Every store call is bounded
 //!
 //! Each store call of the coordinator is cut off after a lease duration (`bounded`), so a

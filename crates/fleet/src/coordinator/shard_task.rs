@@ -68,7 +68,7 @@ impl State {
             millis_behind,
             hash_range: self.stream_shards.get(&shard).map(|s| s.hash_range),
             kpl,
-            metrics: shared.metrics.shard(&shard),
+            metrics: kinesis_shard_reader::ShardMetrics::new(&config.stream, &shard),
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
         if plan.marker.is_some() {
