@@ -46,23 +46,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let consumers = kcl::build()?;
     let (var, value) = consumers.env();
     endpoints.push((var, value));
-    // The command-line tests run the `kinesis-broker` binary as a process. Built (like the
-    // tests below) with the feature set of `cargo test --workspace --all-features`, so after
-    // the workspace tests nothing but the integration targets themselves is compiled again.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let built = integ_run::workspace_cargo(&cargo, "build")
-        .args(["--bin", "kinesis-broker"])
-        .status()
-        .map_err(|e| format!("cannot build the kinesis-broker binary: {e}"))?;
-    if !built.success() {
-        return Err(format!(
-            "building the kinesis-broker binary failed ({built})"
-        ));
-    }
-    let binary = crate::target_dir()
-        .join("debug")
-        .join(format!("kinesis-broker{}", std::env::consts::EXE_SUFFIX));
-    endpoints.push(("KINESIS_BROKER_BIN", binary.display().to_string()));
+    let targets = integ_run::targets()?;
+    let built = integ_run::build(&cargo, &targets)?;
+    // The command-line tests run the `kinesis-broker` binary as a process.
+    endpoints.push(("KINESIS_BROKER_BIN", built.cli.display().to_string()));
     for (var, default) in [
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "000000000000"),
@@ -72,9 +60,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             endpoints.push((var, default.to_owned()));
         }
     }
-    let targets = integ_run::targets()?;
-    let binaries = integ_run::build(&cargo, &targets)?;
-    let outcome = integ_run::run_all(&binaries, args, &endpoints);
+    let outcome = integ_run::run_all(&built.tests, args, &endpoints);
     drop(running);
     outcome
 }

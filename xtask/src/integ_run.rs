@@ -1,8 +1,8 @@
 //! Builds the integration test binaries of `kinesis-integ` and runs them side by side.
 //!
 //! `cargo test` runs test binaries one after another; these spend most of their time waiting
-//! (lease durations, emulator round trips, the real KCL's start), so `INTEG_JOBS` (3 by
-//! default) of them run at once. Each binary's output is kept in
+//! (lease durations, emulator round trips, the real KCL's start), so `INTEG_JOBS` (4 by
+//! default), slowest first, of them run at once. Each binary's output is kept in
 //! `target/integ-logs/NAME.log` and printed whole when it ends, so outputs never interleave;
 //! a table of durations closes the run. The binaries run as `cargo test` would run them: from
 //! the package's directory, with the extra arguments given (a name filter, `--nocapture`).
@@ -69,12 +69,37 @@ pub(crate) struct Binary {
     path: PathBuf,
 }
 
-/// Builds `targets` (and nothing else) with the workspace's feature set; returns their
+/// What [`build`] built.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The integration test binaries, slowest first.
+    pub(crate) tests: Vec<Binary>,
+    /// The `kinesis-broker` command line, for `tests/cli.rs`.
+    pub(crate) cli: PathBuf,
+}
+
+/// The command line's own integration test: selecting it makes cargo build the
+/// `kinesis-broker` binary (cargo builds a package's binaries for its integration tests) with
+/// the same features as everything else, instead of a `cargo build` of another feature set
+/// (dev-dependencies' features count for tests, not for builds).
+const CLI_TEST: &str = "import_kcl";
+
+/// Targets known to take longest (over a minute each): started first, so the slowest is not
+/// the last to begin.
+const SLOW_FIRST: &[&str] = &[
+    "fault_crash",
+    "fault_network",
+    "cli",
+    "rolling_deploy",
+    "lease_dynamo",
+];
+
+/// Builds `targets` (and the command line) with the workspace's feature set; returns their
 /// executables.
-pub(crate) fn build(cargo: &str, targets: &[String]) -> Result<Vec<Binary>, String> {
+pub(crate) fn build(cargo: &str, targets: &[String]) -> Result<Built, String> {
     let mut cmd = workspace_cargo(cargo, "test");
     cmd.args(["--no-run", "--message-format=json-render-diagnostics"]);
-    for target in targets {
+    for target in targets.iter().map(String::as_str).chain([CLI_TEST]) {
         cmd.args(["--test", target]);
     }
     cmd.stdout(Stdio::piped());
@@ -89,11 +114,22 @@ pub(crate) fn build(cargo: &str, targets: &[String]) -> Result<Vec<Binary>, Stri
         ));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let binaries: Vec<Binary> = stdout
+    let mut binaries: Vec<Binary> = stdout
         .lines()
         .filter_map(test_artifact)
         .filter(|b| targets.contains(&b.name))
         .collect();
+    binaries.sort_by_key(|b| {
+        SLOW_FIRST
+            .iter()
+            .position(|s| *s == b.name)
+            .unwrap_or(SLOW_FIRST.len())
+    });
+    let cli = stdout.lines().find_map(cli_artifact).ok_or_else(|| {
+        format!(
+            "cargo built no kinesis-broker binary (through the `{CLI_TEST}` test of crates/cli)"
+        )
+    })?;
     let missing: Vec<&String> = targets
         .iter()
         .filter(|t| !binaries.iter().any(|b| &b.name == *t))
@@ -101,7 +137,24 @@ pub(crate) fn build(cargo: &str, targets: &[String]) -> Result<Vec<Binary>, Stri
     if !missing.is_empty() {
         return Err(format!("cargo built no executable for {missing:?}"));
     }
-    Ok(binaries)
+    Ok(Built {
+        tests: binaries,
+        cli,
+    })
+}
+
+/// The `kinesis-broker` executable a `compiler-artifact` message names, if it is that one.
+fn cli_artifact(line: &str) -> Option<PathBuf> {
+    if !line.contains("\"reason\":\"compiler-artifact\"")
+        || !line.contains("\"kind\":[\"bin\"]")
+        || !line.contains("kinesis-broker-cli")
+    {
+        return None;
+    }
+    let target = &line[line.find("\"target\":")?..];
+    (json_string(target, "name")? == "kinesis-broker")
+        .then(|| json_string(line, "executable").map(PathBuf::from))
+        .flatten()
 }
 
 /// The test executable a `compiler-artifact` message of `cargo --message-format=json` names,
@@ -156,7 +209,7 @@ pub(crate) fn run_all(
         .ok()
         .and_then(|j| j.parse::<usize>().ok())
         .filter(|j| *j > 0)
-        .unwrap_or(3);
+        .unwrap_or(4);
     let logs = crate::target_dir().join("integ-logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
     eprintln!(
@@ -291,6 +344,23 @@ name = "cli"
         assert_eq!(test_artifact(&library), None);
         let other = line.replace("kinesis-integ", "kinesis-broker");
         assert_eq!(test_artifact(&other), None);
+    }
+
+    #[test]
+    fn the_cli_binary_is_found_in_cargo_messages() {
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/cli#kinesis-broker-cli@0.1.0","target":{"kind":["bin"],"crate_types":["bin"],"name":"kinesis-broker","src_path":"/w/crates/cli/src/main.rs"},"executable":"/w/target/debug/kinesis-broker","fresh":true}"#;
+        assert_eq!(
+            cli_artifact(line),
+            Some(PathBuf::from("/w/target/debug/kinesis-broker"))
+        );
+        assert_eq!(
+            cli_artifact(&line.replace("\"kinesis-broker\",\"src", "\"other\",\"src")),
+            None
+        );
+        assert_eq!(
+            cli_artifact(&line.replace("kinesis-broker-cli", "kinesis-integ")),
+            None
+        );
     }
 
     #[test]
