@@ -181,7 +181,7 @@ impl Broker {
     }
 
     /// A handle that shuts the broker down once it runs (see
-    /// [`RunningBroker::run_until`]); clone it into handlers or other tasks. A request made
+    /// [`RunningBroker::run_until`](crate::RunningBroker::run_until)); clone it into handlers or other tasks. A request made
     /// before `start()` is kept.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()

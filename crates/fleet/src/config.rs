@@ -45,7 +45,7 @@ pub struct ReaderConfig {
     /// the take that applies it writes the marker into the row, and rows carrying the marker
     /// are never repositioned again, whoever takes them.
     pub reposition: Option<StartAt>,
-    /// The marker of [`reposition`](Self::reposition) (default: the position's name).
+    /// The marker of `reposition` (default: the position's name).
     pub reposition_marker: Option<String>,
     /// This host's wall clock, read to pin a `LATEST` start as a time.
     pub clock: Arc<dyn Clock>,

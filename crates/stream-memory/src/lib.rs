@@ -12,7 +12,7 @@
 //! (stream consumers and pushed shard subscriptions; see `fan_out`). Faults can be
 //! injected: throttle or fail the next N calls of an operation, expire every outstanding
 //! iterator, cut every live subscription, deregister the fan-out consumer (left `DELETING` for
-//! a while, as AWS does). Time comes from an injectable [`Clock`].
+//! a while, as AWS does). Time comes from an injectable [`Clock`](kinesis_lease_core::Clock).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod admin;
