@@ -15,7 +15,25 @@
 //!
 //! A reposition is applied once per subscription: its marker is written into the row by the
 //! take that applies it, and a row that carries the marker is never repositioned again.
+//!
+//! # Rows created for shards that have none
+//!
+//! [`initial_checkpoints`] decides where each new row starts, from the stream's rows as they
+//! stand, never from their counters (an import, another version or an operator writes rows
+//! with any counter):
+//!
+//! - A shard whose ancestor holds (or held) a checkpoint is read from its first record,
+//!   however many levels down: its parent has a row that will be or was read, or is created
+//!   in the same listing with such a start, or (once the subscription has history) has no row
+//!   at all (trimmed, or deleted once finished).
+//! - The subscription's start position applies to every other shard only while the
+//!   subscription begins ([`subscription_begins`]): every row of the stream stands where a
+//!   beginning at that position creates it, and none is held. At `LATEST`, shards closed
+//!   before the beginning are then created finished and open ones start at the tip, as the
+//!   KCL does. Once the subscription has history, a root shard gets no checkpoint (its first
+//!   take pins the start position) and every child starts at its first record.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use kinesis_lease_core::{duration_ms, Checkpoint, Lease, SequenceNumber};
@@ -134,11 +152,105 @@ pub fn plan(
     }
 }
 
-/// The checkpoint a row is created with. `fresh`: no row of the stream was ever taken, so the
-/// subscription begins now and `start_at` applies to every shard: at `LATEST`, shards that are
-/// already closed hold nothing after the start and are created finished, and open ones start
-/// at the tip even when they have parents (as the KCL does). Later, a new shard (a child of a
-/// split or merge) starts at its first record once its parents end.
+/// True when the subscription begins now, judged from its stream's `rows` (shard rows only):
+/// every row stands where a beginning at `start_at` creates it (at `LATEST` the `LATEST`
+/// sentinel, or `SHARD_END` for a shard closed before the beginning; at `TRIM_HORIZON` and
+/// `AT_TIMESTAMP` that position) and none is held. A take at `LATEST` pins a time into the
+/// row, and any checkpoint, import or operator's write leaves something else, so a table with
+/// history never looks like a beginning. No counter takes part.
+pub fn subscription_begins(rows: &[Lease], start_at: &StartAt) -> bool {
+    rows.iter().all(|row| {
+        row.owner.is_none()
+            && row.token.is_none()
+            && match (start_at, &row.checkpoint) {
+                (StartAt::Latest, Some(Checkpoint::Latest | Checkpoint::ShardEnd)) => true,
+                (StartAt::TrimHorizon, Some(Checkpoint::TrimHorizon)) => true,
+                (StartAt::AtTimestamp(time), Some(Checkpoint::AtTimestamp(ms))) => {
+                    *ms == millis_of(time)
+                }
+                _ => false,
+            }
+    })
+}
+
+/// The checkpoints of the rows created for `missing` shards (those with no row yet), given
+/// the stream's `rows` and the subscription's `start_at`: see the module docs. Parents are
+/// decided before their children, whatever the order of `missing`.
+pub fn initial_checkpoints<'a>(
+    missing: &[&'a Shard],
+    rows: &[Lease],
+    start_at: &StartAt,
+) -> Vec<(&'a Shard, Option<Checkpoint>)> {
+    let begins = subscription_begins(rows, start_at);
+    let existing: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
+    let by_id: HashMap<&str, &Shard> = missing.iter().map(|s| (s.id.as_str(), *s)).collect();
+    let mut decided: HashMap<String, Option<Checkpoint>> = HashMap::new();
+    for shard in missing {
+        decide(
+            shard,
+            &by_id,
+            &existing,
+            begins,
+            start_at,
+            &mut decided,
+            &mut HashSet::new(),
+        );
+    }
+    missing
+        .iter()
+        .map(|s| (*s, decided.get(&s.id).cloned().flatten()))
+        .collect()
+}
+
+/// Decides `shard` (and, first, its missing ancestors) into `decided`.
+fn decide(
+    shard: &Shard,
+    missing: &HashMap<&str, &Shard>,
+    existing: &HashMap<&str, &Lease>,
+    begins: bool,
+    start_at: &StartAt,
+    decided: &mut HashMap<String, Option<Checkpoint>>,
+    visiting: &mut HashSet<String>,
+) -> Option<Checkpoint> {
+    if let Some(done) = decided.get(&shard.id) {
+        return done.clone();
+    }
+    // A listing never has cycles; should one, the shard is decided as if its parent had none.
+    visiting.insert(shard.id.clone());
+    let read_before = shard.parents().iter().any(|parent| {
+        if let Some(row) = existing.get(parent.as_str()) {
+            // A finished parent at a beginning ended before it (nothing of it was read);
+            // with history it was read to its end.
+            return !begins || !row.is_finished();
+        }
+        match missing.get(parent.as_str()) {
+            Some(p) if !visiting.contains(&p.id) => {
+                decide(p, missing, existing, begins, start_at, decided, visiting)
+                    != Some(Checkpoint::ShardEnd)
+            }
+            Some(_) => false,
+            // Neither a row nor listed: trimmed, or its finished row deleted. With history,
+            // it was read (or its records aged out unread, which reading this one from its
+            // first record cannot make worse).
+            None => !begins,
+        }
+    });
+    visiting.remove(&shard.id);
+    let checkpoint = if read_before {
+        Some(Checkpoint::TrimHorizon)
+    } else {
+        initial_checkpoint(shard, begins, start_at)
+    };
+    decided.insert(shard.id.clone(), checkpoint.clone());
+    checkpoint
+}
+
+/// The checkpoint a row is created with when no ancestor of the shard was read (see
+/// [`initial_checkpoints`], which decides that). `fresh`: the subscription begins now
+/// ([`subscription_begins`]) and `start_at` applies to every shard: at `LATEST`, shards that
+/// are already closed hold nothing after the start and are created finished, and open ones
+/// start at the tip even when they have parents (as the KCL does). Later, a new shard (a child
+/// of a split or merge) starts at its first record once its parents end.
 pub fn initial_checkpoint(shard: &Shard, fresh: bool, start_at: &StartAt) -> Option<Checkpoint> {
     if fresh {
         return match start_at {
@@ -293,6 +405,160 @@ mod tests {
         assert_eq!(
             initial_checkpoint(&shard(false, None), false, &StartAt::Latest),
             None
+        );
+    }
+
+    fn listed(id: &str, parent: Option<&str>, closed: bool) -> Shard {
+        let mut shard = Shard::new(id, (0, u128::MAX));
+        shard.parent = parent.map(str::to_owned);
+        shard.ending_sequence = closed.then(|| "9".to_owned());
+        shard
+    }
+
+    fn table_row(shard: &str, checkpoint: Option<Checkpoint>) -> Lease {
+        Lease::new(LeaseKey::new("s", shard).unwrap(), Vec::new()).starting_at(checkpoint)
+    }
+
+    fn decided(
+        missing: &[Shard],
+        rows: &[Lease],
+        start_at: &StartAt,
+    ) -> Vec<(String, Option<Checkpoint>)> {
+        let refs: Vec<&Shard> = missing.iter().rev().collect();
+        let mut out: Vec<_> = initial_checkpoints(&refs, rows, start_at)
+            .into_iter()
+            .map(|(s, cp)| (s.id.clone(), cp))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    #[test]
+    fn every_level_below_a_checkpoint_starts_at_its_first_record_whatever_the_counters() {
+        // 0 (imported, counter 1) -> 1, 2; 1 -> 3, 4; 3 -> 5, 6: 1 and 3 closed.
+        let missing = [
+            listed("1", Some("0"), true),
+            listed("2", Some("0"), false),
+            listed("3", Some("1"), true),
+            listed("4", Some("1"), false),
+            listed("5", Some("3"), false),
+            listed("6", Some("3"), false),
+        ];
+        let mut imported = table_row("0", Some(Checkpoint::Sequence(seq("7", Some(0)))));
+        imported.counter = 1;
+        let th = Some(Checkpoint::TrimHorizon);
+        for start_at in [StartAt::Latest, StartAt::TrimHorizon, StartAt::at_millis(5)] {
+            let got = decided(&missing, std::slice::from_ref(&imported), &start_at);
+            assert!(got.iter().all(|(_, cp)| *cp == th), "{start_at:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn children_of_a_trimmed_parent_start_at_their_first_record_once_there_is_history() {
+        let missing = [listed("2", Some("0"), false), listed("3", Some("0"), false)];
+        let history = [table_row(
+            "1",
+            Some(Checkpoint::Sequence(seq("7", Some(3)))),
+        )];
+        let th = Some(Checkpoint::TrimHorizon);
+        assert_eq!(
+            decided(&missing, &history, &StartAt::Latest),
+            vec![("2".into(), th.clone()), ("3".into(), th)]
+        );
+        // A beginning: the trimmed parent was never read, the start position applies.
+        let latest = Some(Checkpoint::Latest);
+        assert_eq!(
+            decided(&missing, &[], &StartAt::Latest),
+            vec![("2".into(), latest.clone()), ("3".into(), latest)]
+        );
+    }
+
+    #[test]
+    fn a_beginning_at_latest_skips_what_closed_before_it_on_every_level() {
+        // 0 -> 1, 2; 1 -> 3, 4: all listed, no rows yet.
+        let missing = [
+            listed("0", None, true),
+            listed("1", Some("0"), true),
+            listed("2", Some("0"), false),
+            listed("3", Some("1"), false),
+            listed("4", Some("1"), false),
+        ];
+        let got = decided(&missing, &[], &StartAt::Latest);
+        let end = Some(Checkpoint::ShardEnd);
+        let latest = Some(Checkpoint::Latest);
+        assert_eq!(
+            got,
+            vec![
+                ("0".into(), end.clone()),
+                ("1".into(), end),
+                ("2".into(), latest.clone()),
+                ("3".into(), latest.clone()),
+                ("4".into(), latest)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_beginning_whose_rows_are_half_created_decides_the_rest_alike() {
+        // Another instance created 0 (closed before the start) and 1 (open, unread) and
+        // stopped; 2 and 3 are children of 0, 4 and 5 children of 1 (it closed since).
+        let rows = [
+            table_row("0", Some(Checkpoint::ShardEnd)),
+            table_row("1", Some(Checkpoint::Latest)),
+        ];
+        assert!(subscription_begins(&rows, &StartAt::Latest));
+        let missing = [listed("2", Some("0"), false), listed("4", Some("1"), false)];
+        assert_eq!(
+            decided(&missing, &rows, &StartAt::Latest),
+            vec![
+                ("2".into(), Some(Checkpoint::Latest)),
+                // 1 will be read (from its pinned start): its children follow it whole.
+                ("4".into(), Some(Checkpoint::TrimHorizon)),
+            ]
+        );
+    }
+
+    #[test]
+    fn history_is_anything_but_unheld_rows_where_a_beginning_puts_them() {
+        let latest = [table_row("0", Some(Checkpoint::Latest))];
+        assert!(subscription_begins(&latest, &StartAt::Latest));
+        assert!(subscription_begins(
+            &[],
+            &StartAt::AtSequence(seq("1", None))
+        ));
+        assert!(!subscription_begins(&latest, &StartAt::TrimHorizon));
+        let mut held = table_row("0", Some(Checkpoint::Latest));
+        held.owner = Some("a".into());
+        held.token = Some("t".into());
+        assert!(!subscription_begins(&[held], &StartAt::Latest));
+        for history in [
+            Some(Checkpoint::AtTimestamp(5)),
+            Some(Checkpoint::TrimHorizon),
+            Some(Checkpoint::Sequence(seq("3", None))),
+            None,
+        ] {
+            assert!(
+                !subscription_begins(&[table_row("0", history.clone())], &StartAt::Latest),
+                "{history:?}"
+            );
+        }
+        let at = StartAt::at_millis(5);
+        assert!(subscription_begins(
+            &[table_row("0", Some(Checkpoint::AtTimestamp(5)))],
+            &at
+        ));
+        assert!(!subscription_begins(
+            &[table_row("0", Some(Checkpoint::AtTimestamp(6)))],
+            &at
+        ));
+        // With history, a root gets no checkpoint (its take pins the start position).
+        assert_eq!(
+            decided(
+                &[listed("9", None, false)],
+                &[table_row("0", Some(Checkpoint::TrimHorizon))],
+                &StartAt::Latest
+            ),
+            vec![("9".into(), None)]
         );
     }
 }

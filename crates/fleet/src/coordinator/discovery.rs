@@ -56,8 +56,6 @@ impl State {
             return;
         }
         missing.sort_by(|a, b| a.id.cmp(&b.id));
-        // A subscription begins when none of its rows was ever taken: its start position then
-        // applies to every shard (see the `start` rules).
         let rows = match bounded(&shared, "list", shared.store.list(&stream)).await {
             Ok(rows) => rows,
             Err(error) => {
@@ -65,15 +63,16 @@ impl State {
                 return;
             }
         };
-        let fresh = rows.iter().all(|r| r.counter <= 1);
         let existing: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
-        let marker = config.reposition().map(|(_, marker)| marker);
         let mut created = Vec::new();
-        for shard in missing {
-            if existing.contains(shard.id.as_str()) {
-                created.push(shard.id.clone());
-                continue;
-            }
+        let (exist, missing): (Vec<_>, Vec<_>) = missing
+            .into_iter()
+            .partition(|s| existing.contains(s.id.as_str()));
+        created.extend(exist.into_iter().map(|s| s.id.clone()));
+        // Where each new row starts, from the rows as they stand (never from their counters):
+        // see the `start` rules.
+        let marker = config.reposition().map(|(_, marker)| marker);
+        for (shard, checkpoint) in start::initial_checkpoints(&missing, &rows, &config.start_at) {
             let key = match shared.key(&shard.id) {
                 Ok(key) => key,
                 Err(error) => {
@@ -81,17 +80,7 @@ impl State {
                     continue;
                 }
             };
-            // A child whose parent has a row was born within the subscription: it starts at
-            // its first record, fresh or not.
-            let born_within = shard
-                .parents()
-                .iter()
-                .any(|p| existing.contains(p.as_str()));
-            let mut row = Lease::new(key, shard.parents()).starting_at(start::initial_checkpoint(
-                shard,
-                fresh && !born_within,
-                &config.start_at,
-            ));
+            let mut row = Lease::new(key, shard.parents()).starting_at(checkpoint);
             // Rows created under a reposition start as the subscription says, not repositioned.
             row.repositioned = marker.clone();
             match bounded(&shared, "create", shared.store.create(&row)).await {
