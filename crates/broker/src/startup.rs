@@ -32,6 +32,12 @@ impl Until {
         }
     }
 
+    /// What is left of the deadline.
+    #[cfg(feature = "kcl-import")]
+    fn left(&self) -> Duration {
+        self.retry.deadline().saturating_sub(self.started.elapsed())
+    }
+
     /// Runs `call` until it succeeds or fails for good (`Ok`), retrying while `transient`
     /// names the operation that failed, until the deadline ([`BrokerError::Unreachable`]).
     async fn retry<T, E, F, Fut>(
@@ -251,13 +257,25 @@ impl Broker {
                     table: &table,
                     kinesis: &*kinesis,
                 };
-                let report = import
-                    .run(
-                        target,
+                // The import retries its own transient failures within what is left of the
+                // deadline (a retry of the whole import would watch the KCL again); one that
+                // still fails transiently is `Unreachable`, as any other start-up call.
+                let import = import.clone().retry_window(until.left());
+                let endpoints = format!("{} and {lease_endpoint}", resolved.endpoint);
+                let report = until
+                    .retry(
                         stream,
-                        |note| tracing::info!(stream = %stream, "{note}"),
+                        &endpoints,
+                        || {
+                            import.run(
+                                target,
+                                stream,
+                                |note| tracing::info!(stream = %stream, "{note}"),
+                            )
+                        },
+                        kinesis_kcl_import::ImportError::transient_operation,
                     )
-                    .await
+                    .await?
                     .map_err(|source| BrokerError::KclImport {
                         stream: stream.clone(),
                         source: Box::new(source),

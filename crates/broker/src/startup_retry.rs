@@ -32,6 +32,12 @@ impl StartupRetry {
         }
     }
 
+    /// The deadline, from the start.
+    #[cfg(feature = "kcl-import")]
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     /// After a transient failure `elapsed` into the start: the wait before the next attempt,
     /// never past the deadline, or `None` once the deadline is reached.
     pub(crate) fn after_failure(&mut self, elapsed: Duration) -> Option<Duration> {

@@ -53,6 +53,11 @@ pub struct ShardStats {
     /// KPL de-aggregation counts: aggregates unpacked, sub-records delivered, malformed
     /// aggregates delivered as they were, sub-records outside the shard's hash key range.
     pub kpl: kinesis_shard_reader::KplStats,
+    /// While Kinesis refuses to read the shard at its position (a checkpoint of another
+    /// shard, say, written by an operator's `reset` or an import): the position and Kinesis'
+    /// reason. The shard is held and not read until the position is readable: reset it to a
+    /// position of its own (`kinesis-broker reset --shard .. --to ..`). `None` otherwise.
+    pub refused: Option<String>,
 }
 
 /// The running coordinator and shard readers of one subscription.
@@ -221,6 +226,7 @@ fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
                 ),
                 stuck,
                 kpl: held.kpl.stats(),
+                refused: held.refusal.text(),
             }
         })
         .collect();

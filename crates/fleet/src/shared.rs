@@ -40,6 +40,7 @@ pub(crate) struct Held {
     pub(crate) millis_behind: Arc<AtomicU64>,
     pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
     pub(crate) kpl: Arc<KplCounters>,
+    pub(crate) refusal: Arc<kinesis_shard_reader::Refusal>,
 }
 
 #[derive(Debug)]

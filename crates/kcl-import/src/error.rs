@@ -24,9 +24,22 @@ pub enum ImportError {
         table: String,
         /// The call.
         operation: &'static str,
+        /// True for a failure worth retrying (throttling, a 5xx, a timeout, a dropped
+        /// connection).
+        transient: bool,
         /// The SDK's error.
         #[source]
         source: BoxError,
+    },
+    /// A setting of the import is unusable.
+    #[error("invalid import setting {setting} `{value}`: {reason}")]
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// Why.
+        reason: &'static str,
     },
     /// A row of the KCL's table cannot be read as the KCL writes it (perhaps not a KCL table).
     #[error("row `{lease_key}` of KCL lease table `{table}` is unreadable: {reason}")]
@@ -132,11 +145,15 @@ pub enum ImportError {
         #[source]
         source: Box<LeaseError>,
     },
-    /// Listing the stream's shards failed.
-    #[error("listing the shards of stream `{stream}` failed")]
+    /// A Kinesis call failed (ListShards for the stream, GetShardIterator for a shard).
+    #[error("Kinesis {operation} failed for {}", match shard { Some(shard) => format!("shard `{shard}` of stream `{stream}`"), None => format!("stream `{stream}`") })]
     Kinesis {
         /// The stream.
         stream: String,
+        /// The shard, for calls about one.
+        shard: Option<String>,
+        /// The Kinesis operation.
+        operation: &'static str,
         /// The reader's error.
         #[source]
         source: Box<ReaderError>,
@@ -151,6 +168,33 @@ impl ImportError {
             self,
             ImportError::KclTable { .. } | ImportError::Store { .. } | ImportError::Kinesis { .. }
         )
+    }
+
+    /// The operation that failed, when the failure is worth retrying: throttling, a 5xx, a
+    /// timeout or a dropped connection, of the KCL's table, this library's table or Kinesis.
+    pub fn transient_operation(&self) -> Option<&'static str> {
+        match self {
+            ImportError::KclTable {
+                operation,
+                transient: true,
+                ..
+            } => Some(operation),
+            ImportError::Store { source, .. } => match **source {
+                LeaseError::Unavailable { operation, .. } => Some(operation),
+                _ => None,
+            },
+            ImportError::Kinesis {
+                operation, source, ..
+            } => match **source {
+                ReaderError::Throttled { .. } | ReaderError::Transient { .. } => Some(operation),
+                ReaderError::Lease { ref source, .. } => match source {
+                    LeaseError::Unavailable { operation, .. } => Some(operation),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        }
     }
 }
 
@@ -191,11 +235,33 @@ mod tests {
         assert!(ambiguous.to_string().contains("1:orders:5, 1:orders:6"));
         let failed = ImportError::Kinesis {
             stream: "orders".into(),
+            shard: None,
+            operation: "ListShards",
             source: Box::new(ReaderError::StreamNotFound {
                 stream: "orders".into(),
                 operation: "ListShards",
             }),
         };
         assert!(!failed.is_refusal());
+        assert_eq!(
+            failed.transient_operation(),
+            None,
+            "a missing stream is final"
+        );
+        let throttled = ImportError::Kinesis {
+            stream: "orders".into(),
+            shard: Some("shardId-000000000002".into()),
+            operation: "GetShardIterator",
+            source: Box::new(ReaderError::Throttled {
+                operation: "GetShardIterator",
+                resource: "orders/shardId-000000000002".into(),
+            }),
+        };
+        assert_eq!(
+            throttled.to_string(),
+            "Kinesis GetShardIterator failed for shard `shardId-000000000002` of stream `orders`",
+            "names the call that failed"
+        );
+        assert_eq!(throttled.transient_operation(), Some("GetShardIterator"));
     }
 }

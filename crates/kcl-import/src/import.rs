@@ -4,30 +4,42 @@
 //!
 //! # Order
 //!
+//! 0. Read the import's own record (see `record`): when the KCL's leases of the stream stand
+//!    where they stood at the last import, the KCL has not run since and the import writes
+//!    nothing, neither watching nor waiting, so rows the brokers or an operator moved since
+//!    stay where they are (also when the KCL's table has been deleted since).
 //! 1. Read and plan, and ask Kinesis for an iterator at every sequence number the plan would
 //!    write (a KCL table of another stream has checkpoints this stream's shards do not hold).
-//!    A dry run stops here; so does a plan that writes nothing (a second import), without
-//!    watching the KCL: an import that writes nothing cannot race it.
-//! 2. Watch the KCL's leases of the stream for one failover time: a counter that moves means
-//!    KCL workers still run, and the import is refused (or, forced, goes on with a warning).
+//!    A dry run stops here; so does a plan that writes nothing, without watching the KCL: an
+//!    import that writes nothing cannot race it (it still writes its record).
+//! 2. Watch the KCL's leases of the stream for the KCL's lease-taker interval, twice the
+//!    failover time (see `liveness::watch_window`): a counter that moves means KCL workers
+//!    still run, and the import is refused (or, forced, goes on with a warning).
 //! 3. Read and plan again (the KCL's rows as last watched, this library's rows now), then
 //!    write: a missing row is created only if it is still missing, a row behind is moved
 //!    forward fenced on the counter read; a write that loses its condition re-reads the row
 //!    and decides again (never moving it back). The stream's epoch is bumped, so running
 //!    brokers notice at once.
 //! 4. Read the KCL's rows once more: one written since the watch means a KCL worker came back
-//!    during the import ([`ImportError::KclResumed`]).
+//!    during the import ([`ImportError::KclResumed`]). Then write the record.
+//!
+//! Every call that fails transiently (throttling, a 5xx, a timeout, a dropped connection) is
+//! retried with backoff for up to the retry window (30 s by default,
+//! [`KclImport::retry_window`]); each retry is logged.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_types::SdkConfig;
-use kinesis_lease_core::{Checkpoint, ErrorChain, Lease, LeaseKey, LeaseStore};
+use kinesis_lease_core::{
+    Backoff, Checkpoint, ErrorChain, Holder, Lease, LeaseError, LeaseKey, LeaseStore, Take,
+};
 use kinesis_stream_core::{KinesisApi, ReaderError, Shard, StartAt};
 use tokio::time::Instant;
 
-use crate::liveness::{moved, reading, Verdict, Watch};
+use crate::liveness::{moved, reading, watch_window, Verdict, Watch};
 use crate::plan::{plan, Action, Step};
+use crate::record::{record_key, Imprint, RECORD_OWNER};
 use crate::select::{select, KclMode, SelectError, Selection};
 use crate::{DynamoKclTable, ImportError, KclTable};
 
@@ -36,6 +48,9 @@ pub const DEFAULT_FAILOVER: Duration = Duration::from_secs(10);
 
 /// Attempts per row when a conditional write loses to another writer.
 const WRITE_ATTEMPTS: usize = 3;
+
+/// How long a call that fails transiently is retried by default.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(30);
 
 /// What an import runs against: this library's lease store and table name, and Kinesis.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +83,10 @@ pub struct ImportReport {
     pub other_entities: usize,
     /// What the caller should know (a forced import, a KCL still live).
     pub warnings: Vec<String>,
+    /// True when the table had been imported from this KCL table before and the KCL has not
+    /// written its leases of the stream since: nothing was planned or written (see the
+    /// `record` module).
+    pub imported_before: bool,
 }
 
 impl ImportReport {
@@ -82,6 +101,7 @@ impl ImportReport {
             watched: None,
             other_entities: 0,
             warnings: Vec::new(),
+            imported_before: false,
         }
     }
 
@@ -112,6 +132,7 @@ pub struct KclImport {
     failover: Duration,
     force: bool,
     at_timestamp_ms: Option<u64>,
+    retry_window: Duration,
 }
 
 impl KclImport {
@@ -123,6 +144,7 @@ impl KclImport {
             failover: DEFAULT_FAILOVER,
             force: false,
             at_timestamp_ms: None,
+            retry_window: DEFAULT_RETRY_WINDOW,
         }
     }
 
@@ -139,8 +161,10 @@ impl KclImport {
         self
     }
 
-    /// The KCL application's failover time (10 s by default): how long the KCL's counters
-    /// must stand still before the import writes.
+    /// The KCL application's failover time (10 s by default). The KCL's counters must stand
+    /// still for its lease taker's interval, twice this, before the import writes. Zero is
+    /// refused when the import runs ([`ImportError::InvalidSetting`]): it would turn the
+    /// watch off.
     pub fn failover_time(mut self, failover: Duration) -> Self {
         self.failover = failover;
         self
@@ -159,9 +183,180 @@ impl KclImport {
         self
     }
 
+    /// How long a call that fails transiently (throttling, a 5xx, a timeout, a dropped
+    /// connection) is retried, with backoff, before the import fails naming it (30 s by
+    /// default). The broker gives its start-up deadline.
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.retry_window = window;
+        self
+    }
+
     /// The KCL table's name.
     pub fn kcl_table(&self) -> &str {
         self.table.name()
+    }
+
+    fn check_settings(&self) -> Result<(), ImportError> {
+        if self.failover.is_zero() {
+            return Err(ImportError::InvalidSetting {
+                setting: "failover time",
+                value: format!("{:?}", self.failover),
+                reason: "must be more than zero: the import watches the KCL's leases for twice \
+                         the failover time, and a zero one would not watch at all",
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs `call`, retrying its transient failures with backoff for the retry window.
+    async fn retrying<T, F, Fut>(&self, stream: &str, mut call: F) -> Result<T, ImportError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ImportError>>,
+    {
+        let started = Instant::now();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let error = match call().await {
+                Ok(value) => return Ok(value),
+                Err(error) => error,
+            };
+            let Some(operation) = error.transient_operation() else {
+                return Err(error);
+            };
+            let left = self.retry_window.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(error);
+            }
+            let wait = backoff.next_delay().min(left);
+            tracing::warn!(%stream, operation, ?wait, error = %ErrorChain(&error), "an import call failed; retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The import's record of this stream and KCL table, if any.
+    async fn record(&self, target: Target<'_>, stream: &str) -> Result<Option<Lease>, ImportError> {
+        let key = self.record_key(target, stream)?;
+        self.retrying(stream, || async {
+            target
+                .store
+                .read(&key)
+                .await
+                .map_err(|source| store_error(target, stream, source))
+        })
+        .await
+    }
+
+    fn record_key(&self, target: Target<'_>, stream: &str) -> Result<LeaseKey, ImportError> {
+        record_key(stream, self.table.name(), self.stream_key.as_deref())
+            .map_err(|source| store_error(target, stream, source))
+    }
+
+    /// Writes the record of an import that left the KCL's leases at `leases`.
+    async fn write_record(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        leases: &[crate::KclLease],
+    ) -> Result<(), ImportError> {
+        let key = self.record_key(target, stream)?;
+        let imprint = Imprint::of(leases);
+        let holder = Holder::new(RECORD_OWNER, "import");
+        let store_error = |source: LeaseError| store_error(target, stream, source);
+        for _ in 0..WRITE_ATTEMPTS {
+            let landed = match self.record(target, stream).await? {
+                Some(row) if Imprint::recorded(&row) == Some(imprint) => return Ok(()),
+                None => {
+                    let row = imprint.row(key.clone());
+                    self.retrying(stream, || async {
+                        target.store.create(&row).await.map_err(store_error)
+                    })
+                    .await?
+                }
+                Some(row) => {
+                    let take = Take::fenced(Duration::ZERO, row.counter)
+                        .with_reposition(imprint.to_string());
+                    self.retrying(stream, || async {
+                        target
+                            .store
+                            .take(&key, &holder, &take)
+                            .await
+                            .map_err(store_error)
+                    })
+                    .await?
+                    .is_written()
+                }
+            };
+            if landed {
+                return Ok(());
+            }
+        }
+        Err(ImportError::Refused {
+            table: target.table.to_owned(),
+            stream: stream.to_owned(),
+            shard: key.to_string(),
+            reason: format!(
+                "the import's record kept changing over {WRITE_ATTEMPTS} attempts (another import \
+                 ran at the same time?); the rows were imported, import again to record it"
+            ),
+        })
+    }
+
+    /// The report of an import that finds its own record with the KCL's leases unchanged (or
+    /// the KCL's table gone): every step left as it is.
+    async fn imported_before(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+        read: Option<(&Selection, &[Shard])>,
+    ) -> Result<ImportReport, ImportError> {
+        let mut report = match read {
+            Some((selection, listed)) => {
+                let mut report = self.report(target, stream, selection, listed, true).await?;
+                for step in &mut report.steps {
+                    step.action = Action::Leave;
+                    step.after = step.before.clone();
+                    step.note = "imported before, and the KCL has not written its leases since: \
+                                 left as the brokers and operators keep it"
+                        .into();
+                }
+                report.mode = selection.mode.clone();
+                report
+            }
+            None => ImportReport::new(stream, self.table.name(), KclMode::SingleStream),
+        };
+        report.dry_run = false;
+        report.imported_before = true;
+        Ok(report)
+    }
+
+    /// Reads the KCL's table and the stream, unless the record says the KCL has not written
+    /// its leases since the last import: then `Err` with that import's report.
+    async fn read_unless_imported(
+        &self,
+        target: Target<'_>,
+        stream: &str,
+    ) -> Result<Result<(Selection, Vec<Shard>), ImportReport>, ImportError> {
+        self.check_settings()?;
+        let recorded = self
+            .record(target, stream)
+            .await?
+            .and_then(|row| Imprint::recorded(&row));
+        let read = self.read_kcl(target, stream).await;
+        Ok(match (read, recorded) {
+            // The KCL's table was deleted after the cut-over: nothing to import again.
+            (Err(ImportError::KclTableNotFound { .. }), Some(_)) => {
+                Err(self.imported_before(target, stream, None).await?)
+            }
+            (Ok((selection, listed)), Some(imprint))
+                if imprint == Imprint::of(&selection.leases) =>
+            {
+                Err(self
+                    .imported_before(target, stream, Some((&selection, &listed)))
+                    .await?)
+            }
+            (read, _) => Ok(read?),
+        })
     }
 
     /// The plan, without writing anything or watching the KCL (a dry run).
@@ -174,7 +369,13 @@ impl KclImport {
         target: Target<'_>,
         stream: &str,
     ) -> Result<ImportReport, ImportError> {
-        let (selection, listed) = self.read_kcl(target, stream).await?;
+        let (selection, listed) = match self.read_unless_imported(target, stream).await? {
+            Ok(read) => read,
+            Err(mut before) => {
+                before.dry_run = true;
+                return Ok(before);
+            }
+        };
         let report = self
             .report(target, stream, &selection, &listed, true)
             .await?;
@@ -199,12 +400,16 @@ impl KclImport {
         stream: &str,
         mut notes: F,
     ) -> Result<ImportReport, ImportError> {
-        let (selection, listed) = self.read_kcl(target, stream).await?;
+        let (selection, listed) = match self.read_unless_imported(target, stream).await? {
+            Ok(read) => read,
+            Err(before) => return Ok(before),
+        };
         let first = self
             .report(target, stream, &selection, &listed, false)
             .await?;
         self.refusals(target, stream, &first)?;
         if first.written() == 0 {
+            self.write_record(target, stream, &selection.leases).await?;
             return Ok(first);
         }
         self.probe(target, stream, &first).await?;
@@ -212,9 +417,17 @@ impl KclImport {
         let last = self
             .watch(stream, &selection, &mut notes, &mut warnings)
             .await?;
+        // Another instance that imported meanwhile (a fleet starting together): its record.
+        if let Some(row) = self.record(target, stream).await? {
+            if Imprint::recorded(&row) == Some(Imprint::of(&last.leases)) {
+                return self
+                    .imported_before(target, stream, Some((&last, &listed)))
+                    .await;
+            }
+        }
         let mut report = self.report(target, stream, &last, &listed, false).await?;
         self.refusals(target, stream, &report)?;
-        report.watched = Some(self.failover);
+        report.watched = Some(watch_window(self.failover));
         let mut wrote = false;
         for step in &mut report.steps {
             if self.write(target, stream, &last, &listed, step).await? {
@@ -222,14 +435,17 @@ impl KclImport {
             }
         }
         if wrote {
-            target
-                .store
-                .bump_epoch(stream)
-                .await
-                .map_err(|source| store_error(target, stream, source))?;
+            self.retrying(stream, || async {
+                target
+                    .store
+                    .bump_epoch(stream)
+                    .await
+                    .map_err(|source| store_error(target, stream, source))
+            })
+            .await?;
         }
         // A KCL worker that came back during the writes.
-        let after = self.select(stream, self.table.scan().await?)?;
+        let after = self.select(stream, self.scan(stream).await?)?;
         if let Some(movement) = moved(&reading(&last.leases), &reading(&after.leases)) {
             if !self.force {
                 return Err(ImportError::KclResumed {
@@ -240,11 +456,17 @@ impl KclImport {
             }
             warnings.push(format!("forced: {movement} during the import"));
         }
+        self.write_record(target, stream, &last.leases).await?;
         for warning in &warnings {
             notes(&format!("warning: {warning}"));
         }
         report.warnings = warnings;
         Ok(report)
+    }
+
+    /// The KCL's table, read whole.
+    async fn scan(&self, stream: &str) -> Result<Vec<crate::KclRow>, ImportError> {
+        self.retrying(stream, || self.table.scan()).await
     }
 
     fn select(&self, stream: &str, rows: Vec<crate::KclRow>) -> Result<Selection, ImportError> {
@@ -269,16 +491,21 @@ impl KclImport {
         target: Target<'_>,
         stream: &str,
     ) -> Result<(Selection, Vec<Shard>), ImportError> {
-        let selection = self.select(stream, self.table.scan().await?)?;
-        let listed =
-            target
-                .kinesis
-                .list_shards(stream)
-                .await
-                .map_err(|source| ImportError::Kinesis {
-                    stream: stream.to_owned(),
-                    source: Box::new(source),
-                })?;
+        let selection = self.select(stream, self.scan(stream).await?)?;
+        let listed = self
+            .retrying(stream, || async {
+                target
+                    .kinesis
+                    .list_shards(stream)
+                    .await
+                    .map_err(|source| ImportError::Kinesis {
+                        stream: stream.to_owned(),
+                        shard: None,
+                        operation: "ListShards",
+                        source: Box::new(source),
+                    })
+            })
+            .await?;
         let known = selection
             .leases
             .iter()
@@ -301,11 +528,14 @@ impl KclImport {
     }
 
     async fn ours(&self, target: Target<'_>, stream: &str) -> Result<Vec<Lease>, ImportError> {
-        target
-            .store
-            .list(stream)
-            .await
-            .map_err(|source| store_error(target, stream, source))
+        self.retrying(stream, || async {
+            target
+                .store
+                .list(stream)
+                .await
+                .map_err(|source| store_error(target, stream, source))
+        })
+        .await
     }
 
     async fn report(
@@ -340,6 +570,7 @@ impl KclImport {
             watched: None,
             other_entities: selection.other_entities,
             warnings: Vec::new(),
+            imported_before: false,
         })
     }
 
@@ -392,13 +623,30 @@ impl KclImport {
                 continue;
             };
             let at = StartAt::AtSequence(seq.clone());
-            match target
-                .kinesis
-                .shard_iterator(stream, &step.shard, &at)
-                .await
-            {
-                Ok(_) => {}
-                Err(error @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+            let asked = self
+                .retrying(stream, || async {
+                    match target
+                        .kinesis
+                        .shard_iterator(stream, &step.shard, &at)
+                        .await
+                    {
+                        Ok(_) => Ok(Ok(())),
+                        Err(
+                            error @ (ReaderError::Refused { .. }
+                            | ReaderError::ShardNotFound { .. }),
+                        ) => Ok(Err(error)),
+                        Err(source) => Err(ImportError::Kinesis {
+                            stream: stream.to_owned(),
+                            shard: Some(step.shard.clone()),
+                            operation: "GetShardIterator",
+                            source: Box::new(source),
+                        }),
+                    }
+                })
+                .await?;
+            match asked {
+                Ok(()) => {}
+                Err(error) => {
                     return Err(ImportError::Unmappable {
                         table: self.table.name().to_owned(),
                         stream: stream.to_owned(),
@@ -410,12 +658,6 @@ impl KclImport {
                             ErrorChain(&error)
                         ),
                     });
-                }
-                Err(source) => {
-                    return Err(ImportError::Kinesis {
-                        stream: stream.to_owned(),
-                        source: Box::new(source),
-                    })
                 }
             }
         }
@@ -430,17 +672,17 @@ impl KclImport {
         notes: &mut F,
         warnings: &mut Vec<String>,
     ) -> Result<Selection, ImportError> {
-        let mut watch = Watch::new(self.failover, &first.leases);
+        let mut watch = Watch::new(watch_window(self.failover), &first.leases);
         notes(&format!(
-            "watching the KCL's leases of `{stream}` in `{}` for {:.1} s (live KCL workers renew within it)",
+            "watching the KCL's leases of `{stream}` in `{}` for {:.1} s, the KCL's lease-taker interval (live KCL workers renew or take leases within it)",
             self.table.name(),
-            self.failover.as_secs_f64()
+            watch.window().as_secs_f64()
         ));
         let started = Instant::now();
         loop {
             let left = watch.window().saturating_sub(started.elapsed());
             tokio::time::sleep(left.min(watch.every())).await;
-            let last = self.select(stream, self.table.scan().await?)?;
+            let last = self.select(stream, self.scan(stream).await?)?;
             watch.look(&last.leases, started.elapsed());
             match watch.verdict() {
                 Verdict::Watching => {}
@@ -456,7 +698,7 @@ impl KclImport {
                         table: self.table.name().to_owned(),
                         stream: stream.to_owned(),
                         movement: Box::new(movement),
-                        window: self.failover,
+                        window: watch.window(),
                     })
                 }
             }
@@ -483,17 +725,28 @@ impl KclImport {
             .map_err(|source| store_error(target, stream, source))?;
         let mut action = step.action.clone();
         for _ in 0..WRITE_ATTEMPTS {
+            // A lost answer retried: the create finds its own row, the evict loses its fence,
+            // and the re-plan below reads the row at the KCL's checkpoint and leaves it.
             let landed = match &action {
-                Action::Create(row) => target
-                    .store
-                    .create(row)
-                    .await
-                    .map_err(|source| store_error(target, stream, source))?,
-                Action::Advance { fence, checkpoint } => target
-                    .store
-                    .evict(&key, *fence, Some(checkpoint))
-                    .await
-                    .map_err(|source| store_error(target, stream, source))?
+                Action::Create(row) => {
+                    self.retrying(stream, || async {
+                        target
+                            .store
+                            .create(row)
+                            .await
+                            .map_err(|source| store_error(target, stream, source))
+                    })
+                    .await?
+                }
+                Action::Advance { fence, checkpoint } => self
+                    .retrying(stream, || async {
+                        target
+                            .store
+                            .evict(&key, *fence, Some(checkpoint))
+                            .await
+                            .map_err(|source| store_error(target, stream, source))
+                    })
+                    .await?
                     .is_written(),
                 _ => return Ok(false),
             };
@@ -502,11 +755,15 @@ impl KclImport {
                 return Ok(true);
             }
             // Written by another since it was read: decide again from the row as it is now.
-            let now = target
-                .store
-                .read(&key)
-                .await
-                .map_err(|source| store_error(target, stream, source))?;
+            let now = self
+                .retrying(stream, || async {
+                    target
+                        .store
+                        .read(&key)
+                        .await
+                        .map_err(|source| store_error(target, stream, source))
+                })
+                .await?;
             let replanned = plan(
                 stream,
                 &kcl.leases,

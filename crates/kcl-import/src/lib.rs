@@ -15,8 +15,10 @@
 //!   as a checkpoint of this library (which is inclusive too), and how far a checkpoint has
 //!   reached, so that no row is ever moved back.
 //! - `plan`: what the import does with each shard, as a pure function of what it read.
-//! - `liveness`: KCL workers that still run move their lease counters within one failover
-//!   time; the import refuses to write while they do.
+//! - `liveness`: KCL workers that still run move their lease counters within the KCL's
+//!   lease-taker interval (twice the failover time); the import refuses to write while they do.
+//! - `record`: the import's own row in the lease table, so that later imports leave alone
+//!   what the brokers and operators moved since, unless the KCL ran again.
 //! - [`KclImport`]: the I/O around them, used by the `kinesis-broker import-kcl` command and
 //!   by the broker's `SubscriptionBuilder::import_kcl` at start.
 //!
@@ -29,12 +31,13 @@ mod import;
 pub mod liveness;
 pub mod mapping;
 pub mod plan;
+pub mod record;
 mod row;
 pub mod select;
 mod table;
 
 pub use error::ImportError;
-pub use import::{ImportReport, KclImport, Target, DEFAULT_FAILOVER};
+pub use import::{ImportReport, KclImport, Target, DEFAULT_FAILOVER, DEFAULT_RETRY_WINDOW};
 pub use liveness::{Movement, Verdict, Watch};
 pub use plan::{Action, Step};
 pub use row::{KclRow, LEASE_ENTITY};

@@ -14,6 +14,27 @@ use std::time::Duration;
 
 use crate::select::KclLease;
 
+/// The KCL's `epsilonMillis`, added to the failover time in its lease taker's interval.
+const KCL_EPSILON: Duration = Duration::from_millis(25);
+
+/// How long to watch for a KCL application whose failover time is `failover`: its lease
+/// taker's interval, `(failover + epsilon) * 2`, and one reading more.
+///
+/// One failover time is enough to see a worker that holds a lease (it renews several times
+/// per failover time), but not a live worker that holds none (more workers than shards, or
+/// one that just lost its leases): that one takes the expired leases at its next taker run,
+/// up to twice the failover time later, after a one-failover watch would have closed and the
+/// brokers started. Over this window such a take moves a counter while it is watched.
+pub fn watch_window(failover: Duration) -> Duration {
+    let taker = (failover + KCL_EPSILON) * 2;
+    taker + reading_interval(taker)
+}
+
+/// How often a watch of `window` reads the rows: a tenth of it, between 100 ms and 1 s.
+fn reading_interval(window: Duration) -> Duration {
+    (window / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
 /// A lease row the KCL wrote while it was watched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Movement {
@@ -86,7 +107,7 @@ impl Watch {
 
     /// How often to read the rows again: a tenth of the window, between 100 ms and 1 s.
     pub fn every(&self) -> Duration {
-        (self.window / 10).clamp(Duration::from_millis(100), Duration::from_secs(1))
+        reading_interval(self.window)
     }
 
     /// Compares `leases` (read `elapsed` after the start) with the first reading.

@@ -19,6 +19,11 @@
 //!   counts it done (its cleanup deletes a finished lease once its children have theirs; a
 //!   `LATEST` application never leased closed shards). Create it finished (`SHARD_END`);
 //!   without a row, a broker would create one and read the shard again from the start.
+//! - A listed shard without a KCL lease or a row whose parent is a KCL lease the stream no
+//!   longer lists and that the KCL had not finished (it aged out while the KCL read it, or
+//!   after): create it at `TRIM_HORIZON`, its first record, as the KCL would continue it.
+//!   The brokers would too (a shard whose ancestor held a checkpoint is read from its first
+//!   record), but the import does not leave that to the table's other rows.
 //! - Any other listed shard without a KCL lease (a child the KCL had not found yet): leave it
 //!   to the brokers, which create its row as for any new shard.
 
@@ -207,6 +212,13 @@ pub fn plan(
     }
     // Listed shards the KCL has no lease of.
     let ancestors = ancestors_of(&leased, &listing);
+    // KCL leases of shards gone from the stream that the KCL had not finished.
+    let unfinished_gone: HashSet<&str> = kcl
+        .iter()
+        .filter(|l| !listing.contains_key(l.shard.as_str()))
+        .filter(|l| l.row.checkpoint.as_deref() != Some("SHARD_END"))
+        .map(|l| l.shard.as_str())
+        .collect();
     for shard in listed.iter().filter(|s| !leased.contains(s.id.as_str())) {
         let id = shard.id.as_str();
         let existing = rows.get(id);
@@ -232,6 +244,22 @@ pub fn plan(
             step.after = Some(Checkpoint::ShardEnd.to_string());
             step.note = "no KCL lease, but descendants have one: done for the KCL, created \
                          finished so it is not read again"
+                .into();
+        } else if shard
+            .parents()
+            .iter()
+            .any(|p| unfinished_gone.contains(p.as_str()))
+        {
+            let key = LeaseKey::new(stream, id).map_err(|e| Unmappable {
+                shard: id.to_owned(),
+                reason: e.to_string(),
+            })?;
+            step.action = Action::Create(
+                Lease::new(key, shard.parents()).starting_at(Some(Checkpoint::TrimHorizon)),
+            );
+            step.after = Some(Checkpoint::TrimHorizon.to_string());
+            step.note = "no KCL lease; its parent aged out of the stream while the KCL read it: \
+                         created at its first record"
                 .into();
         } else {
             step.note = "no KCL lease (a shard the KCL had not found yet): brokers create its row \

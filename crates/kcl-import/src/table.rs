@@ -74,10 +74,12 @@ impl DynamoKclTable {
         }
     }
 
-    fn error<E, R>(&self, err: SdkError<E, R>) -> ImportError
+    fn error<E>(
+        &self,
+        err: SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+    ) -> ImportError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-        R: fmt::Debug + Send + Sync + 'static,
     {
         if let SdkError::ServiceError(ctx) = &err {
             if ctx.err().code() == Some("ResourceNotFoundException") {
@@ -89,6 +91,7 @@ impl DynamoKclTable {
         ImportError::KclTable {
             table: self.table.clone(),
             operation: "Scan",
+            transient: kinesis_lease_dynamo::is_transient_sdk_error(&err),
             source: Box::new(err),
         }
     }

@@ -86,4 +86,5 @@ mod update;
 
 pub use billing::{Bill, Billed, BilledStore};
 pub use error::DynamoLeaseError;
+pub use retry::is_transient_sdk_error;
 pub use store::{DynamoCalls, DynamoLeaseStore};

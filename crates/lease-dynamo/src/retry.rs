@@ -85,6 +85,18 @@ where
     matches!(classify(err), Class::Retry)
 }
 
+/// True when a DynamoDB call's `err` is worth retrying: a dropped connection, a timeout,
+/// throttling, a 5xx. The one definition of transient for every DynamoDB caller of the
+/// workspace (the store here, the KCL import's reads of the KCL's table).
+pub fn is_transient_sdk_error<E>(
+    err: &SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    is_transient(err)
+}
+
 /// The status code of a raw response.
 pub(crate) trait HttpStatus {
     fn status(&self) -> u16;

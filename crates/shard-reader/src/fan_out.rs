@@ -83,6 +83,7 @@ impl Reader {
                 }
             }
             last_subscribe = Some(Instant::now());
+            self.refusal.opening(&position);
             let subscribed = self
                 .or_stop(kinesis.subscribe_to_shard(&stream, &arn, &shard, &position))
                 .await;
@@ -122,6 +123,7 @@ impl Reader {
                     }
                 };
                 backoff.reset();
+                self.read_succeeded();
                 if let Some(behind) = event.millis_behind {
                     self.millis_behind.store(behind, Ordering::Relaxed);
                     self.metrics.behind(behind);

@@ -27,6 +27,7 @@ mod fan_out;
 mod metrics;
 mod read_context;
 mod reader;
+mod refusal;
 pub mod start;
 
 pub use consumer_arn::ConsumerArn;
@@ -36,4 +37,5 @@ pub use fan_out::register_consumer;
 pub use metrics::ShardMetrics;
 pub use read_context::{ReadContext, ReadSettings};
 pub use reader::Reader;
+pub use refusal::Refusal;
 pub use start::StartPlan;

@@ -62,6 +62,8 @@ pub struct Reader {
     pub kpl: Arc<KplCounters>,
     /// MillisBehindLatest of this shard.
     pub metrics: ShardMetrics,
+    /// The position Kinesis refuses to read the shard at, while it does (see `refusal`).
+    pub refusal: Arc<crate::Refusal>,
 }
 
 pub(crate) enum Stop {
@@ -166,6 +168,7 @@ impl Reader {
                 Some(it) => it,
                 None => {
                     let position = at.resume();
+                    self.refusal.opening(&position);
                     match self
                         .or_stop(kinesis.shard_iterator(stream, &shard, &position))
                         .await
@@ -212,6 +215,7 @@ impl Reader {
                 }
             };
             backoff.reset();
+            self.read_succeeded();
             // A page that does not say how far behind it is counts as at the tip.
             let at_tip = page.millis_behind.unwrap_or(0) == 0;
             if let Some(behind) = page.millis_behind {
@@ -366,11 +370,31 @@ impl Reader {
                 let delay = backoff.next_delay();
                 if error.is_retryable() {
                     tracing::warn!(error = %ErrorChain(&error), ?delay, "read failed; backing off");
+                } else if self.refusal.refused(ErrorChain(&error).to_string()) {
+                    self.metrics.refused(true);
+                    tracing::error!(
+                        refusal = ?self.refusal.text(),
+                        ?delay,
+                        "Kinesis refuses to read this shard at its position: it is held and not \
+                         read until the position is readable; reset the shard to a position of \
+                         its own (kinesis-broker reset --shard .. --to ..). Retrying after a pause"
+                    );
                 } else {
-                    tracing::error!(error = %ErrorChain(&error), ?delay, "Kinesis refused a read; retrying after a pause");
+                    tracing::debug!(error = %ErrorChain(&error), ?delay, "Kinesis refused a read again; retrying after a pause");
                 }
                 self.pause(delay).await
             }
+        }
+    }
+}
+
+impl Reader {
+    /// A read or an event succeeded: a refusal kept before is over.
+    pub(crate) fn read_succeeded(&self) {
+        if self.refusal.is_refused() {
+            self.refusal.cleared();
+            self.metrics.refused(false);
+            tracing::info!("Kinesis reads this shard again");
         }
     }
 }

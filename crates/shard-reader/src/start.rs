@@ -23,15 +23,22 @@
 //! with any counter):
 //!
 //! - A shard whose ancestor holds (or held) a checkpoint is read from its first record,
-//!   however many levels down: its parent has a row that will be or was read, or is created
-//!   in the same listing with such a start, or (once the subscription has history) has no row
-//!   at all (trimmed, or deleted once finished).
+//!   however many levels down: its parent has a row (which will be or was read), or is
+//!   created in the same listing with a start other than `SHARD_END`, or (once the
+//!   subscription has history) has no row at all (trimmed, or deleted once finished).
 //! - The subscription's start position applies to every other shard only while the
 //!   subscription begins ([`subscription_begins`]): every row of the stream stands where a
-//!   beginning at that position creates it, and none is held. At `LATEST`, shards closed
-//!   before the beginning are then created finished and open ones start at the tip, as the
-//!   KCL does. Once the subscription has history, a root shard gets no checkpoint (its first
-//!   take pins the start position) and every child starts at its first record.
+//!   beginning at that position creates it, and none is held or finished. At `LATEST`, shards
+//!   closed before the beginning are then created finished, in the same listing as their
+//!   children, and open ones start at the tip, as the KCL does. Once the subscription has
+//!   history, a root shard gets no checkpoint (its first take pins the start position) and
+//!   every child starts at its first record.
+//!
+//! A finished row is history even at `LATEST`: a parent read to its end and released leaves
+//! only its `SHARD_END` row, and its children must then be read whole. The cost of that
+//! choice: when an instance creates a beginning's rows only in part (it stopped halfway),
+//! the children of a shard closed before the beginning are read from their first record too:
+//! more than asked, never less.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -153,17 +160,17 @@ pub fn plan(
 }
 
 /// True when the subscription begins now, judged from its stream's `rows` (shard rows only):
-/// every row stands where a beginning at `start_at` creates it (at `LATEST` the `LATEST`
-/// sentinel, or `SHARD_END` for a shard closed before the beginning; at `TRIM_HORIZON` and
-/// `AT_TIMESTAMP` that position) and none is held. A take at `LATEST` pins a time into the
-/// row, and any checkpoint, import or operator's write leaves something else, so a table with
-/// history never looks like a beginning. No counter takes part.
+/// every row stands where a beginning at `start_at` creates it (the `LATEST` sentinel, or the
+/// `TRIM_HORIZON` or `AT_TIMESTAMP` position) and none is held. A take at `LATEST` pins a time
+/// into the row, a finished row was read to its end (see the module docs), and any checkpoint,
+/// import or operator's write leaves something else, so a table with history never looks like
+/// a beginning. No counter takes part.
 pub fn subscription_begins(rows: &[Lease], start_at: &StartAt) -> bool {
     rows.iter().all(|row| {
         row.owner.is_none()
             && row.token.is_none()
             && match (start_at, &row.checkpoint) {
-                (StartAt::Latest, Some(Checkpoint::Latest | Checkpoint::ShardEnd)) => true,
+                (StartAt::Latest, Some(Checkpoint::Latest)) => true,
                 (StartAt::TrimHorizon, Some(Checkpoint::TrimHorizon)) => true,
                 (StartAt::AtTimestamp(time), Some(Checkpoint::AtTimestamp(ms))) => {
                     *ms == millis_of(time)
@@ -218,10 +225,9 @@ fn decide(
     // A listing never has cycles; should one, the shard is decided as if its parent had none.
     visiting.insert(shard.id.clone());
     let read_before = shard.parents().iter().any(|parent| {
-        if let Some(row) = existing.get(parent.as_str()) {
-            // A finished parent at a beginning ended before it (nothing of it was read);
-            // with history it was read to its end.
-            return !begins || !row.is_finished();
+        if existing.contains_key(parent.as_str()) {
+            // It will be read, or was (a finished row is history: see the module docs).
+            return true;
         }
         match missing.get(parent.as_str()) {
             Some(p) if !visiting.contains(&p.id) => {
@@ -499,22 +505,35 @@ mod tests {
     }
 
     #[test]
-    fn a_beginning_whose_rows_are_half_created_decides_the_rest_alike() {
-        // Another instance created 0 (closed before the start) and 1 (open, unread) and
-        // stopped; 2 and 3 are children of 0, 4 and 5 children of 1 (it closed since).
-        let rows = [
-            table_row("0", Some(Checkpoint::ShardEnd)),
-            table_row("1", Some(Checkpoint::Latest)),
-        ];
-        assert!(subscription_begins(&rows, &StartAt::Latest));
-        let missing = [listed("2", Some("0"), false), listed("4", Some("1"), false)];
+    fn children_of_a_parent_read_to_its_end_are_read_whole_even_at_latest() {
+        // A LATEST subscription read 0 to its end and released it: only its SHARD_END row
+        // is left when its children are listed.
+        let rows = [table_row("0", Some(Checkpoint::ShardEnd))];
+        assert!(!subscription_begins(&rows, &StartAt::Latest), "history");
+        let missing = [listed("1", Some("0"), false), listed("2", Some("0"), false)];
+        let th = Some(Checkpoint::TrimHorizon);
         assert_eq!(
             decided(&missing, &rows, &StartAt::Latest),
-            vec![
-                ("2".into(), Some(Checkpoint::Latest)),
-                // 1 will be read (from its pinned start): its children follow it whole.
-                ("4".into(), Some(Checkpoint::TrimHorizon)),
-            ]
+            vec![("1".into(), th.clone()), ("2".into(), th)]
+        );
+    }
+
+    #[test]
+    fn a_beginning_whose_rows_are_half_created_reads_more_never_less() {
+        // Another instance created 1 (open then, unread) and stopped; 1 closed since, and 4
+        // is its child. 1 will be read (from its pinned start): its children follow it whole.
+        let rows = [table_row("1", Some(Checkpoint::Latest))];
+        assert!(subscription_begins(&rows, &StartAt::Latest));
+        assert_eq!(
+            decided(&[listed("4", Some("1"), false)], &rows, &StartAt::Latest),
+            vec![("4".into(), Some(Checkpoint::TrimHorizon))]
+        );
+        // It had created 0, closed before the beginning, finished: 0's children are then
+        // read from their first record (more than LATEST asked).
+        let rows = [table_row("0", Some(Checkpoint::ShardEnd))];
+        assert_eq!(
+            decided(&[listed("2", Some("0"), false)], &rows, &StartAt::Latest),
+            vec![("2".into(), Some(Checkpoint::TrimHorizon))]
         );
     }
 

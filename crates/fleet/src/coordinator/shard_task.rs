@@ -34,6 +34,7 @@ impl State {
         let millis_behind = Arc::new(AtomicU64::new(UNKNOWN_BEHIND));
         let written = Arc::new(Mutex::new(lease.checkpoint.clone()));
         let kpl = Arc::new(kinesis_shard_reader::KplCounters::default());
+        let refusal = Arc::new(kinesis_shard_reader::Refusal::default());
         shared.held().insert(
             shard.clone(),
             Held {
@@ -41,6 +42,7 @@ impl State {
                 millis_behind: millis_behind.clone(),
                 written: written.clone(),
                 kpl: kpl.clone(),
+                refusal: refusal.clone(),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);
@@ -69,6 +71,7 @@ impl State {
             hash_range: self.stream_shards.get(&shard).map(|s| s.hash_range),
             kpl,
             metrics: kinesis_shard_reader::ShardMetrics::new(&config.stream, &shard),
+            refusal,
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
         if plan.marker.is_some() {

@@ -311,3 +311,44 @@ fn a_row_in_the_operators_hold_moves_forward_without_force() {
     );
     assert!(!steps[0].note.contains("forced"), "{}", steps[0].note);
 }
+
+#[test]
+fn children_of_a_trimmed_lease_the_kcl_was_reading_start_at_their_first_record() {
+    // The KCL stopped inside 0 and 1; 0 split into 2 and 3 and then aged out of the stream.
+    let listed = [
+        shard("1", &[]),
+        shard("2", &["0"]),
+        shard("3", &["0"]),
+        shard("5", &["4"]),
+    ];
+    // 4 aged out too, but the KCL had finished it: its child 5 has a lease of its own or is
+    // the brokers' to create as any new shard.
+    let leases = [
+        kcl("0", "50", 0),
+        kcl("1", "60", 0),
+        kcl("4", "SHARD_END", 0),
+    ];
+    let steps = plan(STREAM, &leases, &listed, &[], None, false).unwrap();
+    let by = |id: &str| only(steps.clone(), id);
+    assert_eq!(by("0").action, Action::Skip, "trimmed");
+    for child in ["2", "3"] {
+        match &by(child).action {
+            Action::Create(row) => {
+                assert_eq!(row.checkpoint, Some(Checkpoint::TrimHorizon), "{child}");
+                assert_eq!(row.parents, ["0"]);
+            }
+            other => panic!("{child}: {other:?}"),
+        }
+    }
+    assert_eq!(by("5").action, Action::Leave);
+    // A second plan over the result writes nothing.
+    let rows: Vec<Lease> = steps
+        .iter()
+        .filter_map(|s| match &s.action {
+            Action::Create(row) => Some(row.clone()),
+            _ => None,
+        })
+        .collect();
+    let again = plan(STREAM, &leases, &listed, &rows, None, false).unwrap();
+    assert!(again.iter().all(|s| !s.action.writes()), "{again:?}");
+}
