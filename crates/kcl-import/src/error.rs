@@ -187,10 +187,10 @@ impl ImportError {
                 operation, source, ..
             } => match **source {
                 ReaderError::Throttled { .. } | ReaderError::Transient { .. } => Some(operation),
-                ReaderError::Lease { ref source, .. } => match source {
-                    LeaseError::Unavailable { operation, .. } => Some(operation),
-                    _ => None,
-                },
+                ReaderError::Lease {
+                    source: LeaseError::Unavailable { operation, .. },
+                    ..
+                } => Some(operation),
                 _ => None,
             },
             _ => None,
