@@ -38,6 +38,13 @@ impl Until {
         self.retry.deadline().saturating_sub(self.started.elapsed())
     }
 
+    /// Moves the deadline by `by`: time spent waiting on purpose (the import's watch of the
+    /// KCL) is not time spent retrying.
+    #[cfg(feature = "kcl-import")]
+    fn shift(&mut self, by: Duration) {
+        self.started += by;
+    }
+
     /// Runs `call` until it succeeds or fails for good (`Ok`), retrying while `transient`
     /// names the operation that failed, until the deadline ([`BrokerError::Unreachable`]).
     async fn retry<T, E, F, Fut>(
@@ -260,7 +267,8 @@ impl Broker {
                 // The import retries its own transient failures within what is left of the
                 // deadline (a retry of the whole import would watch the KCL again); one that
                 // still fails transiently is `Unreachable`, as any other start-up call.
-                let import = import.clone().retry_window(until.left());
+                let window = import.configured_retry_window().min(until.left());
+                let import = import.clone().retry_window(window);
                 let endpoints = format!("{} and {lease_endpoint}", resolved.endpoint);
                 let report = until
                     .retry(
@@ -280,10 +288,16 @@ impl Broker {
                         stream: stream.clone(),
                         source: Box::new(source),
                     })?;
+                // The watch of the KCL waited on purpose: later checks keep their retries.
+                until.shift(report.watched.unwrap_or_default());
+                for warning in &report.warnings {
+                    tracing::warn!(stream = %stream, "{warning}");
+                }
                 tracing::info!(
                     stream = %stream,
                     kcl_table = %report.kcl_table,
                     written = report.written(),
+                    imported_before = report.imported_before,
                     "imported the KCL's checkpoints"
                 );
             }

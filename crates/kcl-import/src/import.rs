@@ -111,6 +111,9 @@ impl ImportReport {
 
 /// Imports a KCL application's leases of one stream into this library's lease table.
 ///
+/// One value runs one import at a time (its retry window is the running import's); clones are
+/// independent.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -123,7 +126,7 @@ impl ImportReport {
 /// println!("{} rows written", report.written());
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KclImport {
     table: Arc<dyn KclTable>,
     stream_key: Option<String>,
@@ -131,6 +134,22 @@ pub struct KclImport {
     force: bool,
     at_timestamp_ms: Option<u64>,
     retry_window: Duration,
+    /// When the running import's retry window ends (the watch does not count).
+    window_end: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Clone for KclImport {
+    fn clone(&self) -> Self {
+        Self {
+            table: self.table.clone(),
+            stream_key: self.stream_key.clone(),
+            failover: self.failover,
+            force: self.force,
+            at_timestamp_ms: self.at_timestamp_ms,
+            retry_window: self.retry_window,
+            window_end: std::sync::Mutex::new(None),
+        }
+    }
 }
 
 impl KclImport {
@@ -143,6 +162,7 @@ impl KclImport {
             force: false,
             at_timestamp_ms: None,
             retry_window: DEFAULT_RETRY_WINDOW,
+            window_end: std::sync::Mutex::new(None),
         }
     }
 
@@ -181,12 +201,34 @@ impl KclImport {
         self
     }
 
-    /// How long a call that fails transiently (throttling, a 5xx, a timeout, a dropped
-    /// connection) is retried, with backoff, before the import fails naming it (30 s by
-    /// default). The broker gives its start-up deadline.
+    /// How long the calls of one import that fail transiently (throttling, a 5xx, a timeout, a
+    /// dropped connection) are retried in all, with backoff, before the import fails naming
+    /// the call (30 s by default). The watch of the KCL does not count. The broker gives what
+    /// is left of its start-up deadline, when that is shorter.
     pub fn retry_window(mut self, window: Duration) -> Self {
         self.retry_window = window;
         self
+    }
+
+    /// The retry window set (see [`retry_window`](Self::retry_window)).
+    pub fn configured_retry_window(&self) -> Duration {
+        self.retry_window
+    }
+
+    /// Starts the retry window of an import.
+    fn open_window(&self) {
+        *self.window() = Some(Instant::now() + self.retry_window);
+    }
+
+    /// Moves the end of the retry window by `by` (the time spent watching the KCL).
+    fn extend_window(&self, by: Duration) {
+        if let Some(end) = self.window().as_mut() {
+            *end += by;
+        }
+    }
+
+    fn window(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.window_end.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The KCL table's name.
@@ -212,7 +254,6 @@ impl KclImport {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ImportError>>,
     {
-        let started = Instant::now();
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let error = match call().await {
@@ -222,7 +263,8 @@ impl KclImport {
             let Some(operation) = error.transient_operation() else {
                 return Err(error);
             };
-            let left = self.retry_window.saturating_sub(started.elapsed());
+            let end = self.window().unwrap_or_else(Instant::now);
+            let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(error);
             }
@@ -242,6 +284,7 @@ impl KclImport {
         target: Target<'_>,
         stream: &str,
     ) -> Result<ImportReport, ImportError> {
+        self.open_window();
         let (selection, listed) = match self.read_unless_imported(target, stream).await? {
             Ok(read) => read,
             Err(mut before) => {
@@ -273,6 +316,7 @@ impl KclImport {
         stream: &str,
         mut notes: F,
     ) -> Result<ImportReport, ImportError> {
+        self.open_window();
         let (selection, listed) = match self.read_unless_imported(target, stream).await? {
             Ok(read) => read,
             Err(before) => return Ok(before),
@@ -287,9 +331,12 @@ impl KclImport {
         }
         self.probe(target, stream, &first).await?;
         let mut warnings = Vec::new();
+        let watching = Instant::now();
         let last = self
             .watch(stream, &selection, &mut notes, &mut warnings)
             .await?;
+        // The watch waits on purpose: it does not use up the retry window.
+        self.extend_window(watching.elapsed());
         // Another instance that imported meanwhile (a fleet starting together): its record.
         if let Some(row) = self.record(target, stream).await? {
             if Imprint::recorded(&row) == Some(Imprint::of(&last.leases)) {
@@ -597,6 +644,11 @@ impl KclImport {
         let key = LeaseKey::new(stream, step.shard.as_str())
             .map_err(|source| store_error(target, stream, source))?;
         let mut action = step.action.clone();
+        let intended = match &action {
+            Action::Create(row) => row.checkpoint.clone(),
+            Action::Advance { checkpoint, .. } => Some(checkpoint.clone()),
+            _ => None,
+        };
         for _ in 0..WRITE_ATTEMPTS {
             // A lost answer retried: the create finds its own row, the evict loses its fence,
             // and the re-plan below reads the row at the KCL's checkpoint and leaves it.
@@ -637,6 +689,16 @@ impl KclImport {
                         .map_err(|source| store_error(target, stream, source))
                 })
                 .await?;
+            // Our write landed and its answer was lost (the retry found its own row): it was
+            // written, and running brokers must be told.
+            if let Some(row) = &now {
+                if row.checkpoint == intended
+                    && (row.token.is_none() || kinesis_lease_core::rules::is_evicted(row))
+                {
+                    step.action = action;
+                    return Ok(true);
+                }
+            }
             let replanned = plan(
                 stream,
                 &kcl.leases,

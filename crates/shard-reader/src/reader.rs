@@ -370,15 +370,29 @@ impl Reader {
                 let delay = backoff.next_delay();
                 if error.is_retryable() {
                     tracing::warn!(error = %ErrorChain(&error), ?delay, "read failed; backing off");
-                } else if self.refusal.refused(ErrorChain(&error).to_string()) {
+                } else if self
+                    .refusal
+                    .refused(ErrorChain(&error).to_string(), at_position(&error))
+                {
                     self.metrics.refused(true);
-                    tracing::error!(
-                        refusal = ?self.refusal.text(),
-                        ?delay,
-                        "Kinesis refuses to read this shard at its position: it is held and not \
-                         read until the position is readable; reset the shard to a position of \
-                         its own (kinesis-broker reset --shard .. --to ..). Retrying after a pause"
-                    );
+                    if at_position(&error) {
+                        tracing::error!(
+                            refusal = ?self.refusal.text(),
+                            ?delay,
+                            "Kinesis refuses to read this shard at its position: it is held and \
+                             not read until the position is readable; reset the shard to a \
+                             position of its own (kinesis-broker reset --shard .. --to ..). \
+                             Retrying after a pause"
+                        );
+                    } else {
+                        tracing::error!(
+                            refusal = ?self.refusal.text(),
+                            ?delay,
+                            "Kinesis refuses to read this shard (not for its position: check the \
+                             IAM policy and the stream's KMS key); it is held and not read until \
+                             Kinesis answers. Retrying after a pause"
+                        );
+                    }
                 } else {
                     tracing::debug!(error = %ErrorChain(&error), ?delay, "Kinesis refused a read again; retrying after a pause");
                 }
@@ -397,6 +411,18 @@ impl Reader {
             tracing::info!("Kinesis reads this shard again");
         }
     }
+}
+
+/// True when Kinesis refused a call that opens the shard at a position (GetShardIterator,
+/// SubscribeToShard): the position may be what it refuses.
+fn at_position(error: &ReaderError) -> bool {
+    matches!(
+        error,
+        ReaderError::Refused {
+            operation: "GetShardIterator" | "SubscribeToShard",
+            ..
+        }
+    )
 }
 
 /// True when `last_delivered` is the shard's last record: at (or past) `ending`, the ending

@@ -29,13 +29,15 @@ impl Refusal {
         self.lock().0 = Some(position_text(position));
     }
 
-    /// Kinesis refused the reader's call for good: keeps `reason` with the position being
-    /// opened. True the first time (the caller logs it then).
-    pub(crate) fn refused(&self, reason: String) -> bool {
+    /// Kinesis refused the reader's call for good: keeps `reason`, with the position being
+    /// opened when the call was one that opens the shard there (`at_position`; a refused
+    /// GetRecords, say for a KMS key or an IAM policy, is not about the position). True the
+    /// first time (the caller logs it then).
+    pub(crate) fn refused(&self, reason: String, at_position: bool) -> bool {
         let mut state = self.lock();
         let text = match &state.0 {
-            Some(position) => format!("at {position}: {reason}"),
-            None => reason,
+            Some(position) if at_position => format!("at {position}: {reason}"),
+            _ => reason,
         };
         let first = state.1.is_none();
         state.1 = Some(text);
@@ -93,11 +95,11 @@ mod tests {
         let seq = SequenceNumber::new("42", None).unwrap();
         refusal.opening(&StartAt::AfterSequence(seq));
         assert!(
-            refusal.refused("Kinesis refused GetShardIterator".into()),
+            refusal.refused("Kinesis refused GetShardIterator".into(), true),
             "first"
         );
         assert!(
-            !refusal.refused("Kinesis refused GetShardIterator".into()),
+            !refusal.refused("Kinesis refused GetShardIterator".into(), true),
             "logged once"
         );
         assert_eq!(
@@ -108,8 +110,13 @@ mod tests {
         assert_eq!(refusal.text(), None);
         assert!(!refusal.is_refused());
         assert!(
-            refusal.refused("again".into()),
+            refusal.refused("AccessDenied".into(), false),
             "a new refusal is logged again"
+        );
+        assert_eq!(
+            refusal.text().as_deref(),
+            Some("AccessDenied"),
+            "not about the position"
         );
     }
 }

@@ -23,22 +23,32 @@
 //! with any counter):
 //!
 //! - A shard whose ancestor holds (or held) a checkpoint is read from its first record,
-//!   however many levels down: its parent has a row (which will be or was read), or is
-//!   created in the same listing with a start other than `SHARD_END`, or (once the
-//!   subscription has history) has no row at all (trimmed, or deleted once finished).
+//!   however many levels down: its parent has a row that will be or was read, or is created
+//!   in the same listing with a start its own ancestors forced (not the beginning's), or
+//!   (once the subscription has history) has no row at all (trimmed, or deleted once
+//!   finished).
 //! - The subscription's start position applies to every other shard only while the
 //!   subscription begins ([`subscription_begins`]): every row of the stream stands where a
-//!   beginning at that position creates it, and none is held or finished. At `LATEST`, shards
-//!   closed before the beginning are then created finished, in the same listing as their
-//!   children, and open ones start at the tip, as the KCL does. Once the subscription has
-//!   history, a root shard gets no checkpoint (its first take pins the start position) and
-//!   every child starts at its first record.
+//!   beginning at that position creates it, and none is held. At `LATEST`, shards closed
+//!   before the beginning are then created finished and open ones start at the tip, as the
+//!   KCL does; at `AT_TIMESTAMP` the children of a shard closed before the beginning start at
+//!   that time too. Once the subscription has history, a root shard gets no checkpoint (its
+//!   first take pins the start position) and every child starts at its first record.
 //!
-//! A finished row is history even at `LATEST`: a parent read to its end and released leaves
-//! only its `SHARD_END` row, and its children must then be read whole. The cost of that
-//! choice: when an instance creates a beginning's rows only in part (it stopped halfway),
-//! the children of a shard closed before the beginning are read from their first record too:
-//! more than asked, never less.
+//! # Finished rows
+//!
+//! A parent read to its end and released leaves only its `SHARD_END` row, and its children
+//! must then be read whole; a shard closed before a `LATEST` beginning also has a `SHARD_END`
+//! row, and its children start at the tip. The rows tell the two apart by one fact, never by
+//! comparing counters across rows: a row is created with counter 1 and every take bumps it
+//! (the lease contract's *Counter* rule), so a finished row at counter 1 was created finished
+//! and never taken, and any other finished row was read to its end, which is history. Two
+//! instances starting together therefore decide alike, whichever rows of the beginning the
+//! other one has created so far.
+//!
+//! What is left reads more than asked, never less: at `AT_TIMESTAMP`, an instance that finds
+//! a parent's row created (at that time) by another instance, not yet taken, reads the
+//! parent's children from their first record, records before the time included.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -160,17 +170,18 @@ pub fn plan(
 }
 
 /// True when the subscription begins now, judged from its stream's `rows` (shard rows only):
-/// every row stands where a beginning at `start_at` creates it (the `LATEST` sentinel, or the
-/// `TRIM_HORIZON` or `AT_TIMESTAMP` position) and none is held. A take at `LATEST` pins a time
-/// into the row, a finished row was read to its end (see the module docs), and any checkpoint,
-/// import or operator's write leaves something else, so a table with history never looks like
-/// a beginning. No counter takes part.
+/// every row stands where a beginning at `start_at` creates it (the `LATEST` sentinel or a row
+/// [created finished](created_finished); the `TRIM_HORIZON` or `AT_TIMESTAMP` position) and
+/// none is held. A take at `LATEST` pins a time into the row, a row read to its end is finished
+/// past counter 1, and any checkpoint, import or operator's write leaves something else, so a
+/// table with history never looks like a beginning.
 pub fn subscription_begins(rows: &[Lease], start_at: &StartAt) -> bool {
     rows.iter().all(|row| {
         row.owner.is_none()
             && row.token.is_none()
             && match (start_at, &row.checkpoint) {
                 (StartAt::Latest, Some(Checkpoint::Latest)) => true,
+                (StartAt::Latest, Some(Checkpoint::ShardEnd)) => created_finished(row),
                 (StartAt::TrimHorizon, Some(Checkpoint::TrimHorizon)) => true,
                 (StartAt::AtTimestamp(time), Some(Checkpoint::AtTimestamp(ms))) => {
                     *ms == millis_of(time)
@@ -178,6 +189,13 @@ pub fn subscription_begins(rows: &[Lease], start_at: &StartAt) -> bool {
                 _ => false,
             }
     })
+}
+
+/// True for a finished row that was created finished and never taken: `SHARD_END` at counter
+/// 1 (a created row has counter 1 and every take bumps it), as a beginning at `LATEST` creates
+/// a shard closed before it. A row read to its end was taken first.
+pub fn created_finished(row: &Lease) -> bool {
+    row.is_finished() && row.counter == 1 && row.owner.is_none()
 }
 
 /// The checkpoints of the rows created for `missing` shards (those with no row yet), given
@@ -225,14 +243,17 @@ fn decide(
     // A listing never has cycles; should one, the shard is decided as if its parent had none.
     visiting.insert(shard.id.clone());
     let read_before = shard.parents().iter().any(|parent| {
-        if existing.contains_key(parent.as_str()) {
-            // It will be read, or was (a finished row is history: see the module docs).
-            return true;
+        if let Some(row) = existing.get(parent.as_str()) {
+            // It will be read, or was; at a beginning, a row created finished was closed
+            // before it (see the module docs).
+            return !(begins && created_finished(row));
         }
         match missing.get(parent.as_str()) {
+            // Created now: its children follow it only when its own ancestors made it start
+            // at its first record; else they start where the beginning puts them, as it does.
             Some(p) if !visiting.contains(&p.id) => {
                 decide(p, missing, existing, begins, start_at, decided, visiting)
-                    != Some(Checkpoint::ShardEnd)
+                    != initial_checkpoint(p, begins, start_at)
             }
             Some(_) => false,
             // Neither a row nor listed: trimmed, or its finished row deleted. With history,
@@ -507,8 +528,10 @@ mod tests {
     #[test]
     fn children_of_a_parent_read_to_its_end_are_read_whole_even_at_latest() {
         // A LATEST subscription read 0 to its end and released it: only its SHARD_END row
-        // is left when its children are listed.
-        let rows = [table_row("0", Some(Checkpoint::ShardEnd))];
+        // is left when its children are listed (taken, so past counter 1).
+        let mut read = table_row("0", Some(Checkpoint::ShardEnd));
+        read.counter = 4;
+        let rows = [read];
         assert!(!subscription_begins(&rows, &StartAt::Latest), "history");
         let missing = [listed("1", Some("0"), false), listed("2", Some("0"), false)];
         let th = Some(Checkpoint::TrimHorizon);
@@ -519,7 +542,7 @@ mod tests {
     }
 
     #[test]
-    fn a_beginning_whose_rows_are_half_created_reads_more_never_less() {
+    fn a_beginning_whose_rows_are_half_created_is_finished_alike() {
         // Another instance created 1 (open then, unread) and stopped; 1 closed since, and 4
         // is its child. 1 will be read (from its pinned start): its children follow it whole.
         let rows = [table_row("1", Some(Checkpoint::Latest))];
@@ -528,12 +551,21 @@ mod tests {
             decided(&[listed("4", Some("1"), false)], &rows, &StartAt::Latest),
             vec![("4".into(), Some(Checkpoint::TrimHorizon))]
         );
-        // It had created 0, closed before the beginning, finished: 0's children are then
-        // read from their first record (more than LATEST asked).
-        let rows = [table_row("0", Some(Checkpoint::ShardEnd))];
+        // It had created 0, closed before the beginning, finished (counter 1, never taken):
+        // 0's children start at the tip, as the first instance would have created them.
+        let mut closed = table_row("0", Some(Checkpoint::ShardEnd));
+        closed.counter = 1;
+        assert!(subscription_begins(
+            std::slice::from_ref(&closed),
+            &StartAt::Latest
+        ));
         assert_eq!(
-            decided(&[listed("2", Some("0"), false)], &rows, &StartAt::Latest),
-            vec![("2".into(), Some(Checkpoint::TrimHorizon))]
+            decided(
+                &[listed("2", Some("0"), false)],
+                &[closed],
+                &StartAt::Latest
+            ),
+            vec![("2".into(), Some(Checkpoint::Latest))]
         );
     }
 
@@ -578,6 +610,25 @@ mod tests {
                 &StartAt::Latest
             ),
             vec![("9".into(), None)]
+        );
+    }
+
+    #[test]
+    fn at_a_timestamp_children_of_a_shard_closed_before_the_beginning_start_at_that_time() {
+        let missing = [
+            listed("0", None, true),
+            listed("1", Some("0"), false),
+            listed("2", Some("0"), false),
+        ];
+        let at = StartAt::at_millis(7);
+        let t = Some(Checkpoint::AtTimestamp(7));
+        assert_eq!(
+            decided(&missing, &[], &at),
+            vec![
+                ("0".into(), t.clone()),
+                ("1".into(), t.clone()),
+                ("2".into(), t)
+            ]
         );
     }
 }

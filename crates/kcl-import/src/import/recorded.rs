@@ -127,9 +127,22 @@ impl KclImport {
             .and_then(|row| Imprint::recorded(&row));
         let read = self.read_kcl(target, stream).await;
         Ok(match (read, recorded) {
-            // The KCL's table was deleted after the cut-over: nothing to import again.
-            (Err(ImportError::KclTableNotFound { .. }), Some(_)) => {
-                Err(self.imported_before(target, stream, None).await?)
+            // The KCL's table no longer describes the stream (deleted after the cut-over, its
+            // leases of the stream removed, its shards aged out of the stream): the recorded
+            // import stands, nothing to import again.
+            (
+                Err(
+                    error @ (ImportError::KclTableNotFound { .. }
+                    | ImportError::NoLeases { .. }
+                    | ImportError::ForeignShards { .. }),
+                ),
+                Some(_),
+            ) => {
+                let mut report = self.imported_before(target, stream, None).await?;
+                report.warnings.push(format!(
+                    "{error}; imported before: the recorded import stands, nothing written"
+                ));
+                Err(report)
             }
             (Ok((selection, listed)), Some(imprint))
                 if imprint == Imprint::of(&selection.leases) =>
