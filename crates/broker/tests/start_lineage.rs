@@ -9,13 +9,21 @@
 //! the default start and checks that every record after the checkpoints is handled. Controls:
 //! a brand-new subscription at `LATEST` still starts at the tip, and at `TRIM_HORIZON` reads
 //! everything.
+//!
+//! And the other side: a brand-new subscription reads nothing from before its start position,
+//! also on a stream split before it and when instances start together (a hostile review
+//! found both reading history: children of a shard closed before an `AT_TIMESTAMP` beginning
+//! created at `TRIM_HORIZON`, and a second instance that saw the first one's finished row
+//! taking the subscription for one with history).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kinesis_broker::lease::{Lease, LeaseKey, LeaseStore};
-use kinesis_broker::testing::MemoryStream;
+use kinesis_broker::lease::{
+    BoxFuture, Clock, Holder, Lease, LeaseKey, LeaseResult, LeaseStore, Outcome, Take,
+};
+use kinesis_broker::testing::{ManualClock, MemoryStream};
 use kinesis_broker::{
     Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
     SequenceNumber, StartAt,
@@ -55,11 +63,30 @@ async fn start(
     table: &MemoryLeaseTable,
     start_at: Option<StartAt>,
 ) -> (RunningBroker, Handled) {
-    let handled: Handled = Arc::default();
+    let handled = Handled::default();
+    let running = start_on(
+        kinesis,
+        MemoryLeaseStore::over(table),
+        "a",
+        start_at,
+        &handled,
+    )
+    .await;
+    (running, handled)
+}
+
+/// One broker on `store` as `owner`, recording the payloads it handles in `handled`.
+async fn start_on(
+    kinesis: &MemoryStream,
+    store: impl LeaseStore + 'static,
+    owner: &str,
+    start_at: Option<StartAt>,
+    handled: &Handled,
+) -> RunningBroker {
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
-        .lease_store(MemoryLeaseStore::over(table))
-        .owner_id("a")
+        .lease_store(store)
+        .owner_id(owner)
         .build()
         .unwrap();
     let seen = handled.clone();
@@ -76,7 +103,7 @@ async fn start(
         }
     })
     .unwrap();
-    (broker.start().await.unwrap(), handled)
+    broker.start().await.unwrap()
 }
 
 fn payloads(records: &[(String, String)]) -> BTreeSet<String> {
@@ -232,4 +259,134 @@ async fn a_brand_new_subscription_at_trim_horizon_reads_every_level() {
     let got = handled_within(&handled, &payloads(&all)).await;
     assert_eq!(missing(&payloads(&all), &got), Vec::<String>::new());
     running.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_subscription_at_a_timestamp_reads_nothing_before_it_in_children() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kinesis = MemoryStream::new().with_clock(clock.clone());
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let _old = payloads(&put(&kinesis, "old", 10));
+    kinesis
+        .split_evenly(STREAM, "shardId-000000000000")
+        .unwrap();
+    clock.advance(Duration::from_secs(3600));
+    let before_t = payloads(&put(&kinesis, "child-before-t", 20));
+    clock.advance(Duration::from_secs(3600));
+    let t = clock.now_ms();
+    clock.advance(Duration::from_secs(60));
+    let after_t = payloads(&put(&kinesis, "after-t", 20));
+    let table = MemoryLeaseTable::new();
+    let handled = Handled::default();
+    let running = start_on(
+        &kinesis,
+        MemoryLeaseStore::over(&table),
+        "a",
+        Some(StartAt::at_millis(t)),
+        &handled,
+    )
+    .await;
+    let got = handled_within(&handled, &after_t).await;
+    assert!(after_t.is_subset(&got), "every record after t is handled");
+    let early: Vec<&String> = got.intersection(&before_t).collect();
+    let rows = MemoryLeaseStore::over(&table).list(STREAM).await.unwrap();
+    let starts: Vec<(String, Option<Checkpoint>)> = rows
+        .iter()
+        .map(|r| (r.key.shard().to_owned(), r.checkpoint.clone()))
+        .collect();
+    running.shutdown().await;
+    assert!(
+        early.is_empty(),
+        "{} records of the children from before the start time were handled: {:?}; rows: {starts:?}",
+        early.len(),
+        early.iter().take(3).collect::<Vec<_>>()
+    );
+}
+
+/// A lease table some way off: each create lands, then its answer takes `lag` to come back.
+#[derive(Debug, Clone)]
+struct SlowCreates {
+    inner: MemoryLeaseStore,
+    lag: Duration,
+}
+
+macro_rules! forward {
+    ($($name:ident ( $($arg:ident : $ty:ty),* ) -> $out:ty;)*) => {
+        $(fn $name<'a>(&'a self, $($arg: $ty),*) -> BoxFuture<'a, LeaseResult<$out>> {
+            self.inner.$name($($arg),*)
+        })*
+    };
+}
+
+impl LeaseStore for SlowCreates {
+    forward! {
+        take(key: &'a LeaseKey, holder: &'a Holder, take: &'a Take) -> Outcome;
+        renew(key: &'a LeaseKey, holder: &'a Holder, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
+        checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a Checkpoint) -> Outcome;
+        release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a Checkpoint>) -> Outcome;
+        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
+        hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
+        delete(key: &'a LeaseKey, observed: u64) -> bool;
+        evict(key: &'a LeaseKey, observed: u64, checkpoint: Option<&'a Checkpoint>) -> Outcome;
+        bump_epoch(stream: &'a str) -> ();
+        epoch(stream: &'a str) -> u64;
+        read(key: &'a LeaseKey) -> Option<Lease>;
+        list(stream: &'a str) -> Vec<Lease>;
+    }
+
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let created = self.inner.create(row).await;
+            tokio::time::sleep(self.lag).await;
+            created
+        })
+    }
+}
+
+/// Two instances of a brand-new LATEST subscription start a moment apart (a fleet deployed
+/// together) on a stream split before the subscription existed: the second lists the rows
+/// while the first is still creating them, sees the parent's finished row and takes the
+/// subscription for one with history, so it creates the children at TRIM_HORIZON.
+#[tokio::test(start_paused = true)]
+async fn two_instances_starting_together_at_latest_read_no_history() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let _old = payloads(&put(&kinesis, "old", 10));
+    kinesis
+        .split_evenly(STREAM, "shardId-000000000000")
+        .unwrap();
+    let old_children = payloads(&put(&kinesis, "oldchild", 20));
+    let table = MemoryLeaseTable::new();
+    let slow = |lag_ms| SlowCreates {
+        inner: MemoryLeaseStore::over(&table),
+        lag: Duration::from_millis(lag_ms),
+    };
+    let handled = Handled::default();
+    let a = start_on(&kinesis, slow(1000), "a", None, &handled).await;
+    // B starts as soon as A's first shard row is in the table.
+    let lister = MemoryLeaseStore::over(&table);
+    for _ in 0..1000 {
+        if !lister.list(STREAM).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b = start_on(&kinesis, slow(1000), "b", None, &handled).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let new = payloads(&put(&kinesis, "new", 20));
+    let got = handled_within(&handled, &new).await;
+    let rows = lister.list(STREAM).await.unwrap();
+    let starts: Vec<(String, Option<Checkpoint>)> = rows
+        .iter()
+        .map(|r| (r.key.shard().to_owned(), r.checkpoint.clone()))
+        .collect();
+    b.shutdown().await;
+    a.shutdown().await;
+    assert!(new.is_subset(&got), "new records handled");
+    let history: Vec<&String> = got.intersection(&old_children).collect();
+    assert!(
+        history.is_empty(),
+        "a brand-new LATEST subscription handled {} records from before it began; rows: {starts:?}",
+        history.len()
+    );
 }
