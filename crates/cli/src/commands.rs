@@ -10,9 +10,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome};
+use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome, SequenceNumber};
 use kinesis_lease_dynamo::DynamoLeaseStore;
-use kinesis_stream_core::KinesisApi;
+use kinesis_stream_core::{KinesisApi, ReaderError, StartAt};
 use tokio::time::Instant;
 
 use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};
@@ -40,7 +40,9 @@ pub struct Context {
     pub store: Arc<dyn LeaseStore>,
     /// The same table as a DynamoDB store, when it is one: its listing reports progress.
     pub dynamo: Option<DynamoLeaseStore>,
-    /// Kinesis, to ask how far behind checkpoints are (`None`: not asked).
+    /// Kinesis, to ask how far behind checkpoints are and whether a reset's sequence number
+    /// is of its shard (`None`: lag is not asked, and `reset --to after-sequence=N` is
+    /// refused).
     pub kinesis: Option<Arc<dyn KinesisApi>>,
     /// The AWS configuration the clients were built from (`import-kcl` reads the KCL's table
     /// with it); `None` in tests.
@@ -144,6 +146,41 @@ impl Context {
             judge.look(rows, started.elapsed());
         }
         Ok(judge)
+    }
+
+    /// Asks Kinesis for an iterator at `sequence` in `shard` (as the KCL import checks its
+    /// checkpoints): a number Kinesis refuses there (another shard's, one never assigned) is
+    /// refused just after it too, where the next reader would open, so the shard would stay
+    /// unread for good.
+    async fn check_sequence(
+        &self,
+        stream: &str,
+        shard: &str,
+        sequence: &SequenceNumber,
+    ) -> Result<(), CliError> {
+        let kinesis = self.kinesis.as_ref().ok_or_else(|| CliError::Invalid {
+            what: "--to after-sequence=N".into(),
+            reason: "Kinesis must be asked whether the number is of the shard, and this \
+                     context has no Kinesis"
+                .into(),
+        })?;
+        let at = StartAt::AtSequence(sequence.clone());
+        match kinesis.shard_iterator(stream, shard, &at).await {
+            Ok(_) => Ok(()),
+            Err(source @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+                Err(CliError::SequenceNotInShard {
+                    stream: stream.to_owned(),
+                    shard: shard.to_owned(),
+                    sequence: sequence.number().to_owned(),
+                    source: Box::new(source),
+                })
+            }
+            Err(source) => Err(CliError::Kinesis {
+                stream: stream.to_owned(),
+                shard: shard.to_owned(),
+                source: Box::new(source),
+            }),
+        }
     }
 
     async fn bump<O: Write, E: Write>(
@@ -375,10 +412,12 @@ async fn targets<O: Write, E: Write>(
 ///
 /// # Errors
 ///
-/// [`CliError::ShardNotFound`], [`CliError::StreamNotFound`]; [`CliError::Refused`] when a
-/// row is held by a live member or finished (without `--force`: nothing is written), or was
-/// written between the read and the write (the others are written and reported);
-/// [`CliError::Store`].
+/// [`CliError::ShardNotFound`], [`CliError::StreamNotFound`];
+/// [`CliError::SequenceNotInShard`] when Kinesis refuses `--to after-sequence=N` in the shard,
+/// [`CliError::Kinesis`] when it could not be asked (nothing is written);
+/// [`CliError::Refused`] when a row is held by a live member or finished (without `--force`:
+/// nothing is written), or was written between the read and the write (the others are written
+/// and reported); [`CliError::Store`].
 pub async fn reset<O: Write, E: Write>(
     ctx: &Context,
     args: &ResetArgs,
@@ -401,6 +440,11 @@ pub async fn reset<O: Write, E: Write>(
         reason,
     };
     let first = targets(ctx, args, io).await?;
+    if let (Some(shard), ResetTo::AfterSequence(sequence)) = (&args.shard, &args.to) {
+        // Before judging or writing anything: a number Kinesis refuses in this shard would
+        // leave it unread for good.
+        ctx.check_sequence(stream, shard, sequence).await?;
+    }
     // Holders to judge: only a live member's rows are refused.
     let held: HashSet<String> = first
         .iter()

@@ -12,6 +12,7 @@ use kinesis_lease_core::{
     rules, Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take,
 };
 use kinesis_lease_memory::MemoryLeaseStore;
+use kinesis_stream_memory::{MemoryStream, Op};
 use serde_json::Value;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -26,11 +27,23 @@ fn ctx(store: &MemoryLeaseStore) -> Context {
     }
 }
 
+/// The context of `store` with `kinesis` to ask.
+fn ctx_with(store: &MemoryLeaseStore, kinesis: &MemoryStream) -> Context {
+    Context {
+        kinesis: Some(Arc::new(kinesis.clone())),
+        ..ctx(store)
+    }
+}
+
 async fn cli(store: &MemoryLeaseStore, args: &str) -> (Result<(), CliError>, String, String) {
+    cli_in(&ctx(store), args).await
+}
+
+async fn cli_in(ctx: &Context, args: &str) -> (Result<(), CliError>, String, String) {
     let cli = Cli::try_parse_from(std::iter::once("kinesis-broker").chain(args.split_whitespace()))
         .expect("arguments parse");
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = run_with(&cli, &ctx(store), &mut out, &mut err).await;
+    let result = run_with(&cli, ctx, &mut out, &mut err).await;
     (
         result,
         String::from_utf8(out).unwrap(),
@@ -39,7 +52,11 @@ async fn cli(store: &MemoryLeaseStore, args: &str) -> (Result<(), CliError>, Str
 }
 
 async fn json(store: &MemoryLeaseStore, args: &str) -> Value {
-    let (result, out, err) = cli(store, args).await;
+    json_in(&ctx(store), args).await
+}
+
+async fn json_in(ctx: &Context, args: &str) -> Value {
+    let (result, out, err) = cli_in(ctx, args).await;
     result.unwrap_or_else(|e| panic!("{args}: {e} ({err})"));
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args}: {e}: {out}"))
 }
@@ -351,4 +368,125 @@ async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
     assert!(
         matches!(result, Err(CliError::Refused { ref reason, .. }) if reason.contains("finished"))
     );
+}
+
+/// The shards of a fresh two-shard `MemoryStream`.
+const SHARDS: [&str; 2] = ["shardId-000000000000", "shardId-000000000001"];
+
+/// Stream `s` in Kinesis: two shards with three records each; the sequence numbers by shard.
+fn kinesis_of_two() -> (MemoryStream, [Vec<String>; 2]) {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let mut seqs: [Vec<String>; 2] = Default::default();
+    for i in 0.. {
+        if seqs.iter().all(|s| s.len() >= 3) {
+            break;
+        }
+        let stored = kinesis
+            .put("s", &format!("key-{i}"), format!("r{i}"))
+            .unwrap();
+        let on = SHARDS.iter().position(|s| *s == stored.shard).unwrap();
+        if seqs[on].len() < 3 {
+            seqs[on].push(stored.sequence);
+        }
+    }
+    (kinesis, seqs)
+}
+
+/// Free rows of both shards at TRIM_HORIZON.
+async fn free_rows() -> MemoryLeaseStore {
+    let store = MemoryLeaseStore::new();
+    for shard in SHARDS {
+        create(&store, "s", shard, Some(Checkpoint::TrimHorizon)).await;
+    }
+    store
+}
+
+/// The row of `shard` is as `free_rows` created it, and the epoch was never bumped.
+async fn untouched(store: &MemoryLeaseStore, shard: &str) {
+    let row = store.read(&key("s", shard)).await.unwrap().unwrap();
+    assert_eq!(row.counter, 1, "nothing was written: {row:?}");
+    assert_eq!(row.checkpoint, Some(Checkpoint::TrimHorizon));
+    assert!(!rules::is_evicted(&row), "{row:?}");
+    assert_eq!(store.epoch("s").await.unwrap(), 0, "nobody was told");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_to_a_sequence_number_not_of_the_shard_is_refused_naming_it_and_writes_nothing() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = free_rows().await;
+    let ctx = ctx_with(&store, &kinesis);
+    // Another shard's record, and a number no record carries.
+    for number in [seqs[1][0].as_str(), "99999999"] {
+        let args = format!(
+            "reset --table leases --stream s --shard {} --to after-sequence={number}",
+            SHARDS[0]
+        );
+        let (result, out, _) = cli_in(&ctx, &args).await;
+        let error = result.expect_err(&args);
+        assert_eq!(error.exit_code(), 1, "{error}");
+        assert!(
+            matches!(&error, CliError::SequenceNotInShard { stream, shard, sequence, .. }
+                if stream == "s" && shard == SHARDS[0] && sequence == number),
+            "{error:?}"
+        );
+        let text = kinesis_lease_core::ErrorChain(&error).to_string();
+        assert!(
+            text.contains(number)
+                && text.contains(SHARDS[0])
+                && text.contains("stream `s`")
+                && text.contains("InvalidArgumentException"),
+            "{text}"
+        );
+        assert!(out.is_empty(), "{out}");
+        untouched(&store, SHARDS[0]).await;
+    }
+    // Control: a number of the shard is written, and readers are told.
+    let number = &seqs[0][1];
+    let out = json_in(
+        &ctx,
+        &format!(
+            "reset --table leases --stream s --shard {} --to after-sequence={number} --json",
+            SHARDS[0]
+        ),
+    )
+    .await;
+    assert_eq!(out[0]["result"], "reset");
+    let row = store.read(&key("s", SHARDS[0])).await.unwrap().unwrap();
+    assert_eq!(row.checkpoint, Some(seq(number)));
+    assert_eq!(store.epoch("s").await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_reports_a_failing_kinesis_as_such_not_as_a_number_of_another_shard() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = free_rows().await;
+    let ctx = ctx_with(&store, &kinesis);
+    let args = format!(
+        "reset --table leases --stream s --shard {} --to after-sequence={}",
+        SHARDS[0], seqs[0][1]
+    );
+    kinesis.fail_next(Op::ShardIterator, 1);
+    kinesis.throttle_next(Op::ShardIterator, 1);
+    for expected in ["throttled", "failed (a 5xx"] {
+        let (result, out, _) = cli_in(&ctx, &args).await;
+        let error = result.expect_err(&args);
+        assert_eq!(error.exit_code(), 1, "{error}");
+        assert!(
+            matches!(&error, CliError::Kinesis { stream, shard, .. }
+                if stream == "s" && shard == SHARDS[0]),
+            "{error:?}"
+        );
+        let text = kinesis_lease_core::ErrorChain(&error).to_string();
+        assert!(
+            text.contains(expected) && text.contains(SHARDS[0]) && !text.contains("not of"),
+            "{text}"
+        );
+        assert!(out.is_empty(), "{out}");
+        untouched(&store, SHARDS[0]).await;
+    }
+    // Control: once Kinesis answers, the same reset is written.
+    let (result, _, err) = cli_in(&ctx, &args).await;
+    result.unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(kinesis.calls(Op::ShardIterator), 3);
 }
