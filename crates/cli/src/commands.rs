@@ -218,12 +218,13 @@ fn print<T: serde::Serialize, O: Write, E: Write>(
     }
 }
 
-/// `leases`: one line per shard, with how far its checkpoint is behind the tip.
+/// `leases`: one line per shard, with how far its checkpoint is behind the tip, or that the
+/// shard is stuck when Kinesis refuses to read it from its checkpoint.
 ///
 /// # Errors
 ///
 /// [`CliError::TableNotFound`], [`CliError::StreamNotFound`], [`CliError::Store`]; Kinesis
-/// failures are warnings, shown per shard.
+/// failures and refused checkpoints are warnings, shown per shard.
 pub async fn leases<O: Write, E: Write>(
     ctx: &Context,
     args: &LeasesArgs,
@@ -252,6 +253,17 @@ pub async fn leases<O: Write, E: Write>(
             io.note(&format!(
                 "warning: how far shard `{}` of `{stream}` is behind is not known: {error}",
                 line.shard
+            ));
+        }
+        if let Some(refused) = &line.checkpoint_refused {
+            io.note(&format!(
+                "warning: shard `{shard}` of `{stream}` is stuck: Kinesis refuses to read it from \
+                 its checkpoint {checkpoint} ({refused}), so no reader can go on; move it with \
+                 `kinesis-broker reset --table {table} --stream {stream} --shard {shard} --to \
+                 trim-horizon|latest|at-timestamp=RFC3339|after-sequence=N`",
+                shard = line.shard,
+                checkpoint = line.checkpoint.as_deref().unwrap_or("-"),
+                table = ctx.table,
             ));
         }
     }

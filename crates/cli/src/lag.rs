@@ -4,6 +4,12 @@
 //! The time comes from GetRecords' `MillisBehindLatest`; the record count is exact only when
 //! that one page reached the tip (fewer records than the limit and 0 ms behind), else it is a
 //! lower bound. Finished rows and rows without a real position (`LATEST`, none) are not asked.
+//!
+//! A checkpoint Kinesis refuses to open (InvalidArgumentException, or ResourceNotFound from
+//! an emulator) while it opens the same shard at `TRIM_HORIZON` is [`Probe::Refused`]: every
+//! reader's GetShardIterator there is refused too, so the shard is stuck until an operator
+//! moves its checkpoint. Refused at both, it is the shard (gone, access denied), not the
+//! checkpoint: [`Probe::Failed`].
 
 use std::sync::Arc;
 
@@ -66,7 +72,19 @@ pub fn probe_position(checkpoint: Option<&Checkpoint>) -> Option<StartAt> {
 }
 
 /// One shard's probe outcome.
-pub type Probe = Result<Option<Behind>, ReaderError>;
+#[derive(Debug)]
+pub enum Probe {
+    /// Not asked: nothing to measure (finished, `LATEST`, never checkpointed).
+    NotAsked,
+    /// How far behind the tip the checkpoint is.
+    Behind(Behind),
+    /// Kinesis refuses to open the shard at its checkpoint, though it opens it at
+    /// `TRIM_HORIZON`: no reader can go on from the checkpoint, the shard is stuck. The error
+    /// is Kinesis' answer at the checkpoint.
+    Refused(ReaderError),
+    /// Kinesis could not say (throttled, a 5xx, the shard gone, access denied).
+    Failed(ReaderError),
+}
 
 /// Probes every row of `stream` at once (8 in parallel), calling `progress(done, total)`
 /// after each; the outcomes come back in the order of `rows`.
@@ -89,12 +107,12 @@ pub async fn probe_all(
             (i, probe(&*kinesis, &stream, &shard, &position).await)
         });
     }
-    let mut out: Vec<Probe> = rows.iter().map(|_| Ok(None)).collect();
+    let mut out: Vec<Probe> = rows.iter().map(|_| Probe::NotAsked).collect();
     let total = tasks.len();
     let mut done = 0;
     while let Some(joined) = tasks.join_next().await {
         if let Ok((i, outcome)) = joined {
-            out[i] = outcome.map(Some);
+            out[i] = outcome;
         }
         done += 1;
         progress(done, total);
@@ -102,21 +120,33 @@ pub async fn probe_all(
     out
 }
 
-async fn probe(
-    kinesis: &dyn KinesisApi,
-    stream: &str,
-    shard: &str,
-    position: &StartAt,
-) -> Result<Behind, ReaderError> {
-    let iterator = kinesis.shard_iterator(stream, shard, position).await?;
-    let page = kinesis
+async fn probe(kinesis: &dyn KinesisApi, stream: &str, shard: &str, position: &StartAt) -> Probe {
+    let iterator = match kinesis.shard_iterator(stream, shard, position).await {
+        Ok(iterator) => iterator,
+        Err(error @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+            // The checkpoint or the shard? Kinesis opening the shard at its oldest record
+            // says the checkpoint.
+            return match kinesis
+                .shard_iterator(stream, shard, &StartAt::TrimHorizon)
+                .await
+            {
+                Ok(_) if *position != StartAt::TrimHorizon => Probe::Refused(error),
+                _ => Probe::Failed(error),
+            };
+        }
+        Err(error) => return Probe::Failed(error),
+    };
+    match kinesis
         .get_records(stream, shard, &iterator, PROBE_LIMIT)
-        .await?;
-    Ok(behind_from_page(
-        page.records.len(),
-        page.millis_behind,
-        PROBE_LIMIT,
-    ))
+        .await
+    {
+        Ok(page) => Probe::Behind(behind_from_page(
+            page.records.len(),
+            page.millis_behind,
+            PROBE_LIMIT,
+        )),
+        Err(error) => Probe::Failed(error),
+    }
 }
 
 #[cfg(test)]

@@ -373,7 +373,8 @@ async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
 /// The shards of a fresh two-shard `MemoryStream`.
 const SHARDS: [&str; 2] = ["shardId-000000000000", "shardId-000000000001"];
 
-/// Stream `s` in Kinesis: two shards with three records each; the sequence numbers by shard.
+/// Stream `s` in Kinesis: two shards with at least three records each; every record's
+/// sequence number, by shard.
 fn kinesis_of_two() -> (MemoryStream, [Vec<String>; 2]) {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 2).unwrap();
@@ -386,9 +387,7 @@ fn kinesis_of_two() -> (MemoryStream, [Vec<String>; 2]) {
             .put("s", &format!("key-{i}"), format!("r{i}"))
             .unwrap();
         let on = SHARDS.iter().position(|s| *s == stored.shard).unwrap();
-        if seqs[on].len() < 3 {
-            seqs[on].push(stored.sequence);
-        }
+        seqs[on].push(stored.sequence);
     }
     (kinesis, seqs)
 }
@@ -489,4 +488,73 @@ async fn reset_reports_a_failing_kinesis_as_such_not_as_a_number_of_another_shar
     let (result, _, err) = cli_in(&ctx, &args).await;
     result.unwrap_or_else(|e| panic!("{e}: {err}"));
     assert_eq!(kinesis.calls(Op::ShardIterator), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_shows_a_shard_whose_checkpoint_kinesis_refuses_as_stuck_with_its_reason() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = MemoryLeaseStore::new();
+    // Shard 0 at shard 1's record (as a reset before the check could store): every reader's
+    // GetShardIterator is refused. Control: shard 1 at its own first record.
+    create(&store, "s", SHARDS[0], Some(seq(&seqs[1][0]))).await;
+    create(&store, "s", SHARDS[1], Some(seq(&seqs[1][0]))).await;
+    let ctx = ctx_with(&store, &kinesis);
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    let refused = rows[0]["checkpoint_refused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("refused: {rows}"));
+    assert!(
+        refused.contains("InvalidArgumentException") && refused.contains(SHARDS[0]),
+        "{refused}"
+    );
+    assert_eq!(rows[0]["lag_error"], Value::Null, "{rows}");
+    assert_eq!(rows[0]["behind_records"], Value::Null, "{rows}");
+    assert_eq!(rows[1]["checkpoint_refused"], Value::Null, "{rows}");
+    assert_eq!(rows[1]["behind_records"], seqs[1].len() - 1, "{rows}");
+
+    let (result, out, err) = cli_in(&ctx, "leases --table leases --stream s").await;
+    result.unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].contains(SHARDS[0]) && lines[1].contains("stuck"),
+        "{out}"
+    );
+    assert!(!lines[2].contains("stuck"), "{out}");
+    assert!(
+        err.contains("stuck")
+            && err.contains(SHARDS[0])
+            && err.contains("InvalidArgumentException")
+            && err.contains("reset"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_calls_no_shard_stuck_when_kinesis_fails_or_the_shard_is_gone() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = MemoryLeaseStore::new();
+    create(&store, "s", SHARDS[0], Some(seq(&seqs[0][0]))).await;
+    create(&store, "s", SHARDS[1], Some(seq(&seqs[1][0]))).await;
+    // A row of a shard Kinesis no longer has (trimmed past retention).
+    create(&store, "s", "shardId-000000000009", Some(seq(&seqs[0][0]))).await;
+    let ctx = ctx_with(&store, &kinesis);
+    kinesis.throttle_next(Op::ShardIterator, 2);
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let failed = rows.iter().filter(|r| r["lag_error"].is_string()).count();
+    assert!(failed >= 2, "two throttled, one gone: {rows:?}");
+    assert!(
+        rows[2]["lag_error"].as_str().unwrap().contains("not found"),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().all(|r| r["checkpoint_refused"].is_null()),
+        "{rows:?}"
+    );
+    // Control: once Kinesis answers, the shards it holds are measured.
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    for (i, shard) in seqs.iter().enumerate() {
+        assert_eq!(rows[i]["behind_records"], shard.len() - 1, "{rows}");
+    }
 }
