@@ -558,3 +558,72 @@ async fn leases_calls_no_shard_stuck_when_kinesis_fails_or_the_shard_is_gone() {
         assert_eq!(rows[i]["behind_records"], shard.len() - 1, "{rows}");
     }
 }
+
+/// The one shard of a fresh one-shard `MemoryStream`.
+const ONLY: &str = "shardId-000000000000";
+
+/// `leases`' line of a row of `ONLY` at `checkpoint`, in a table of its own.
+async fn lag_at(kinesis: &MemoryStream, checkpoint: Checkpoint) -> Value {
+    let store = MemoryLeaseStore::new();
+    create(&store, "s", ONLY, Some(checkpoint)).await;
+    let ctx = ctx_with(&store, kinesis);
+    json_in(&ctx, "leases --table leases --stream s --json").await[0].clone()
+}
+
+fn inside(number: &str, subsequence: u64) -> Checkpoint {
+    Checkpoint::Sequence(SequenceNumber::new(number, Some(subsequence)).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_counts_a_plain_record_at_a_checkpoint_with_subsequence_zero_as_processed() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let mut seqs: Vec<String> = (0..3)
+        .map(|i| kinesis.put("s", "k", format!("p{i}")).unwrap().sequence)
+        .collect();
+    // A record with the KPL magic that is no aggregate: the reader delivers it whole.
+    let mut garbage = kinesis_kpl::MAGIC.to_vec();
+    garbage.extend_from_slice(b"not a protobuf, no digest");
+    seqs.push(kinesis.put("s", "k", garbage).unwrap().sequence);
+    // As the KCL import writes a plain record's checkpoint: `n/0`.
+    for (at, behind) in [(3, 0), (2, 1), (0, 3)] {
+        let line = lag_at(&kinesis, inside(&seqs[at], 0)).await;
+        assert_eq!(line["behind_records"], behind, "{}/0: {line}", seqs[at]);
+        // Control: the same record checkpointed without a subsequence.
+        let line = lag_at(&kinesis, seq(&seqs[at])).await;
+        assert_eq!(line["behind_records"], behind, "{}: {line}", seqs[at]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_counts_only_the_sub_records_left_of_an_aggregate_the_checkpoint_is_inside() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    kinesis.put("s", "k", "p0").unwrap();
+    let mut aggregator = kinesis_kpl::Aggregator::new();
+    for i in 0..5 {
+        let pushed = aggregator
+            .push(
+                &format!("key-{i}"),
+                None,
+                bytes::Bytes::from(format!("a{i}")),
+            )
+            .unwrap();
+        assert_eq!(pushed, kinesis_kpl::Pushed::Added);
+    }
+    let aggregate = aggregator.finish().unwrap();
+    let at = kinesis
+        .put("s", &aggregate.partition_key, aggregate.data)
+        .unwrap()
+        .sequence;
+    kinesis.put("s", "k", "p2").unwrap();
+    // Sub-records after the subsequence, then the plain record after the aggregate.
+    for (subsequence, behind) in [(0, 4 + 1), (1, 3 + 1), (4, 1)] {
+        let line = lag_at(&kinesis, inside(&at, subsequence)).await;
+        assert_eq!(line["behind_records"], behind, "{at}/{subsequence}: {line}");
+        assert!(line["behind_ms"].is_u64(), "{line}");
+    }
+    // Control: the whole aggregate processed.
+    let line = lag_at(&kinesis, seq(&at)).await;
+    assert_eq!(line["behind_records"], 1, "{line}");
+}
