@@ -20,6 +20,7 @@ use crate::error::CliError;
 use crate::lag::probe_all;
 use crate::render::{self, ChangeLine};
 use crate::target::{may_retry, plan_step, ResetTo, Step};
+use crate::usage;
 use crate::view::{self, holdings, shard_rows, state_of, Judge, State};
 
 /// Listings longer than this print progress lines on stderr.
@@ -112,13 +113,7 @@ impl Context {
     }
 
     fn key(&self, stream: &str, shard: &str) -> Result<LeaseKey, CliError> {
-        if view::is_bookkeeping(&LeaseKey::new(stream, shard).map_err(invalid)?) {
-            return Err(CliError::Invalid {
-                what: format!("shard `{shard}` of stream `{stream}`"),
-                reason: "this names one of the table's own rows, not a shard".into(),
-            });
-        }
-        LeaseKey::new(stream, shard).map_err(invalid)
+        usage::shard_key(stream, shard)
     }
 
     /// Watches the member rows of `stream` until every present member moved or one renew
@@ -195,13 +190,6 @@ impl Context {
             );
             self.store_error(stream, e)
         })
-    }
-}
-
-fn invalid(error: kinesis_lease_core::LeaseError) -> CliError {
-    CliError::Invalid {
-        what: "lease key".into(),
-        reason: error.to_string(),
     }
 }
 
@@ -436,14 +424,7 @@ pub async fn reset<O: Write, E: Write>(
     io: &mut Io<'_, O, E>,
 ) -> Result<(), CliError> {
     let stream = &args.table.stream;
-    if args.shard.is_none() && matches!(args.to, ResetTo::AfterSequence(_)) {
-        // A sequence number belongs to one shard: every other shard's reader would be refused
-        // by Kinesis for good.
-        return Err(CliError::Invalid {
-            what: "--to after-sequence=N with --all".into(),
-            reason: "a sequence number belongs to one shard; name it with --shard".into(),
-        });
-    }
+    usage::reset(args)?;
     let target = args.to.checkpoint();
     let refused = |shard: &str, reason: String| CliError::Refused {
         table: ctx.table.clone(),
