@@ -76,7 +76,10 @@ pub enum CliError {
     },
     /// Kinesis could not be asked about a shard (throttled, a 5xx, a timeout, the stream
     /// missing): nothing was decided from it, and nothing was written.
-    #[error("Kinesis could not be asked about shard `{shard}` of stream `{stream}`; nothing was written")]
+    #[error(
+        "Kinesis could not be asked about shard `{shard}` of stream `{stream}`; nothing was \
+         written"
+    )]
     Kinesis {
         /// The stream.
         stream: String,
@@ -169,5 +172,31 @@ mod tests {
             hint: "set AWS_REGION",
         };
         assert_eq!(region.exit_code(), 2);
+        let foreign = CliError::SequenceNotInShard {
+            stream: "s".into(),
+            shard: "shardId-1".into(),
+            sequence: "4959".into(),
+            source: Box::new(ReaderError::ShardNotFound {
+                stream: "s".into(),
+                shard: "shardId-1".into(),
+                operation: "GetShardIterator",
+            }),
+        };
+        assert!(
+            foreign
+                .to_string()
+                .starts_with("sequence number `4959` is not of shard `shardId-1` of stream `s`"),
+            "{foreign}"
+        );
+        assert_eq!(foreign.exit_code(), 1);
+        let unasked = CliError::Kinesis {
+            stream: "s".into(),
+            shard: "shardId-1".into(),
+            source: Box::new(ReaderError::Throttled {
+                operation: "GetShardIterator",
+                resource: "s/shardId-1".into(),
+            }),
+        };
+        assert_eq!(unasked.exit_code(), 1);
     }
 }

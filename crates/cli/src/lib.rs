@@ -34,6 +34,9 @@
 //! ([`EVICTED_OWNER`](kinesis_lease_core::rules::EVICTED_OWNER)): instances take it once it
 //! stood still for a lease, when the old holder has stopped for sure, and read after its
 //! checkpoint. Both commands then bump the stream's epoch, so instances notice at once.
+//! `reset --to after-sequence=N` first asks Kinesis for an iterator at `N` in the shard and
+//! refuses a number Kinesis does not know there ([`CliError::SequenceNotInShard`]): no reader
+//! could go on from it.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod args;
