@@ -6,7 +6,8 @@
 //! The scenario: broker `a` holds every shard (held rows, `a` alive); `reset` of a live
 //! holder's row is refused; `release` frees a row and `a` takes it back; after `a`'s shutdown
 //! the rows are free and `a` has left; `reset --all --to trim-horizon` is seen in the next
-//! listing (with every record behind), and broker `b` started then reads every record again.
+//! listing (with every record behind), and broker `b` started then reads every record again;
+//! a reset to another shard's sequence number is refused, writing nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,6 +220,31 @@ async fn every_command_against_a_live_broker_then_after_its_shutdown() {
         "{rows:?}"
     );
     assert!(rows.iter().all(|r| r["checkpoint"].is_string()), "{rows:?}");
+    // Another shard's sequence number is refused (Kinesis does not find it in this shard,
+    // which holds records), naming it, and nothing is written.
+    let foreign = rows[1]["checkpoint"].as_str().unwrap().to_owned();
+    let (_, stderr) = cli
+        .expect(
+            1,
+            "reset",
+            &[
+                "--shard",
+                &first,
+                "--to",
+                &format!("after-sequence={foreign}"),
+            ],
+        )
+        .await;
+    assert!(
+        stderr.contains(&foreign) && stderr.contains(&first) && stderr.contains("is not of shard"),
+        "{stderr}"
+    );
+    let unchanged = cli.json("leases", &["--no-lag"]).await;
+    assert_eq!(
+        (&unchanged[0]["checkpoint"], &unchanged[0]["counter"]),
+        (&rows[0]["checkpoint"], &rows[0]["counter"]),
+        "nothing written: {unchanged:?}"
+    );
     let (plain, _) = cli.expect(0, "leases", &["--no-lag"]).await;
     assert_eq!(
         plain.matches(" free ").count() + plain.matches(" evicted ").count(),

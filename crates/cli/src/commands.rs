@@ -10,9 +10,9 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome};
+use kinesis_lease_core::{Lease, LeaseKey, LeaseStore, Outcome, SequenceNumber};
 use kinesis_lease_dynamo::DynamoLeaseStore;
-use kinesis_stream_core::KinesisApi;
+use kinesis_stream_core::{KinesisApi, ReaderError, StartAt};
 use tokio::time::Instant;
 
 use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};
@@ -20,6 +20,7 @@ use crate::error::CliError;
 use crate::lag::probe_all;
 use crate::render::{self, ChangeLine};
 use crate::target::{may_retry, plan_step, ResetTo, Step};
+use crate::usage;
 use crate::view::{self, holdings, shard_rows, state_of, Judge, State};
 
 /// Listings longer than this print progress lines on stderr.
@@ -40,7 +41,9 @@ pub struct Context {
     pub store: Arc<dyn LeaseStore>,
     /// The same table as a DynamoDB store, when it is one: its listing reports progress.
     pub dynamo: Option<DynamoLeaseStore>,
-    /// Kinesis, to ask how far behind checkpoints are (`None`: not asked).
+    /// Kinesis, to ask how far behind checkpoints are and whether a reset's sequence number
+    /// is of its shard (`None`: lag is not asked, and `reset --to after-sequence=N` is
+    /// refused).
     pub kinesis: Option<Arc<dyn KinesisApi>>,
     /// The AWS configuration the clients were built from (`import-kcl` reads the KCL's table
     /// with it); `None` in tests.
@@ -110,13 +113,7 @@ impl Context {
     }
 
     fn key(&self, stream: &str, shard: &str) -> Result<LeaseKey, CliError> {
-        if view::is_bookkeeping(&LeaseKey::new(stream, shard).map_err(invalid)?) {
-            return Err(CliError::Invalid {
-                what: format!("shard `{shard}` of stream `{stream}`"),
-                reason: "this names one of the table's own rows, not a shard".into(),
-            });
-        }
-        LeaseKey::new(stream, shard).map_err(invalid)
+        usage::shard_key(stream, shard)
     }
 
     /// Watches the member rows of `stream` until every present member moved or one renew
@@ -146,6 +143,41 @@ impl Context {
         Ok(judge)
     }
 
+    /// Asks Kinesis for an iterator at `sequence` in `shard` (as the KCL import checks its
+    /// checkpoints): a number Kinesis refuses there (another shard's, one never assigned) is
+    /// refused just after it too, where the next reader would open, so the shard would stay
+    /// unread for good.
+    async fn check_sequence(
+        &self,
+        stream: &str,
+        shard: &str,
+        sequence: &SequenceNumber,
+    ) -> Result<(), CliError> {
+        let kinesis = self.kinesis.as_ref().ok_or_else(|| CliError::Invalid {
+            what: "--to after-sequence=N".into(),
+            reason: "Kinesis must be asked whether the number is of the shard, and this \
+                     context has no Kinesis"
+                .into(),
+        })?;
+        let at = StartAt::AtSequence(sequence.clone());
+        match kinesis.shard_iterator(stream, shard, &at).await {
+            Ok(_) => Ok(()),
+            Err(source @ (ReaderError::Refused { .. } | ReaderError::ShardNotFound { .. })) => {
+                Err(CliError::SequenceNotInShard {
+                    stream: stream.to_owned(),
+                    shard: shard.to_owned(),
+                    sequence: sequence.number().to_owned(),
+                    source: Box::new(source),
+                })
+            }
+            Err(source) => Err(CliError::Kinesis {
+                stream: stream.to_owned(),
+                shard: shard.to_owned(),
+                source: Box::new(source),
+            }),
+        }
+    }
+
     async fn bump<O: Write, E: Write>(
         &self,
         stream: &str,
@@ -158,13 +190,6 @@ impl Context {
             );
             self.store_error(stream, e)
         })
-    }
-}
-
-fn invalid(error: kinesis_lease_core::LeaseError) -> CliError {
-    CliError::Invalid {
-        what: "lease key".into(),
-        reason: error.to_string(),
     }
 }
 
@@ -181,12 +206,13 @@ fn print<T: serde::Serialize, O: Write, E: Write>(
     }
 }
 
-/// `leases`: one line per shard, with how far its checkpoint is behind the tip.
+/// `leases`: one line per shard, with how far its checkpoint is behind the tip, or that the
+/// shard is stuck when Kinesis refuses to read it from its checkpoint.
 ///
 /// # Errors
 ///
 /// [`CliError::TableNotFound`], [`CliError::StreamNotFound`], [`CliError::Store`]; Kinesis
-/// failures are warnings, shown per shard.
+/// failures and refused checkpoints are warnings, shown per shard.
 pub async fn leases<O: Write, E: Write>(
     ctx: &Context,
     args: &LeasesArgs,
@@ -215,6 +241,17 @@ pub async fn leases<O: Write, E: Write>(
             io.note(&format!(
                 "warning: how far shard `{}` of `{stream}` is behind is not known: {error}",
                 line.shard
+            ));
+        }
+        if let Some(refused) = &line.checkpoint_refused {
+            io.note(&format!(
+                "warning: shard `{shard}` of `{stream}` is stuck: Kinesis refuses to read it from \
+                 its checkpoint {checkpoint} ({refused}), so no reader can go on; move it with \
+                 `kinesis-broker reset --table {table} --stream {stream} --shard {shard} --to \
+                 trim-horizon|latest|at-timestamp=RFC3339|after-sequence=N`",
+                shard = line.shard,
+                checkpoint = line.checkpoint.as_deref().unwrap_or("-"),
+                table = ctx.table,
             ));
         }
     }
@@ -375,24 +412,19 @@ async fn targets<O: Write, E: Write>(
 ///
 /// # Errors
 ///
-/// [`CliError::ShardNotFound`], [`CliError::StreamNotFound`]; [`CliError::Refused`] when a
-/// row is held by a live member or finished (without `--force`: nothing is written), or was
-/// written between the read and the write (the others are written and reported);
-/// [`CliError::Store`].
+/// [`CliError::ShardNotFound`], [`CliError::StreamNotFound`];
+/// [`CliError::SequenceNotInShard`] when Kinesis refuses `--to after-sequence=N` in the shard,
+/// [`CliError::Kinesis`] when it could not be asked (nothing is written);
+/// [`CliError::Refused`] when a row is held by a live member or finished (without `--force`:
+/// nothing is written), or was written between the read and the write (the others are written
+/// and reported); [`CliError::Store`].
 pub async fn reset<O: Write, E: Write>(
     ctx: &Context,
     args: &ResetArgs,
     io: &mut Io<'_, O, E>,
 ) -> Result<(), CliError> {
     let stream = &args.table.stream;
-    if args.shard.is_none() && matches!(args.to, ResetTo::AfterSequence(_)) {
-        // A sequence number belongs to one shard: every other shard's reader would be refused
-        // by Kinesis for good.
-        return Err(CliError::Invalid {
-            what: "--to after-sequence=N with --all".into(),
-            reason: "a sequence number belongs to one shard; name it with --shard".into(),
-        });
-    }
+    usage::reset(args)?;
     let target = args.to.checkpoint();
     let refused = |shard: &str, reason: String| CliError::Refused {
         table: ctx.table.clone(),
@@ -401,6 +433,11 @@ pub async fn reset<O: Write, E: Write>(
         reason,
     };
     let first = targets(ctx, args, io).await?;
+    if let (Some(shard), ResetTo::AfterSequence(sequence)) = (&args.shard, &args.to) {
+        // Before judging or writing anything: a number Kinesis refuses in this shard would
+        // leave it unread for good.
+        ctx.check_sequence(stream, shard, sequence).await?;
+    }
     // Holders to judge: only a live member's rows are refused.
     let held: HashSet<String> = first
         .iter()

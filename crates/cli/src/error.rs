@@ -2,6 +2,7 @@
 //! exit code scripts branch on.
 
 use kinesis_lease_core::LeaseError;
+use kinesis_stream_core::ReaderError;
 
 /// Why a command did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,39 @@ pub enum CliError {
         /// The store's error (it names the operation and row).
         #[source]
         source: LeaseError,
+    },
+    /// Kinesis refuses to read the shard at this sequence number (another shard's, one never
+    /// assigned, or a shard Kinesis no longer finds): a reader given it would be refused for
+    /// good, so nothing was written.
+    #[error(
+        "sequence number `{sequence}` is not of shard `{shard}` of stream `{stream}`: Kinesis \
+         refuses to read there; nothing was written"
+    )]
+    SequenceNotInShard {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// The sequence number given.
+        sequence: String,
+        /// Kinesis' answer.
+        #[source]
+        source: Box<ReaderError>,
+    },
+    /// Kinesis could not be asked about a shard (throttled, a 5xx, a timeout, the stream
+    /// missing): nothing was decided from it, and nothing was written.
+    #[error(
+        "Kinesis could not be asked about shard `{shard}` of stream `{stream}`; nothing was \
+         written"
+    )]
+    Kinesis {
+        /// The stream.
+        stream: String,
+        /// The shard.
+        shard: String,
+        /// Kinesis' error.
+        #[source]
+        source: Box<ReaderError>,
     },
     /// An AWS setting is missing (no region), so no call can be made.
     #[error("no AWS {setting} configured: {hint}")]
@@ -138,5 +172,31 @@ mod tests {
             hint: "set AWS_REGION",
         };
         assert_eq!(region.exit_code(), 2);
+        let foreign = CliError::SequenceNotInShard {
+            stream: "s".into(),
+            shard: "shardId-1".into(),
+            sequence: "4959".into(),
+            source: Box::new(ReaderError::ShardNotFound {
+                stream: "s".into(),
+                shard: "shardId-1".into(),
+                operation: "GetShardIterator",
+            }),
+        };
+        assert!(
+            foreign
+                .to_string()
+                .starts_with("sequence number `4959` is not of shard `shardId-1` of stream `s`"),
+            "{foreign}"
+        );
+        assert_eq!(foreign.exit_code(), 1);
+        let unasked = CliError::Kinesis {
+            stream: "s".into(),
+            shard: "shardId-1".into(),
+            source: Box::new(ReaderError::Throttled {
+                operation: "GetShardIterator",
+                resource: "s/shardId-1".into(),
+            }),
+        };
+        assert_eq!(unasked.exit_code(), 1);
     }
 }

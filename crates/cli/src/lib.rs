@@ -20,7 +20,8 @@
 //! Policy is pure and unit-tested apart from I/O: [`view`] classifies rows and judges
 //! liveness from counter movement, [`target`] parses `--to` and decides what a reset may move,
 //! [`lag`] reads how far behind a checkpoint is from one probe page, [`render`] prints
-//! tables and JSON. [`commands`] gathers the observations, carries out the plan with fenced
+//! tables and JSON, [`usage`] checks what clap cannot and needs no I/O (before the AWS
+//! configuration is read). [`commands`] gathers the observations, carries out the plan with fenced
 //! writes ([`LeaseStore::evict`](kinesis_lease_core::LeaseStore::evict)) and prints;
 //! [`aws`] builds the clients from the standard AWS chain. [`import`] runs `import-kcl`
 //! through the `kinesis-kcl-import` crate, whose rules are pure and unit-tested there.
@@ -33,6 +34,9 @@
 //! ([`EVICTED_OWNER`](kinesis_lease_core::rules::EVICTED_OWNER)): instances take it once it
 //! stood still for a lease, when the old holder has stopped for sure, and read after its
 //! checkpoint. Both commands then bump the stream's epoch, so instances notice at once.
+//! `reset --to after-sequence=N` first asks Kinesis for an iterator at `N` in the shard and
+//! refuses a number Kinesis does not know there ([`CliError::SequenceNotInShard`]): no reader
+//! could go on from it.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod args;
@@ -43,6 +47,7 @@ pub mod import;
 pub mod lag;
 pub mod render;
 pub mod target;
+pub mod usage;
 pub mod view;
 
 use std::io::Write;
@@ -56,13 +61,15 @@ use commands::{Context, Io};
 ///
 /// # Errors
 ///
-/// Whatever the command reports ([`CliError`]); [`CliError::exit_code`] gives the exit code.
+/// [`CliError::Invalid`] for a wrong command line ([`usage::check`]); otherwise whatever the
+/// command reports ([`CliError`]); [`CliError::exit_code`] gives the exit code.
 pub async fn run_with<O: Write, E: Write>(
     cli: &Cli,
     ctx: &Context,
     out: &mut O,
     err: &mut E,
 ) -> Result<(), CliError> {
+    usage::check(cli)?;
     let mut io = Io { out, err };
     match &cli.command {
         Command::Leases(args) => commands::leases(ctx, args, &mut io).await,
@@ -81,12 +88,15 @@ pub async fn run_with<O: Write, E: Write>(
     }
 }
 
-/// Connects to AWS from the standard chain (and `--region`) and runs the command line.
+/// Checks the command line ([`usage::check`], no I/O), then connects to AWS from the standard
+/// chain (and `--region`) and runs it.
 ///
 /// # Errors
 ///
+/// [`CliError::Invalid`] for a wrong command line, before any AWS setting is looked at;
 /// [`CliError::AwsSetting`] without a region; otherwise whatever the command reports.
 pub async fn run<O: Write, E: Write>(cli: &Cli, out: &mut O, err: &mut E) -> Result<(), CliError> {
+    usage::check(cli)?;
     let table = match &cli.command {
         Command::Leases(a) => &a.table.table,
         Command::Members(a) => &a.table.table,

@@ -40,6 +40,10 @@ pub struct LeaseLine {
     pub behind_records_at_least: Option<u64>,
     /// Why Kinesis could not say how far behind the checkpoint is.
     pub lag_error: Option<String>,
+    /// Kinesis' answer when it refuses to open the shard at its checkpoint (while it opens
+    /// the shard at `TRIM_HORIZON`): no reader can go on from there, the shard is stuck until
+    /// it is `reset` to a valid position; `null` otherwise.
+    pub checkpoint_refused: Option<String>,
 }
 
 /// The line of `row`, with its lag probe if one was made.
@@ -61,17 +65,21 @@ pub fn lease_line(row: &Lease, probe: Option<&Probe>) -> LeaseLine {
         behind_records: None,
         behind_records_at_least: None,
         lag_error: None,
+        checkpoint_refused: None,
     };
     match probe {
-        Some(Ok(Some(behind))) => {
+        Some(Probe::Behind(behind)) => {
             line.behind_ms = behind.millis;
             match behind.records {
                 Records::Exactly(n) => line.behind_records = Some(n),
                 Records::AtLeast(n) => line.behind_records_at_least = Some(n),
             }
         }
-        Some(Err(error)) => line.lag_error = Some(ErrorChain(error).to_string()),
-        Some(Ok(None)) | None => {}
+        Some(Probe::Refused(error)) => {
+            line.checkpoint_refused = Some(ErrorChain(error).to_string());
+        }
+        Some(Probe::Failed(error)) => line.lag_error = Some(ErrorChain(error).to_string()),
+        Some(Probe::NotAsked) | None => {}
     }
     line
 }
@@ -96,6 +104,9 @@ fn behind_text(line: &LeaseLine) -> String {
         (None, Some(n)) if n > 0 => Some(format!("{n}+ records")),
         _ => None,
     };
+    if line.checkpoint_refused.is_some() {
+        return "stuck: checkpoint refused (see stderr)".to_owned();
+    }
     match (time, records, &line.lag_error) {
         (_, _, Some(_)) => "? (see stderr)".to_owned(),
         (Some(t), Some(r), _) => format!("{t}, {r}"),
@@ -298,10 +309,10 @@ mod tests {
     fn json_lines_carry_the_stored_checkpoint_and_a_null_owner_when_free() {
         let seq = SequenceNumber::new("4959", Some(2)).unwrap();
         let held = row("shardId-1", Some("a"), Some(Checkpoint::Sequence(seq)));
-        let probe: Probe = Ok(Some(Behind {
+        let probe = Probe::Behind(Behind {
             millis: Some(1_500),
             records: Records::AtLeast(100),
-        }));
+        });
         let free = row("shardId-2", None, Some(Checkpoint::TrimHorizon));
         let lines = vec![lease_line(&held, Some(&probe)), lease_line(&free, None)];
         let value: serde_json::Value = serde_json::from_str(&json(&lines)).unwrap();
@@ -320,14 +331,14 @@ mod tests {
 
     #[test]
     fn the_table_is_aligned_with_one_line_per_shard() {
-        let failed: Probe = Err(ReaderError::Throttled {
+        let failed = Probe::Failed(ReaderError::Throttled {
             operation: "GetRecords",
             resource: "s/shardId-3".into(),
         });
-        let exact: Probe = Ok(Some(Behind {
+        let exact = Probe::Behind(Behind {
             millis: Some(0),
             records: Records::Exactly(3),
-        }));
+        });
         let lines = vec![
             lease_line(
                 &row("shardId-1", Some("owner-long-name"), None),

@@ -12,6 +12,7 @@ use kinesis_lease_core::{
     rules, Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take,
 };
 use kinesis_lease_memory::MemoryLeaseStore;
+use kinesis_stream_memory::{MemoryStream, Op};
 use serde_json::Value;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -26,11 +27,23 @@ fn ctx(store: &MemoryLeaseStore) -> Context {
     }
 }
 
+/// The context of `store` with `kinesis` to ask.
+fn ctx_with(store: &MemoryLeaseStore, kinesis: &MemoryStream) -> Context {
+    Context {
+        kinesis: Some(Arc::new(kinesis.clone())),
+        ..ctx(store)
+    }
+}
+
 async fn cli(store: &MemoryLeaseStore, args: &str) -> (Result<(), CliError>, String, String) {
+    cli_in(&ctx(store), args).await
+}
+
+async fn cli_in(ctx: &Context, args: &str) -> (Result<(), CliError>, String, String) {
     let cli = Cli::try_parse_from(std::iter::once("kinesis-broker").chain(args.split_whitespace()))
         .expect("arguments parse");
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = run_with(&cli, &ctx(store), &mut out, &mut err).await;
+    let result = run_with(&cli, ctx, &mut out, &mut err).await;
     (
         result,
         String::from_utf8(out).unwrap(),
@@ -39,7 +52,11 @@ async fn cli(store: &MemoryLeaseStore, args: &str) -> (Result<(), CliError>, Str
 }
 
 async fn json(store: &MemoryLeaseStore, args: &str) -> Value {
-    let (result, out, err) = cli(store, args).await;
+    json_in(&ctx(store), args).await
+}
+
+async fn json_in(ctx: &Context, args: &str) -> Value {
+    let (result, out, err) = cli_in(ctx, args).await;
     result.unwrap_or_else(|e| panic!("{args}: {e} ({err})"));
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args}: {e}: {out}"))
 }
@@ -351,4 +368,262 @@ async fn reset_moves_rows_of_dead_holders_and_skips_finished_ones() {
     assert!(
         matches!(result, Err(CliError::Refused { ref reason, .. }) if reason.contains("finished"))
     );
+}
+
+/// The shards of a fresh two-shard `MemoryStream`.
+const SHARDS: [&str; 2] = ["shardId-000000000000", "shardId-000000000001"];
+
+/// Stream `s` in Kinesis: two shards with at least three records each; every record's
+/// sequence number, by shard.
+fn kinesis_of_two() -> (MemoryStream, [Vec<String>; 2]) {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 2).unwrap();
+    let mut seqs: [Vec<String>; 2] = Default::default();
+    for i in 0.. {
+        if seqs.iter().all(|s| s.len() >= 3) {
+            break;
+        }
+        let stored = kinesis
+            .put("s", &format!("key-{i}"), format!("r{i}"))
+            .unwrap();
+        let on = SHARDS.iter().position(|s| *s == stored.shard).unwrap();
+        seqs[on].push(stored.sequence);
+    }
+    (kinesis, seqs)
+}
+
+/// Free rows of both shards at TRIM_HORIZON.
+async fn free_rows() -> MemoryLeaseStore {
+    let store = MemoryLeaseStore::new();
+    for shard in SHARDS {
+        create(&store, "s", shard, Some(Checkpoint::TrimHorizon)).await;
+    }
+    store
+}
+
+/// The row of `shard` is as `free_rows` created it, and the epoch was never bumped.
+async fn untouched(store: &MemoryLeaseStore, shard: &str) {
+    let row = store.read(&key("s", shard)).await.unwrap().unwrap();
+    assert_eq!(row.counter, 1, "nothing was written: {row:?}");
+    assert_eq!(row.checkpoint, Some(Checkpoint::TrimHorizon));
+    assert!(!rules::is_evicted(&row), "{row:?}");
+    assert_eq!(store.epoch("s").await.unwrap(), 0, "nobody was told");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_to_a_sequence_number_not_of_the_shard_is_refused_naming_it_and_writes_nothing() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = free_rows().await;
+    let ctx = ctx_with(&store, &kinesis);
+    // Another shard's record, and a number no record carries.
+    for number in [seqs[1][0].as_str(), "99999999"] {
+        let args = format!(
+            "reset --table leases --stream s --shard {} --to after-sequence={number}",
+            SHARDS[0]
+        );
+        let (result, out, _) = cli_in(&ctx, &args).await;
+        let error = result.expect_err(&args);
+        assert_eq!(error.exit_code(), 1, "{error}");
+        assert!(
+            matches!(&error, CliError::SequenceNotInShard { stream, shard, sequence, .. }
+                if stream == "s" && shard == SHARDS[0] && sequence == number),
+            "{error:?}"
+        );
+        let text = kinesis_lease_core::ErrorChain(&error).to_string();
+        assert!(
+            text.contains(number)
+                && text.contains(SHARDS[0])
+                && text.contains("stream `s`")
+                && text.contains("InvalidArgumentException"),
+            "{text}"
+        );
+        assert!(out.is_empty(), "{out}");
+        untouched(&store, SHARDS[0]).await;
+    }
+    // Control: a number of the shard is written, and readers are told.
+    let number = &seqs[0][1];
+    let out = json_in(
+        &ctx,
+        &format!(
+            "reset --table leases --stream s --shard {} --to after-sequence={number} --json",
+            SHARDS[0]
+        ),
+    )
+    .await;
+    assert_eq!(out[0]["result"], "reset");
+    let row = store.read(&key("s", SHARDS[0])).await.unwrap().unwrap();
+    assert_eq!(row.checkpoint, Some(seq(number)));
+    assert_eq!(store.epoch("s").await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reset_reports_a_failing_kinesis_as_such_not_as_a_number_of_another_shard() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = free_rows().await;
+    let ctx = ctx_with(&store, &kinesis);
+    let args = format!(
+        "reset --table leases --stream s --shard {} --to after-sequence={}",
+        SHARDS[0], seqs[0][1]
+    );
+    kinesis.fail_next(Op::ShardIterator, 1);
+    kinesis.throttle_next(Op::ShardIterator, 1);
+    for expected in ["throttled", "failed (a 5xx"] {
+        let (result, out, _) = cli_in(&ctx, &args).await;
+        let error = result.expect_err(&args);
+        assert_eq!(error.exit_code(), 1, "{error}");
+        assert!(
+            matches!(&error, CliError::Kinesis { stream, shard, .. }
+                if stream == "s" && shard == SHARDS[0]),
+            "{error:?}"
+        );
+        let text = kinesis_lease_core::ErrorChain(&error).to_string();
+        assert!(
+            text.contains(expected) && text.contains(SHARDS[0]) && !text.contains("not of"),
+            "{text}"
+        );
+        assert!(out.is_empty(), "{out}");
+        untouched(&store, SHARDS[0]).await;
+    }
+    // Control: once Kinesis answers, the same reset is written.
+    let (result, _, err) = cli_in(&ctx, &args).await;
+    result.unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(kinesis.calls(Op::ShardIterator), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_shows_a_shard_whose_checkpoint_kinesis_refuses_as_stuck_with_its_reason() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = MemoryLeaseStore::new();
+    // Shard 0 at shard 1's record (as a reset before the check could store): every reader's
+    // GetShardIterator is refused. Control: shard 1 at its own first record.
+    create(&store, "s", SHARDS[0], Some(seq(&seqs[1][0]))).await;
+    create(&store, "s", SHARDS[1], Some(seq(&seqs[1][0]))).await;
+    let ctx = ctx_with(&store, &kinesis);
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    let refused = rows[0]["checkpoint_refused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("refused: {rows}"));
+    assert!(
+        refused.contains("InvalidArgumentException") && refused.contains(SHARDS[0]),
+        "{refused}"
+    );
+    assert_eq!(rows[0]["lag_error"], Value::Null, "{rows}");
+    assert_eq!(rows[0]["behind_records"], Value::Null, "{rows}");
+    assert_eq!(rows[1]["checkpoint_refused"], Value::Null, "{rows}");
+    assert_eq!(rows[1]["behind_records"], seqs[1].len() - 1, "{rows}");
+
+    let (result, out, err) = cli_in(&ctx, "leases --table leases --stream s").await;
+    result.unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[1].contains(SHARDS[0]) && lines[1].contains("stuck"),
+        "{out}"
+    );
+    assert!(!lines[2].contains("stuck"), "{out}");
+    assert!(
+        err.contains("stuck")
+            && err.contains(SHARDS[0])
+            && err.contains("InvalidArgumentException")
+            && err.contains("reset"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_calls_no_shard_stuck_when_kinesis_fails_or_the_shard_is_gone() {
+    let (kinesis, seqs) = kinesis_of_two();
+    let store = MemoryLeaseStore::new();
+    create(&store, "s", SHARDS[0], Some(seq(&seqs[0][0]))).await;
+    create(&store, "s", SHARDS[1], Some(seq(&seqs[1][0]))).await;
+    // A row of a shard Kinesis no longer has (trimmed past retention).
+    create(&store, "s", "shardId-000000000009", Some(seq(&seqs[0][0]))).await;
+    let ctx = ctx_with(&store, &kinesis);
+    kinesis.throttle_next(Op::ShardIterator, 2);
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let failed = rows.iter().filter(|r| r["lag_error"].is_string()).count();
+    assert!(failed >= 2, "two throttled, one gone: {rows:?}");
+    assert!(
+        rows[2]["lag_error"].as_str().unwrap().contains("not found"),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter().all(|r| r["checkpoint_refused"].is_null()),
+        "{rows:?}"
+    );
+    // Control: once Kinesis answers, the shards it holds are measured.
+    let rows = json_in(&ctx, "leases --table leases --stream s --json").await;
+    for (i, shard) in seqs.iter().enumerate() {
+        assert_eq!(rows[i]["behind_records"], shard.len() - 1, "{rows}");
+    }
+}
+
+/// The one shard of a fresh one-shard `MemoryStream`.
+const ONLY: &str = "shardId-000000000000";
+
+/// `leases`' line of a row of `ONLY` at `checkpoint`, in a table of its own.
+async fn lag_at(kinesis: &MemoryStream, checkpoint: Checkpoint) -> Value {
+    let store = MemoryLeaseStore::new();
+    create(&store, "s", ONLY, Some(checkpoint)).await;
+    let ctx = ctx_with(&store, kinesis);
+    json_in(&ctx, "leases --table leases --stream s --json").await[0].clone()
+}
+
+fn inside(number: &str, subsequence: u64) -> Checkpoint {
+    Checkpoint::Sequence(SequenceNumber::new(number, Some(subsequence)).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_counts_a_plain_record_at_a_checkpoint_with_subsequence_zero_as_processed() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    let mut seqs: Vec<String> = (0..3)
+        .map(|i| kinesis.put("s", "k", format!("p{i}")).unwrap().sequence)
+        .collect();
+    // A record with the KPL magic that is no aggregate: the reader delivers it whole.
+    let mut garbage = kinesis_kpl::MAGIC.to_vec();
+    garbage.extend_from_slice(b"not a protobuf, no digest");
+    seqs.push(kinesis.put("s", "k", garbage).unwrap().sequence);
+    // As the KCL import writes a plain record's checkpoint: `n/0`.
+    for (at, behind) in [(3, 0), (2, 1), (0, 3)] {
+        let line = lag_at(&kinesis, inside(&seqs[at], 0)).await;
+        assert_eq!(line["behind_records"], behind, "{}/0: {line}", seqs[at]);
+        // Control: the same record checkpointed without a subsequence.
+        let line = lag_at(&kinesis, seq(&seqs[at])).await;
+        assert_eq!(line["behind_records"], behind, "{}: {line}", seqs[at]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn leases_counts_only_the_sub_records_left_of_an_aggregate_the_checkpoint_is_inside() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 1).unwrap();
+    kinesis.put("s", "k", "p0").unwrap();
+    let mut aggregator = kinesis_kpl::Aggregator::new();
+    for i in 0..5 {
+        let pushed = aggregator
+            .push(
+                &format!("key-{i}"),
+                None,
+                bytes::Bytes::from(format!("a{i}")),
+            )
+            .unwrap();
+        assert_eq!(pushed, kinesis_kpl::Pushed::Added);
+    }
+    let aggregate = aggregator.finish().unwrap();
+    let at = kinesis
+        .put("s", &aggregate.partition_key, aggregate.data)
+        .unwrap()
+        .sequence;
+    kinesis.put("s", "k", "p2").unwrap();
+    // Sub-records after the subsequence, then the plain record after the aggregate.
+    for (subsequence, behind) in [(0, 4 + 1), (1, 3 + 1), (4, 1)] {
+        let line = lag_at(&kinesis, inside(&at, subsequence)).await;
+        assert_eq!(line["behind_records"], behind, "{at}/{subsequence}: {line}");
+        assert!(line["behind_ms"].is_u64(), "{line}");
+    }
+    // Control: the whole aggregate processed.
+    let line = lag_at(&kinesis, seq(&at)).await;
+    assert_eq!(line["behind_records"], 1, "{line}");
 }

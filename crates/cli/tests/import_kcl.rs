@@ -39,13 +39,21 @@ impl KclTable for FakeKcl {
     }
 }
 
-fn world() -> (FakeKcl, MemoryLeaseStore, Context) {
+/// The KCL's table, the lease store and the context; the KCL's checkpoint of shard 0 (a
+/// record of it, inside an aggregate: subsequence 4).
+fn world() -> (FakeKcl, MemoryLeaseStore, Context, String) {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("orders", 2).unwrap();
+    // Kinesis opens an iterator only at a sequence number of the shard.
+    let processed = (0..)
+        .map(|i| kinesis.put("orders", &format!("key-{i}"), "x").unwrap())
+        .find(|stored| stored.shard == "shardId-000000000000")
+        .map(|stored| stored.sequence)
+        .unwrap_or_default();
     let kcl = FakeKcl::default();
     *kcl.0.rows.lock().unwrap() = vec![
         KclRow {
-            checkpoint: Some("49590001".into()),
+            checkpoint: Some(processed.clone()),
             checkpoint_subsequence: 4,
             owner: Some("worker-1".into()),
             ..KclRow::lease("shardId-000000000000", 17)
@@ -63,7 +71,7 @@ fn world() -> (FakeKcl, MemoryLeaseStore, Context) {
         kinesis: Some(Arc::new(kinesis)),
         aws: None,
     };
-    (kcl, store, ctx)
+    (kcl, store, ctx, processed)
 }
 
 async fn run(kcl: &FakeKcl, ctx: &Context, flags: &str) -> (Result<(), CliError>, String, String) {
@@ -89,11 +97,12 @@ async fn run(kcl: &FakeKcl, ctx: &Context, flags: &str) -> (Result<(), CliError>
 
 #[tokio::test(start_paused = true)]
 async fn a_dry_run_prints_the_plan_and_the_import_writes_it_once() {
-    let (kcl, store, ctx) = world();
+    let (kcl, store, ctx, processed) = world();
+    let imported = format!("{processed}/4");
     let (result, out, err) = run(&kcl, &ctx, "--dry-run").await;
     result.unwrap();
     assert!(
-        out.contains("KCL CHECKPOINT") && out.contains("49590001/4"),
+        out.contains("KCL CHECKPOINT") && out.contains(&imported),
         "{out}"
     );
     assert!(out.contains("create"), "{out}");
@@ -104,7 +113,7 @@ async fn a_dry_run_prints_the_plan_and_the_import_writes_it_once() {
     result.unwrap();
     let lines: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(lines[0]["result"], "created");
-    assert_eq!(lines[0]["checkpoint"], "49590001/4");
+    assert_eq!(lines[0]["checkpoint"], imported.as_str());
     assert_eq!(lines[1]["checkpoint"], "TRIM_HORIZON");
     assert!(
         err.contains("watching") && err.contains("2 rows written"),
@@ -117,7 +126,7 @@ async fn a_dry_run_prints_the_plan_and_the_import_writes_it_once() {
         .expect("imported");
     assert_eq!(
         row.checkpoint.map(|c| c.to_string()).as_deref(),
-        Some("49590001/4")
+        Some(imported.as_str())
     );
 
     let (result, out, err) = run(&kcl, &ctx, "").await;
@@ -131,7 +140,7 @@ async fn a_dry_run_prints_the_plan_and_the_import_writes_it_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_running_kcl_is_refused_with_exit_code_one_and_nothing_written() {
-    let (kcl, store, ctx) = world();
+    let (kcl, store, ctx, _) = world();
     kcl.0.live.store(true, Ordering::SeqCst);
     let (result, out, _) = run(&kcl, &ctx, "--failover-time 3s").await;
     let error = result.unwrap_err();

@@ -54,7 +54,7 @@ impl KinesisApi for MemoryStream {
                 .iter()
                 .find(|sh| sh.id == shard)
                 .ok_or_else(|| shard_not_found(stream, shard, "GetShardIterator"))?;
-            let index = sh.index_at(position)?;
+            let index = sh.index_at(stream, "GetShardIterator", position)?;
             Ok(self.iterator(&state, stream, shard, index))
         })
     }

@@ -224,7 +224,7 @@ impl MemoryStream {
             .iter()
             .find(|sh| sh.id == shard)
             .ok_or_else(|| shard_not_found(stream, shard, "SubscribeToShard"))?;
-        let next = sh.index_at(position)?;
+        let next = sh.index_at(stream, "SubscribeToShard", position)?;
         // Where a later subscription continues before any event: just after the record before.
         let continuation = next
             .checked_sub(1)

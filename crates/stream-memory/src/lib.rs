@@ -4,7 +4,9 @@
 //!
 //! It behaves like Kinesis where readers can tell: partition keys are hashed with MD5 onto the
 //! shards' hash key ranges; sequence numbers increase within a shard; every iterator type
-//! works; GetRecords honours its limit and reports MillisBehindLatest; split and merge close
+//! works, and one at a sequence number the shard does not hold (another shard's, one never
+//! assigned) is refused as Kinesis refuses it (InvalidArgumentException, `ReaderError::Refused`),
+//! for GetShardIterator and SubscribeToShard alike; GetRecords honours its limit and reports MillisBehindLatest; split and merge close
 //! their parents (with an ending sequence number) and open children that name them; a closed
 //! shard read to its end returns no next iterator and lists its children; iterators expire
 //! after 5 minutes; PutRecords refuses a request past Kinesis' limits (500 records, 1 MiB a

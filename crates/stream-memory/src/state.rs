@@ -38,8 +38,16 @@ pub(crate) struct ShardState {
 }
 
 impl ShardState {
-    /// The index of the first record at `position`.
-    pub(crate) fn index_at(&self, position: &StartAt) -> Result<usize, ReaderError> {
+    /// The index of the first record at `position`, for `operation` on this shard of
+    /// `stream`. A sequence number must be one of this shard's (a record's, or the ending one
+    /// ListShards gives a closed shard): Kinesis refuses any other (another shard's, one not
+    /// assigned yet) with InvalidArgumentException, [`ReaderError::Refused`] here.
+    pub(crate) fn index_at(
+        &self,
+        stream: &str,
+        operation: &'static str,
+        position: &StartAt,
+    ) -> Result<usize, ReaderError> {
         Ok(match position {
             StartAt::TrimHorizon => 0,
             StartAt::Latest => self.records.len(),
@@ -48,13 +56,37 @@ impl ShardState {
                 self.records.partition_point(|r| r.arrival_ms < ms)
             }
             StartAt::AtSequence(seq) => {
-                let v = sequence_value(seq)?;
+                let v = self.own_sequence(stream, operation, seq)?;
                 self.records.partition_point(|r| r.sequence < v)
             }
             StartAt::AfterSequence(seq) => {
-                let v = sequence_value(seq)?;
+                let v = self.own_sequence(stream, operation, seq)?;
                 self.records.partition_point(|r| r.sequence <= v)
             }
+        })
+    }
+
+    /// The value of `seq` when it is one of this shard's sequence numbers.
+    fn own_sequence(
+        &self,
+        stream: &str,
+        operation: &'static str,
+        seq: &SequenceNumber,
+    ) -> Result<u128, ReaderError> {
+        let value = seq.number().parse::<u128>().ok();
+        let held = value.filter(|v| {
+            self.ending == Some(*v) || self.records.binary_search_by(|r| r.sequence.cmp(v)).is_ok()
+        });
+        held.ok_or_else(|| ReaderError::Refused {
+            operation,
+            resource: format!("{stream}/{}", self.id),
+            source: format!(
+                "InvalidArgumentException: StartingSequenceNumber {} used in {operation} on \
+                 shard {} in stream {stream} is invalid: no record of this shard has it",
+                seq.number(),
+                self.id
+            )
+            .into(),
         })
     }
 
@@ -163,16 +195,6 @@ pub(crate) fn invalid(
 
 pub(crate) fn sequence_text(sequence: u128) -> String {
     format!("{sequence:021}")
-}
-
-pub(crate) fn sequence_value(seq: &SequenceNumber) -> Result<u128, ReaderError> {
-    seq.number().parse().map_err(|_| {
-        invalid(
-            "sequence number",
-            seq.number(),
-            "not a sequence number of this stream",
-        )
-    })
 }
 
 /// The index of `shard`, which must be open.
