@@ -9,6 +9,13 @@
 //! `import-kcl` writes it; a second `import-kcl` writes nothing; a broker then delivers
 //! exactly the records after the KCL's checkpoints: none skipped, none read again.
 //!
+//! `kcl_*_shards_split_after_the_kcl_stopped_are_read_from_their_first_record`: the same KCL
+//! run, stopped; then the shard it checkpointed 250 records into is split, its children get
+//! records, one child is split again and the grandchildren get records; the broker's
+//! `import_kcl` at start and a broker at the default start position (`LATEST`) deliver the
+//! records after the KCL's checkpoints and every record of every child and grandchild: none
+//! skipped, none read again (before b8ee3f4 the grandchildren started at the tip).
+//!
 //! `multi_stream_rows_import_at_start_into_their_own_stream`: rows written with the KCL's
 //! attribute names in multi-stream form (two streams, plus a 3.5 worker-metrics row) are
 //! imported by the broker's `import_kcl` option at start, into the right stream only.
@@ -50,35 +57,57 @@ async fn publish(
     stream: &str,
     shard_ids: &[String],
 ) -> ShardRecords {
-    let client = aws_sdk_kinesis::Client::new(config);
-    let listed = shard_ids_of(&client, stream).await;
     let mut records = Vec::new();
     for (i, id) in shard_ids.iter().enumerate() {
-        let start: u128 = listed[id].parse().expect("starting hash key");
-        let entries: Vec<PutEntry> = (0..PER_SHARD)
-            .map(|j| {
-                PutEntry::new(format!("s{i}-{j:04}"), format!("k{i}-{j}")).with_hash_key(start)
-            })
-            .collect();
-        let publisher = Publisher::new(AwsKinesis::new(config), stream);
-        let publisher = if i == AGGREGATED {
-            publisher.aggregated_within(500)
-        } else {
-            publisher
-        };
-        let stored: Vec<Published> = publisher.put_all(entries).await.expect("publish");
-        let mut shard: Vec<(String, kinesis_broker::SequenceNumber)> = stored
-            .into_iter()
-            .enumerate()
-            .map(|(j, p)| {
-                assert_eq!(&p.shard, id, "routed by the explicit hash key");
-                (format!("s{i}-{j:04}"), p.sequence)
-            })
-            .collect();
-        shard.sort_by(|a, b| a.1.cmp(&b.1));
-        records.push(shard);
+        records.push(
+            put_on(
+                config,
+                stream,
+                id,
+                &format!("s{i}"),
+                PER_SHARD,
+                i == AGGREGATED,
+            )
+            .await,
+        );
     }
     records
+}
+
+/// Puts `n` records on shard `id` (routed by its starting hash key), payloads `TAG-0000`..,
+/// in KPL aggregates when `aggregated`; returns them in shard order.
+async fn put_on(
+    config: &aws_config::SdkConfig,
+    stream: &str,
+    id: &str,
+    tag: &str,
+    n: usize,
+    aggregated: bool,
+) -> Vec<(String, kinesis_broker::SequenceNumber)> {
+    let client = aws_sdk_kinesis::Client::new(config);
+    let start: u128 = shard_ids_of(&client, stream).await[id]
+        .parse()
+        .expect("starting hash key");
+    let entries: Vec<PutEntry> = (0..n)
+        .map(|j| PutEntry::new(format!("{tag}-{j:04}"), format!("k{tag}-{j}")).with_hash_key(start))
+        .collect();
+    let publisher = Publisher::new(AwsKinesis::new(config), stream);
+    let publisher = if aggregated {
+        publisher.aggregated_within(500)
+    } else {
+        publisher
+    };
+    let stored: Vec<Published> = publisher.put_all(entries).await.expect("publish");
+    let mut shard: Vec<(String, kinesis_broker::SequenceNumber)> = stored
+        .into_iter()
+        .enumerate()
+        .map(|(j, p)| {
+            assert_eq!(p.shard, id, "routed by the explicit hash key");
+            (format!("{tag}-{j:04}"), p.sequence)
+        })
+        .collect();
+    shard.sort_by(|a, b| a.1.cmp(&b.1));
+    shard
 }
 
 async fn shard_ids_of(client: &aws_sdk_kinesis::Client, stream: &str) -> BTreeMap<String, String> {
@@ -110,10 +139,24 @@ fn limits(records: &ShardRecords) -> Vec<usize> {
     limits
 }
 
-async fn kcl_checkpoints_import_exactly(version: &str) {
-    let Some((version, dir)) = kcl_consumer(version) else {
-        return;
-    };
+/// A stream of `SHARDS` shards of `PER_SHARD` records, partly consumed by the real KCL.
+struct KclScenario {
+    version: String,
+    account: String,
+    config: aws_config::SdkConfig,
+    client: aws_sdk_kinesis::Client,
+    stream: String,
+    shard_ids: Vec<String>,
+    records: ShardRecords,
+    limits: Vec<usize>,
+    /// The KCL application's (its lease table).
+    kcl_table: String,
+}
+
+/// Publishes the stream and starts the KCL `version` on it; returns once every shard is
+/// checkpointed at its limit, the KCL still running (`None`: the KCL cannot run here).
+async fn kcl_consuming(version: &str) -> Option<(KclScenario, KclProcess)> {
+    let (version, dir) = kcl_consumer(version)?;
     let account = unique_account();
     let (config, client) = kinesis_client(&account).await;
     let stream = unique_name("kcl-import");
@@ -122,8 +165,6 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
     let records = publish(&config, &stream, &shard_ids).await;
     let limits = limits(&records);
     let kcl_table = unique_name("kcl-app");
-    let table = unique_name("kcl-leases");
-
     let named: Vec<(String, usize)> = shard_ids
         .iter()
         .cloned()
@@ -143,20 +184,84 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         .wait_for("KCL ALL_CHECKPOINTED", Duration::from_secs(240))
         .await;
     eprintln!("KCL {version}: {lines:?}");
+    let scenario = KclScenario {
+        version,
+        account,
+        config,
+        client,
+        stream,
+        shard_ids,
+        records,
+        limits,
+        kcl_table,
+    };
+    Some((scenario, kcl))
+}
+
+impl KclScenario {
+    /// Stops the KCL gracefully and checks that it processed exactly the first `limit`
+    /// records of each shard, in order; returns what it processed.
+    async fn stop(&self, kcl: KclProcess) -> Vec<(String, String, u64, String)> {
+        let processed = kcl.stop(Duration::from_secs(120)).await;
+        for (i, id) in self.shard_ids.iter().enumerate() {
+            let by_kcl: Vec<&str> = processed
+                .iter()
+                .filter(|p| &p.0 == id)
+                .map(|p| p.3.as_str())
+                .collect();
+            let first: Vec<&str> = self.records[i][..self.limits[i]]
+                .iter()
+                .map(|r| r.0.as_str())
+                .collect();
+            assert_eq!(by_kcl, first, "KCL {} on {id}", self.version);
+        }
+        processed
+    }
+
+    /// The records after the KCL's checkpoints, `(shard, payload)`.
+    fn after_checkpoints(&self) -> BTreeSet<(String, String)> {
+        let mut expected = BTreeSet::new();
+        for (i, shard) in self.records.iter().enumerate() {
+            expected.extend(
+                shard[self.limits[i]..]
+                    .iter()
+                    .map(|r| (self.shard_ids[i].clone(), r.0.clone())),
+            );
+        }
+        expected
+    }
+}
+
+async fn kcl_checkpoints_import_exactly(version: &str) {
+    let Some((scenario, kcl)) = kcl_consuming(version).await else {
+        return;
+    };
+    let KclScenario {
+        version,
+        account,
+        config,
+        stream,
+        shard_ids,
+        records,
+        limits,
+        kcl_table,
+        ..
+    } = &scenario;
+    let table = unique_name("kcl-leases");
 
     // While the KCL runs, an import is refused and writes nothing.
     let import = [
         "import-kcl",
         "--kcl-table",
-        &kcl_table,
+        kcl_table,
         "--table",
         &table,
         "--stream",
-        &stream,
+        stream,
         "--failover-time",
         "3s",
     ];
-    let out = run_cli(&account, &import).await;
+    let out = run_cli(account, &import).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(
         out.status.code(),
@@ -164,32 +269,21 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         "refused while the KCL runs\n{stdout}\n{stderr}"
     );
     assert!(stderr.contains("KCL workers still run"), "{stderr}");
-    assert!(stderr.contains(&kcl_table), "names the KCL table: {stderr}");
-    let ours = DynamoLeaseStore::new(&config, &table);
     assert!(
-        ours.list(&stream).await.expect("list").is_empty(),
+        stderr.contains(kcl_table.as_str()),
+        "names the KCL table: {stderr}"
+    );
+    let ours = DynamoLeaseStore::new(config, &table);
+    assert!(
+        ours.list(stream).await.expect("list").is_empty(),
         "nothing written"
     );
 
-    let processed = kcl.stop(Duration::from_secs(120)).await;
-
-    // The KCL processed exactly the first `limit` records of each shard, in order.
-    for (i, id) in shard_ids.iter().enumerate() {
-        let by_kcl: Vec<&str> = processed
-            .iter()
-            .filter(|p| &p.0 == id)
-            .map(|p| p.3.as_str())
-            .collect();
-        let first: Vec<&str> = records[i][..limits[i]]
-            .iter()
-            .map(|r| r.0.as_str())
-            .collect();
-        assert_eq!(by_kcl, first, "KCL {version} on {id}");
-    }
+    let processed = scenario.stop(kcl).await;
 
     let mut dry = import.to_vec();
     dry.push("--dry-run");
-    let out = run_cli(&account, &dry).await;
+    let out = run_cli(account, &dry).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     eprintln!(
@@ -197,13 +291,13 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         dry.join(" ")
     );
     assert!(
-        ours.list(&stream).await.unwrap_or_default().is_empty(),
+        ours.list(stream).await.unwrap_or_default().is_empty(),
         "a dry run writes nothing"
     );
 
     let mut json = import.to_vec();
     json.push("--json");
-    let out = run_cli(&account, &json).await;
+    let out = run_cli(account, &json).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let lines: Vec<Value> = serde_json::from_str(&stdout).expect("json");
@@ -229,7 +323,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
         lines[AGGREGATED]
     );
 
-    let out = run_cli(&account, &json).await;
+    let out = run_cli(account, &json).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let again: Vec<Value> = serde_json::from_str(&stdout).expect("json");
@@ -239,22 +333,15 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
     // A broker delivers exactly what the KCL had not processed.
     let log = Log::default();
     let broker = logging_broker(
-        &config,
+        config,
         Arc::new(ours.clone()),
         "b1",
-        &stream,
+        stream,
         StartAt::Latest,
         &log,
     );
     let running = broker.start().await.expect("start");
-    let mut expected: BTreeSet<(String, String)> = BTreeSet::new();
-    for (i, shard) in records.iter().enumerate() {
-        expected.extend(
-            shard[limits[i]..]
-                .iter()
-                .map(|r| (shard_ids[i].clone(), r.0.clone())),
-        );
-    }
+    let expected = scenario.after_checkpoints();
     wait_for_count(&log, expected.len(), Duration::from_secs(90)).await;
     running.shutdown().await;
     let delivered: Vec<(String, String)> = log
@@ -289,6 +376,227 @@ async fn kcl_3x_checkpoints_import_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kcl_2x_checkpoints_import_exactly() {
     kcl_checkpoints_import_exactly("2.").await;
+}
+
+/// Per-shard records of a reshard after the KCL stopped: put on each child and grandchild.
+const PER_CHILD: usize = 100;
+
+/// Splits `shard` of `stream` at the middle of its hash range and waits until the stream is
+/// ACTIVE again with both children listed; returns the children, lower hash range first.
+async fn split(client: &aws_sdk_kinesis::Client, stream: &str, shard: &str) -> [String; 2] {
+    let listed = shard_ids(client, stream).await;
+    let range = listed
+        .iter()
+        .find(|s| s.shard_id() == shard)
+        .and_then(|s| s.hash_key_range())
+        .expect("the shard to split");
+    let (lo, hi): (u128, u128) = (
+        range.starting_hash_key().parse().expect("hash key"),
+        range.ending_hash_key().parse().expect("hash key"),
+    );
+    client
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(shard)
+        .new_starting_hash_key((lo + (hi - lo) / 2 + 1).to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "split {shard}: {}",
+                aws_sdk_kinesis::error::DisplayErrorContext(e)
+            )
+        });
+    for _ in 0..200 {
+        wait_active(client, stream).await;
+        let mut children: Vec<(u128, String)> = shard_ids(client, stream)
+            .await
+            .iter()
+            .filter(|s| s.parent_shard_id() == Some(shard))
+            .map(|s| {
+                let start = s.hash_key_range().expect("range").starting_hash_key();
+                (start.parse().expect("hash key"), s.shard_id().to_owned())
+            })
+            .collect();
+        if children.len() == 2 {
+            children.sort();
+            return [children[0].1.clone(), children[1].1.clone()];
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the children of {shard} were never listed");
+}
+
+/// A broker on `store` importing the KCL's `kcl_table` at start, at the subscription's
+/// default start position, logging what it handles (as [`logging_broker`] does).
+fn importing_broker(
+    config: &aws_config::SdkConfig,
+    store: DynamoLeaseStore,
+    kcl_table: &str,
+    stream: &str,
+    log: &Log,
+) -> kinesis_broker::Broker {
+    let mut broker = kinesis_broker::Broker::builder()
+        .sdk_config(config)
+        .dynamo_lease_table(store, TableSetup::CreateIfMissing)
+        .owner_id("b1")
+        .poll_interval(Duration::from_millis(200))
+        .shard_sync_interval(Duration::from_secs(2))
+        .build()
+        .expect("broker");
+    let l = log.clone();
+    broker
+        .subscribe(stream)
+        .import_kcl(KclImport::dynamo(config, kcl_table).failover_time(Duration::from_secs(3)))
+        .workers(4)
+        .by_key()
+        .handle(move |d: kinesis_broker::Delivery| {
+            let l = l.clone();
+            async move {
+                l.lock().expect("log").push((
+                    "b1".to_owned(),
+                    d.shard().to_owned(),
+                    d.partition_key().to_owned(),
+                    String::from_utf8_lossy(d.payload()).into_owned(),
+                ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .expect("subscribe");
+    broker
+}
+
+/// The KCL stops inside shard 0; then shard 0 is split, its children get records, one child
+/// is split again and the grandchildren get records. The broker's `import_kcl` at start and a
+/// broker at the default start position (`LATEST`) then deliver exactly the rest: the records
+/// after the KCL's checkpoints and every record of every child and grandchild.
+async fn kcl_import_reads_shards_split_after_the_kcl_stopped(version: &str) {
+    let started = std::time::Instant::now();
+    let Some((scenario, kcl)) = kcl_consuming(version).await else {
+        return;
+    };
+    let processed = scenario.stop(kcl).await;
+    let KclScenario {
+        version,
+        config,
+        client,
+        stream,
+        shard_ids,
+        limits,
+        kcl_table,
+        ..
+    } = &scenario;
+    assert!(
+        limits[0] > 0 && limits[0] < PER_SHARD,
+        "the KCL stopped inside shard 0"
+    );
+
+    let mut expected = scenario.after_checkpoints();
+    let mut put = |shard: &str, records: Vec<(String, kinesis_broker::SequenceNumber)>| {
+        expected.extend(records.into_iter().map(|r| (shard.to_owned(), r.0)));
+    };
+    let children = split(client, stream, &shard_ids[0]).await;
+    for (i, child) in children.iter().enumerate() {
+        put(
+            child,
+            put_on(config, stream, child, &format!("c{i}"), PER_CHILD, false).await,
+        );
+    }
+    let grandchildren = split(client, stream, &children[0]).await;
+    for (i, grandchild) in grandchildren.iter().enumerate() {
+        let tag = format!("g{i}");
+        put(
+            grandchild,
+            put_on(config, stream, grandchild, &tag, PER_CHILD, false).await,
+        );
+    }
+    eprintln!(
+        "KCL {version}: after it stopped, {} split into {children:?}, {} into {grandchildren:?}",
+        shard_ids[0], children[0]
+    );
+
+    let table = unique_name("kcl-split-leases");
+    let store = DynamoLeaseStore::new(config, &table);
+    let log = Log::default();
+    let running = importing_broker(config, store.clone(), kcl_table, stream, &log)
+        .start()
+        .await
+        .expect("start with the import");
+    // Until every record expected was handled (a record handled twice counts once), or a
+    // bound: what is missing is reported below, shard by shard.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let all_handled = || {
+        let log = log.lock().expect("log");
+        let handled: BTreeSet<(&str, &str)> = log
+            .iter()
+            .map(|(_, shard, _, payload)| (shard.as_str(), payload.as_str()))
+            .collect();
+        expected
+            .iter()
+            .all(|(shard, payload)| handled.contains(&(shard.as_str(), payload.as_str())))
+    };
+    while !all_handled() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.shutdown().await;
+    let delivered: Vec<(String, String)> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|(_, shard, _, payload)| (shard.clone(), payload.clone()))
+        .collect();
+    let distinct: BTreeSet<(String, String)> = delivered.iter().cloned().collect();
+    let skipped = per_shard(expected.difference(&distinct));
+    let reread = per_shard(distinct.difference(&expected));
+    let (skipped_n, reread_n): (usize, usize) = (skipped.values().sum(), reread.values().sum());
+    let twice = delivered.len() - distinct.len();
+    eprintln!(
+        "KCL {version}: the KCL processed {}, the broker delivered {} (expected {}): \
+         {skipped_n} skipped {skipped:?}, {reread_n} re-read {reread:?}, {twice} twice; {:.1} s",
+        processed.len(),
+        delivered.len(),
+        expected.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(skipped, BTreeMap::new(), "0 skipped");
+    assert_eq!(
+        reread,
+        BTreeMap::new(),
+        "0 re-read: nothing at or before a checkpoint"
+    );
+    assert_eq!(twice, 0, "0 re-read: no record delivered twice");
+    assert_eq!(
+        processed.len() + delivered.len(),
+        SHARDS * PER_SHARD + 4 * PER_CHILD
+    );
+    // The split shards were read to their end.
+    let rows = store.list(stream).await.expect("list");
+    for parent in [&shard_ids[0], &children[0]] {
+        let row = rows.iter().find(|r| r.key.shard() == parent.as_str());
+        assert!(
+            row.is_some_and(|r| r.is_finished()),
+            "{parent} finished: {row:?}"
+        );
+    }
+}
+
+/// How many of `records` each shard has.
+fn per_shard<'a>(records: impl Iterator<Item = &'a (String, String)>) -> BTreeMap<&'a str, usize> {
+    let mut counts = BTreeMap::new();
+    for (shard, _) in records {
+        *counts.entry(shard.as_str()).or_default() += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcl_3x_shards_split_after_the_kcl_stopped_are_read_from_their_first_record() {
+    kcl_import_reads_shards_split_after_the_kcl_stopped("3.").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcl_2x_shards_split_after_the_kcl_stopped_are_read_from_their_first_record() {
+    kcl_import_reads_shards_split_after_the_kcl_stopped("2.").await;
 }
 
 async fn create_kcl_table(config: &aws_config::SdkConfig, table: &str, rows: &[KclRow]) {
