@@ -40,7 +40,7 @@ async fn wait_holding(broker: &kinesis_broker::RunningBroker, stream: &str, n: u
     let started = Instant::now();
     while broker.stats().shards(stream).len() < n {
         assert!(
-            started.elapsed() < Duration::from_secs(30),
+            started.elapsed() < patience(Duration::from_secs(30)),
             "not holding {n} shards"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -81,7 +81,7 @@ async fn fan_out_reads_from_trim_horizon_and_from_latest() {
     assert_eq!(consumer_status(&client, &stream).await, "ACTIVE");
     broker.shutdown().await;
 
-    // From the default start, LATEST: everything put once the shards are held.
+    // From the default start, LATEST: everything put once every shard's reader has read.
     let stream = unique_name("fan-latest");
     create_stream(&client, &stream, 2).await;
     put_records(&client, &stream, 16, 10_000, 50).await;
@@ -112,7 +112,9 @@ async fn fan_out_reads_from_trim_horizon_and_from_latest() {
         })
         .expect("subscribe");
     let broker = broker.start().await.expect("start");
-    wait_holding(&broker, &stream, 2).await;
+    // Held is not open: at LATEST, records put between a take and the reader's first read are
+    // before the subscription's beginning (seen under load: 125 of 400 never delivered).
+    wait_reading(&broker, &stream, 2, Duration::from_secs(30)).await;
     put_records(&client, &stream, 16, 0, 400).await;
     wait_for_count(&log, 400, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -235,7 +237,7 @@ async fn a_killed_fan_out_process_is_taken_over_and_nothing_is_lost() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < patience(Duration::from_secs(60)),
             "not shared: {rows:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -255,13 +257,13 @@ async fn a_killed_fan_out_process_is_taken_over_and_nothing_is_lost() {
             break killed.elapsed();
         }
         assert!(
-            killed.elapsed() < Duration::from_secs(40),
+            killed.elapsed() < patience(Duration::from_secs(40)),
             "no takeover: {rows:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     eprintln!("p0 held every shard {takeover:.2?} after the SIGKILL of p1");
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let deadline = Instant::now() + patience(Duration::from_secs(90));
     loop {
         let all: HashSet<usize> = handled(&dir.join("p0"))
             .union(&handled(&dir.join("p1")))

@@ -56,6 +56,7 @@ fn held(running: &RunningBroker, stream: &str) -> usize {
 }
 
 async fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
+    let limit = patience(limit);
     let started = Instant::now();
     while !f() {
         assert!(started.elapsed() < limit, "{what}: not within {limit:?}");

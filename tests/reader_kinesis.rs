@@ -27,7 +27,7 @@ async fn run_from(start_at: StartAt, before: usize, after: usize) -> Log {
     );
     let running = broker.start().await.expect("start");
     // Every shard is held and read once before the later records arrive.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + patience(Duration::from_secs(20));
     while running
         .stats()
         .shards(&stream)

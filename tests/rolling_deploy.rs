@@ -111,6 +111,7 @@ async fn wait_fleet(
     overlaps: &mut usize,
     what: &str,
 ) -> Duration {
+    let limit = patience(limit);
     let started = Instant::now();
     loop {
         let (by_shard, counts) = holdings(fleet, stream);
@@ -144,6 +145,7 @@ async fn probe_every_reader(
     log: &Handled,
     limit: Duration,
 ) -> usize {
+    let limit = patience(limit);
     let shards = shard_ids(client, stream).await;
     assert_eq!(shards.len(), SHARDS);
     let started = Instant::now();
@@ -276,7 +278,7 @@ fn numbered(log: &Handled) -> HashMap<usize, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_deploy_at_latest_loses_nothing_and_duplicates_nothing() {
-    tokio::time::timeout(Duration::from_secs(240), scenario())
+    tokio::time::timeout(patience(Duration::from_secs(240)), scenario())
         .await
         .expect("the scenario took longer than 240 s");
 }
@@ -379,7 +381,7 @@ async fn scenario() {
 
     // Stop putting and wait until every record put has been handled.
     stop.store(true, Ordering::Relaxed);
-    let published = tokio::time::timeout(Duration::from_secs(30), publishing)
+    let published = tokio::time::timeout(patience(Duration::from_secs(30)), publishing)
         .await
         .expect("publisher did not stop")
         .expect("publisher");
@@ -394,9 +396,10 @@ async fn scenario() {
             break;
         }
         assert!(
-            drain_from.elapsed() < Duration::from_secs(60),
-            "only {handled} of {n} records handled within 60 s of the last put; \
+            drain_from.elapsed() < patience(Duration::from_secs(60)),
+            "only {handled} of {n} records handled within {:?} of the last put; \
              first missing: {:?}",
+            patience(Duration::from_secs(60)),
             (0..n)
                 .filter(|i| !count.contains_key(i))
                 .take(20)

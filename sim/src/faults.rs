@@ -264,13 +264,13 @@ impl LeaseStore for FaultyStore {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         faulty!(
             self,
             "request",
             true,
-            self.inner.request(key, asker, observed)
+            self.inner.request(key, asker, holder)
         )
     }
     fn hand_over<'a>(

@@ -7,10 +7,12 @@
 //! test fails loudly, naming the command to use.
 
 mod kcl;
+mod patience;
 mod proxy;
 mod read_meter;
 
 pub use kcl::{kcl_consumer, kcl_consumers, KclProcess, KclRun};
+pub use patience::{patience, PATIENCE};
 pub use proxy::FaultProxy;
 pub use read_meter::Reads;
 
@@ -217,8 +219,10 @@ pub async fn shard_ids(
 /// A log of handled records: `(owner, shard, key, payload)`.
 pub type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, String, String)>>>;
 
-/// Waits until `log` has `n` entries, panicking after `limit` (real time: I/O to emulators).
+/// Waits until `log` has `n` entries, panicking after [`patience`]`(limit)` (real time: I/O
+/// to emulators).
 pub async fn wait_for_count(log: &Log, n: usize, limit: std::time::Duration) {
+    let limit = patience(limit);
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let len = log.lock().expect("log").len();
@@ -228,6 +232,36 @@ pub async fn wait_for_count(log: &Log, n: usize, limit: std::time::Duration) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "only {len} of {n} records within {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `running` holds `n` shards of `stream` and each of their readers has read
+/// (Kinesis reported how far behind the tip it is), panicking after [`patience`]`(limit)`.
+///
+/// At `LATEST` a subscription begins where each shard's first reader opened (docs/leases.md,
+/// *Pinning*), which is after the take: a record put once a shard is merely held may arrive
+/// before its reader opens and, rightly, never be delivered. A record put after this returns
+/// is delivered.
+pub async fn wait_reading(
+    running: &kinesis_broker::RunningBroker,
+    stream: &str,
+    n: usize,
+    limit: std::time::Duration,
+) {
+    let limit = patience(limit);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let shards = running.stats().shards(stream).to_vec();
+        let reading = shards.iter().filter(|s| s.millis_behind.is_some()).count();
+        if shards.len() >= n && reading >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{reading} of {n} shards of `{stream}` read within {limit:?} ({} held)",
+            shards.len()
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
@@ -338,8 +372,9 @@ pub fn distinct(log: &Log) -> usize {
         .len()
 }
 
-/// Waits until `log` holds `n` distinct payloads, panicking after `limit`.
+/// Waits until `log` holds `n` distinct payloads, panicking after [`patience`]`(limit)`.
 pub async fn wait_for_distinct(log: &Log, n: usize, limit: std::time::Duration) {
+    let limit = patience(limit);
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let d = distinct(log);

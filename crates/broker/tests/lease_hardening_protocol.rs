@@ -184,9 +184,9 @@ impl LeaseStore for Faulty {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        delayed!(self, self.inner.request(key, asker, observed))
+        delayed!(self, self.inner.request(key, asker, holder))
     }
     fn hand_over<'a>(
         &'a self,

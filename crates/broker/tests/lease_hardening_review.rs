@@ -129,9 +129,9 @@ impl LeaseStore for Switch {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        guarded!(self, "request", self.inner.request(key, asker, observed))
+        guarded!(self, "request", self.inner.request(key, asker, holder))
     }
     fn hand_over<'a>(
         &'a self,

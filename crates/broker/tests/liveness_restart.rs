@@ -122,9 +122,9 @@ impl LeaseStore for Tap {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.inner.request(key, asker, observed)
+        self.inner.request(key, asker, holder)
     }
     fn hand_over<'a>(
         &'a self,
@@ -643,7 +643,7 @@ impl LeaseStore for OnTheWire {
         take(key: &'a LeaseKey, holder: &'a Holder, take: &'a Take) -> Outcome;
         checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a kinesis_broker::Checkpoint) -> Outcome;
         release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
-        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
+        request(key: &'a LeaseKey, asker: &'a str, holder: &'a str) -> Outcome;
         hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a kinesis_broker::Checkpoint>) -> Outcome;
         delete(key: &'a LeaseKey, observed: u64) -> bool;
         epoch(stream: &'a str) -> u64;

@@ -196,14 +196,14 @@ impl LeaseStore for Probe {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             if self.hang_requests.load(Ordering::SeqCst) {
                 self.requests_hung.fetch_add(1, Ordering::SeqCst);
                 std::future::pending::<()>().await;
             }
-            self.inner.request(key, asker, observed).await
+            self.inner.request(key, asker, holder).await
         })
     }
     fn hand_over<'a>(

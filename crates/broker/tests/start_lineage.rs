@@ -324,7 +324,7 @@ impl LeaseStore for SlowCreates {
         renew(key: &'a LeaseKey, holder: &'a Holder, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
         checkpoint(key: &'a LeaseKey, holder: &'a Holder, checkpoint: &'a Checkpoint) -> Outcome;
         release(key: &'a LeaseKey, holder: &'a Holder, checkpoint: Option<&'a Checkpoint>) -> Outcome;
-        request(key: &'a LeaseKey, asker: &'a str, observed: u64) -> Outcome;
+        request(key: &'a LeaseKey, asker: &'a str, holder: &'a str) -> Outcome;
         hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
         delete(key: &'a LeaseKey, observed: u64) -> bool;
         evict(key: &'a LeaseKey, observed: u64, checkpoint: Option<&'a Checkpoint>) -> Outcome;

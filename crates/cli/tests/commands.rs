@@ -107,7 +107,7 @@ async fn fleet() -> (MemoryLeaseStore, Holder, Holder) {
         .is_written());
     let held = take(&store, "s", "shardId-3", &a).await;
     assert!(store
-        .request(&held.key, "b", held.counter)
+        .request(&held.key, "b", "a")
         .await
         .unwrap()
         .is_written());

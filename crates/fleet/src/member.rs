@@ -13,6 +13,9 @@ use kinesis_lease_core::{Backoff, ErrorChain, Holder, Lease, LeaseKey, Outcome, 
 use tokio::sync::oneshot;
 use tokio::time::{interval_at, sleep, timeout, Instant, MissedTickBehavior};
 
+use tracing::Instrument;
+
+use crate::abort_on_drop::AbortOnDrop;
 use crate::member_state::MemberState;
 use crate::roster;
 use crate::shared::Shared;
@@ -24,6 +27,8 @@ pub(crate) struct Member {
     shared: Arc<Shared>,
     key: LeaseKey,
     holder: Holder,
+    /// The roster epoch's bump in flight, if any (see [`Member::bump_aside`]).
+    bump: Option<AbortOnDrop>,
 }
 
 /// The key of `owner`'s member row for `stream`.
@@ -145,20 +150,36 @@ impl Member {
             state.deadline = sent + config.keep_for();
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
-        if let Err(error) = shared
-            .bump_within(key.stream(), config.renew_interval)
-            .await
-        {
-            tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch after joining; retrying at the next renewal");
-            shared
-                .roster_bump_owed
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-        }
+        let bump = Some(Self::bump_aside(shared, key.stream()));
         Self {
             shared: shared.clone(),
             key,
             holder,
+            bump,
         }
+    }
+
+    /// Bumps the roster's epoch (so the others list the roster again) in a task of its own,
+    /// bounded by a lease; a failed bump is owed and tried again after the next renewal.
+    ///
+    /// Never on the renewal path: the member row must be renewed within `lease - renew` of the
+    /// last renewal sent, or every keeper stops. A bump awaited there delayed the next renewal
+    /// by as long as the bump took, and on a lease table answering slower than the bump's bound
+    /// every bump timed out, stayed owed and delayed every renewal: the membership lapsed over
+    /// and over and the instance could hold no shard (on paused time, calls of 1.2 s against a
+    /// renew interval of 1 s: `an_instance_on_a_slow_lease_table_still_gets_its_share`).
+    fn bump_aside(shared: &Arc<Shared>, stream: &str) -> AbortOnDrop {
+        let (shared, stream) = (shared.clone(), stream.to_owned());
+        let bump = async move {
+            let bound = shared.config.lease_duration;
+            if let Err(error) = shared.bump_within(&stream, bound).await {
+                tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch; retrying after the next renewal");
+                shared
+                    .roster_bump_owed
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        AbortOnDrop(tokio::spawn(bump.instrument(tracing::Span::current())))
     }
 
     /// Renews the member row every renew interval until `stop` fires, then releases it. A lost
@@ -184,15 +205,10 @@ impl Member {
                             shared.member.send_modify(|state| {
                                 state.deadline = state.deadline.max(sent + config.keep_for());
                             });
-                            // After the renewal, never before it: a slow bump must not delay
-                            // what keeps the keepers going.
+                            // After the renewal and beside the next ones, never on their path
+                            // (see `bump_aside`).
                             if shared.roster_bump_owed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                                let bump = shared.store.bump_epoch(self.key.stream());
-                                if !matches!(timeout(config.renew_interval, bump).await, Ok(Ok(()))) {
-                                    shared
-                                        .roster_bump_owed
-                                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                                }
+                                self.bump = Some(Self::bump_aside(&shared, self.key.stream()));
                             }
                         }
                         Ok(Ok(Outcome::Lost(lost))) => {

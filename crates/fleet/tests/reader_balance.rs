@@ -3,7 +3,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -155,15 +155,29 @@ impl Clock for SkewedClock {
     }
 }
 
-/// A store whose every call fails while `down` is set: a network partition of one instance.
+/// A store whose every call fails while `down` is set (a network partition of one instance)
+/// and takes `latency_ms` before it reaches the table (a slow or far lease table).
 #[derive(Debug, Clone)]
 struct Partitionable {
     inner: MemoryLeaseStore,
     down: Arc<AtomicBool>,
+    latency_ms: Arc<AtomicU64>,
 }
 
 impl Partitionable {
-    fn check(&self) -> LeaseResult<()> {
+    fn new(inner: MemoryLeaseStore) -> Self {
+        Self {
+            inner,
+            down: Arc::default(),
+            latency_ms: Arc::default(),
+        }
+    }
+
+    async fn check(&self) -> LeaseResult<()> {
+        let latency = self.latency_ms.load(Ordering::SeqCst);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_millis(latency)).await;
+        }
         if self.down.load(Ordering::SeqCst) {
             return Err(LeaseError::Unavailable {
                 operation: "any",
@@ -178,7 +192,7 @@ impl Partitionable {
 macro_rules! guarded {
     ($self:ident, $call:expr) => {
         Box::pin(async move {
-            $self.check()?;
+            $self.check().await?;
             $call.await
         })
     };
@@ -225,9 +239,9 @@ impl LeaseStore for Partitionable {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        guarded!(self, self.inner.request(key, asker, observed))
+        guarded!(self, self.inner.request(key, asker, holder))
     }
     fn hand_over<'a>(
         &'a self,
@@ -266,11 +280,9 @@ async fn skewed_clocks_and_a_partition_never_make_two_owners() {
     let table = MemoryLeaseTable::new();
     let log = Log::default();
     let (producing, stop) = producer(&kinesis);
-    let down = Arc::new(AtomicBool::new(false));
-    let a_store = Partitionable {
-        inner: MemoryLeaseStore::over(&table).with_clock(SkewedClock::new(-5_000)),
-        down: down.clone(),
-    };
+    let a_store =
+        Partitionable::new(MemoryLeaseStore::over(&table).with_clock(SkewedClock::new(-5_000)));
+    let down = a_store.down.clone();
     let a = consumer(&kinesis, a_store, "a", &log);
     let b = consumer(
         &kinesis,
@@ -315,4 +327,46 @@ async fn skewed_clocks_and_a_partition_never_make_two_owners() {
     payloads.sort();
     payloads.dedup();
     assert_eq!(payloads.len(), total);
+}
+
+/// An instance whose lease table answers slower than its peers write their rows still gets its
+/// share (seen in CI: a replacement held 0 of 4 shards for 30 s while moto was loaded). Its
+/// peer renews every row each second (the renewal carries the checkpoint); the newcomer's calls
+/// take 1.2 s each. Two defects kept it at 0, each alone:
+/// - a request fenced on the counter it listed never landed (the counter was stale by the time
+///   the request reached the table): `[4, 0]` for good; it is fenced on the holder now;
+/// - the roster bump after joining was awaited on the member row's renewal path with a bound of
+///   a renew interval: it timed out every time, stayed owed, and delayed every renewal past
+///   `lease - renew`, so the membership lapsed and every keeper stopped: `[2, 0]`, the rows
+///   taken and lost over and over; the bump runs beside the renewals now.
+#[tokio::test(start_paused = true)]
+async fn an_instance_on_a_slow_lease_table_still_gets_its_share() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 4).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let (producing, stop) = producer(&kinesis);
+    let quick = |owner: &str, store: Arc<dyn LeaseStore>| {
+        let mut config = config("s", owner, StartAt::TrimHorizon);
+        config.lease_duration = Duration::from_secs(4);
+        config.renew_interval = Duration::from_secs(1);
+        config.take_interval = Duration::from_millis(500);
+        config.list_interval = Duration::from_secs(1);
+        start_with_log(&kinesis, store, config, Workers::ByKey(4), log.clone())
+    };
+    let a = quick("a", Arc::new(MemoryLeaseStore::over(&table)));
+    assert_eq!(watch_disjoint(&[&a], Duration::from_secs(10)).await, [4]);
+    let slow = Partitionable::new(MemoryLeaseStore::over(&table));
+    slow.latency_ms.store(1_200, Ordering::SeqCst);
+    let b = quick("b", Arc::new(slow));
+    let counts = watch_disjoint(&[&a, &b], Duration::from_secs(120)).await;
+    let rows = MemoryLeaseStore::over(&table).list("s").await.unwrap();
+    assert_eq!(counts, [2, 2], "the slow instance got its share: {rows:#?}");
+    stop.store(true, Ordering::SeqCst);
+    let total = producing.await.unwrap();
+    wait_for_distinct(&log, total, Duration::from_secs(60)).await;
+    a.stop().await;
+    b.stop().await;
+    // A hand-over is planned: every record exactly once.
+    assert_exactly_once(&log, total);
 }

@@ -152,9 +152,9 @@ impl LeaseStore for Outage {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        forward!(self, "request", self.inner.request(key, asker, observed))
+        forward!(self, "request", self.inner.request(key, asker, holder))
     }
     fn hand_over<'a>(
         &'a self,

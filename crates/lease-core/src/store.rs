@@ -115,8 +115,10 @@ impl Take {
 /// backend failing.
 ///
 /// *Hand-over.* [`request`](LeaseStore::request) marks a row held by another owner as wanted
-/// by the asker; it succeeds only while the row still has the counter the asker observed, has
-/// an owner other than the asker, and is not wanted yet. The owner sees the mark in the row its
+/// by the asker; it succeeds only while the row is still held by the owner the asker chose to
+/// ask (not the asker), and is not wanted yet. It is fenced on that holder, not on the counter:
+/// the holder's renewals write the row every renew interval, so a counter the asker listed goes
+/// stale, and an asker on a slow lease table would never land a request. The owner sees the mark in the row its
 /// next renewal returns and [`hand_over`](LeaseStore::hand_over)s it: one write that makes the
 /// asker the owner (expiry now + ttl) without a token, stores the final checkpoint and clears
 /// the mark; it succeeds only while this holder holds the row and `to` is the one who asked.
@@ -194,13 +196,13 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Marks a row held by another owner as wanted by `asker`, if it still has the counter
-    /// `observed` (see *Hand-over*).
+    /// Marks a row held by `holder` as wanted by `asker`, if `holder` (not `asker`) still holds
+    /// it and nobody asked for it yet (see *Hand-over*).
     fn request<'a>(
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
     /// Hands `holder`'s row to `to`, who asked for it, with the final `checkpoint`, in one

@@ -344,10 +344,10 @@ impl LeaseStore for BilledStore {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            let outcome = self.inner.request(key, asker, observed).await;
+            let outcome = self.inner.request(key, asker, holder).await;
             self.bill_update(key, &outcome).await;
             outcome
         })

@@ -35,8 +35,6 @@ impl Value {
 pub(crate) enum Cond {
     /// `attribute_not_exists(attr)`.
     Missing(&'static str),
-    /// `attribute_exists(attr)`.
-    Present(&'static str),
     /// `attr = :name`.
     Eq(&'static str, &'static str, Value),
     /// `attr <> :name`.
@@ -50,7 +48,6 @@ impl Cond {
     pub(crate) fn render(&self) -> String {
         match self {
             Cond::Missing(attr) => format!("attribute_not_exists({attr})"),
-            Cond::Present(attr) => format!("attribute_exists({attr})"),
             Cond::Eq(attr, name, _) => format!("{attr} = {name}"),
             Cond::Ne(attr, name, _) => format!("{attr} <> {name}"),
             Cond::All(parts) => parts
@@ -64,7 +61,7 @@ impl Cond {
     /// The placeholders' values.
     pub(crate) fn values(&self) -> Vec<(&'static str, AttributeValue)> {
         match self {
-            Cond::Missing(_) | Cond::Present(_) => Vec::new(),
+            Cond::Missing(_) => Vec::new(),
             Cond::Eq(_, name, value) | Cond::Ne(_, name, value) => {
                 vec![(*name, value.attribute())]
             }
@@ -89,12 +86,11 @@ pub(crate) fn held(holder: &Holder) -> Cond {
     ])
 }
 
-/// A request lands on a row that still has the counter the asker observed, is held by
-/// someone else, and nobody asked for yet.
-pub(crate) fn request(asker: &str, observed: u64) -> Cond {
+/// A request lands on a row still held by `holder`, the owner the asker chose (not the asker
+/// itself), that nobody asked for yet.
+pub(crate) fn request(asker: &str, holder: &str) -> Cond {
     Cond::All(vec![
-        Cond::Eq(COUNTER, ":observed", Value::Num(observed)),
-        Cond::Present(OWNER),
+        Cond::Eq(OWNER, ":holder", Value::Str(holder.to_owned())),
         Cond::Ne(OWNER, ":asker", Value::Str(asker.to_owned())),
         Cond::Missing(WANTED_BY),
     ])
@@ -139,7 +135,6 @@ mod tests {
     fn eval(cond: &Cond, row: Option<&Lease>) -> bool {
         match cond {
             Cond::Missing(attr) => attribute(row, attr).is_none(),
-            Cond::Present(attr) => attribute(row, attr).is_some(),
             Cond::Eq(attr, _, value) => attribute(row, attr).as_ref() == Some(value),
             Cond::Ne(attr, _, value) => attribute(row, attr).is_some_and(|v| v != *value),
             Cond::All(parts) => parts.iter().all(|p| eval(p, row)),
@@ -211,11 +206,11 @@ mod tests {
     fn request_matches_the_rule() {
         for row in rows() {
             for asker in ["a", "b", "c"] {
-                for observed in 0..=4 {
+                for holder in ["a", "b", "c", "*evicted"] {
                     assert_eq!(
-                        eval(&request(asker, observed), row.as_ref()),
-                        rules::may_request(row.as_ref(), asker, observed),
-                        "{asker} observed {observed}, {row:?}"
+                        eval(&request(asker, holder), row.as_ref()),
+                        rules::may_request(row.as_ref(), asker, holder),
+                        "{asker} asking {holder}, {row:?}"
                     );
                 }
             }

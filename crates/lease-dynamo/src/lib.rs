@@ -40,8 +40,8 @@
 //!   `lease_counter = :fence`, the counter the taker saw;
 //! - renew, checkpoint, release: `lease_owner = :owner AND lease_token = :token`;
 //! - hand-over: `lease_owner = :owner AND lease_token = :token AND lease_wanted_by = :to`;
-//! - request: `lease_counter = :observed AND attribute_exists(lease_owner) AND
-//!   lease_owner <> :asker AND attribute_not_exists(lease_wanted_by)`;
+//! - request: `lease_owner = :holder AND lease_owner <> :asker AND
+//!   attribute_not_exists(lease_wanted_by)`;
 //! - evict (an operator's release or reset): `lease_counter = :observed`, whoever holds it.
 //!
 //! # IAM

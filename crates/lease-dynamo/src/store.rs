@@ -499,11 +499,11 @@ impl LeaseStore for DynamoLeaseStore {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             let expr = Expr::default().set(WANTED_BY, ":asker", s(asker));
-            self.update(key, expr, condition::request(asker, observed))
+            self.update(key, expr, condition::request(asker, holder))
                 .await
         })
     }

@@ -224,12 +224,12 @@ impl LeaseStore for MemoryLeaseStore {
         &'a self,
         key: &'a LeaseKey,
         asker: &'a str,
-        observed: u64,
+        holder: &'a str,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             Ok(self.write(
                 key,
-                |row, _| rules::may_request(row, asker, observed),
+                |row, _| rules::may_request(row, asker, holder),
                 |row, _| row.wanted_by = Some(asker.to_owned()),
             ))
         })

@@ -232,7 +232,7 @@ impl State {
         let asked = bounded(
             &shared,
             "request",
-            shared.store.request(&row.key, &config.owner, row.counter),
+            shared.store.request(&row.key, &config.owner, victim),
         );
         match asked.await {
             Ok(Outcome::Written(_)) => {

@@ -22,7 +22,7 @@ pub async fn counter_increases_on_every_write(h: &Harness) {
         h.take_fenced(&key, &a2, c + 3).await,
         h.release(&key, &a2, None).await,
         h.take_fenced(&key, &b, c + 5).await,
-        h.request(&key, "a", c + 6).await,
+        h.request(&key, "a", "b").await,
         h.hand_over(&key, &b, "a", Some(&seq("3"))).await,
         h.take_with(&key, &a3, &Take::fenced(TTL, c + 8).with_reposition("m"))
             .await,
@@ -36,7 +36,7 @@ pub async fn counter_increases_on_every_write(h: &Harness) {
     }
     lost(h.renew(&key, &a3, None).await, "renew after release");
     lost(h.take_fenced(&key, &b, last - 1).await, "stale take");
-    lost(h.request(&key, "b", last).await, "request of a free row");
+    lost(h.request(&key, "b", "a").await, "request of a free row");
     assert_eq!(
         h.read(&key).await.counter,
         last,

@@ -65,7 +65,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     // checkpoint replaces the old one, subsequence included.
     let b = holder("b", "b-1");
     written(h.take_fenced(&key, &b, freed.counter).await, "take by b");
-    let asked = written(h.request(&key, "c", freed.counter + 1).await, "request");
+    let asked = written(h.request(&key, "c", "b").await, "request");
     let handed = written(h.hand_over(&key, &b, "c", None).await, "hand over");
     assert!(asked.wanted_by.is_some() && handed.token.is_none());
     let at = Checkpoint::Sequence(SequenceNumber::new("9", Some(2)).expect("seq"));

@@ -146,8 +146,8 @@ pub async fn non_owner_writes_refused(h: &Harness) {
 pub async fn same_owner_other_token_refused(h: &Harness) {
     let (first, second) = (holder("a", "a-1"), holder("a", "a-2"));
     let key = h.key("twin", "shardId-000000000000");
-    let taken = written(h.take(&key, &first).await, "take by the first holder");
-    let marked = written(h.request(&key, "c", taken.counter).await, "request by c");
+    written(h.take(&key, &first).await, "take by the first holder");
+    let marked = written(h.request(&key, "c", "a").await, "request by c");
     let c = marked.counter;
     let cp = seq("5");
     lost_to(

@@ -175,9 +175,9 @@ impl Harness {
             .unwrap_or_else(|e| panic!("release {key} by {holder:?} failed: {e}"))
     }
 
-    async fn request(&self, key: &LeaseKey, asker: &str, observed: u64) -> Outcome {
+    async fn request(&self, key: &LeaseKey, asker: &str, holder: &str) -> Outcome {
         self.store
-            .request(key, asker, observed)
+            .request(key, asker, holder)
             .await
             .unwrap_or_else(|e| panic!("request {key} by {asker} failed: {e}"))
     }
