@@ -48,11 +48,42 @@ pub enum Fault {
     /// The fan-out consumer is deregistered (DELETING for a while), then registered again under
     /// a new ARN (polling seeds: the consumer is not used, nothing happens).
     Deregister,
+    /// An operator moves a row mid-run, as `kinesis-broker release` and `reset --force` do:
+    /// releases it from a live holder, or resets its checkpoint to `TRIM_HORIZON` or to an
+    /// earlier sequence number (records are read again; none is skipped).
+    OperatorMove,
 }
 
 impl Fault {
     /// Every kind, in a fixed order.
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 20] = [
+        Fault::StoreDelay,
+        Fault::StoreFail,
+        Fault::LostResponse,
+        Fault::CutOff,
+        Fault::ClockSkew,
+        Fault::Crash,
+        Fault::Start,
+        Fault::ReusedId,
+        Fault::Twin,
+        Fault::Shutdown,
+        Fault::Reshard,
+        Fault::ExpireIterators,
+        Fault::KinesisFaults,
+        Fault::HandlerFaults,
+        Fault::SlowHandlers,
+        Fault::Freeze,
+        Fault::WatcherLeaves,
+        Fault::CrashRestart,
+        Fault::Deregister,
+        Fault::OperatorMove,
+    ];
+
+    /// The kinds drawn from the plan's random stream, in the order they are drawn. Kinds added
+    /// later ([`Fault::OperatorMove`]) are drawn from the seed's bits instead, so that adding
+    /// them left every earlier seed's plan as it was (the seeds that found defects replay their
+    /// scenario).
+    const DRAWN: [Fault; 19] = [
         Fault::StoreDelay,
         Fault::StoreFail,
         Fault::LostResponse,
@@ -82,6 +113,7 @@ impl Fault {
             Fault::StoreDelay
                 | Fault::StoreFail
                 | Fault::LostResponse
+                | Fault::OperatorMove
                 | Fault::CutOff
                 | Fault::Crash
                 | Fault::ReusedId
@@ -102,6 +134,18 @@ pub enum Start {
     TrimHorizon,
     /// `AT_TIMESTAMP`, a few seconds into the run.
     AtTimestamp,
+}
+
+/// A lease table written by the KCL import before the fleet starts: the shape a fleet coming
+/// from the Java KCL starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Import {
+    /// Levels of splits after the KCL stopped (1 or 2): children, or grandchildren too, with no
+    /// row, below rows the import wrote.
+    pub depth: u8,
+    /// The first split's parent is trimmed from the stream (past retention) with records after
+    /// its checkpoint: its row stays, its shard is gone.
+    pub trimmed_parent: bool,
 }
 
 /// How records reach handlers.
@@ -154,20 +198,27 @@ pub struct Plan {
     /// the final-checkpoint hook runs under the lease and never beside its `on_taken` (about
     /// half of the seeds, from other bits again).
     pub hooks: bool,
+    /// The fleet starts from a table the KCL import wrote (about a quarter of the seeds).
+    pub import: Option<Import>,
 }
 
 impl Plan {
-    /// The plan of `seed`. Seed `n` always includes fault kind `n % 19` (unless it is a calm
-    /// seed and the kind is unplanned), so any 38 consecutive seeds cover every kind; the
-    /// others are drawn at random.
+    /// The plan of `seed`. Seed `n` always includes drawn fault kind `n % 19` (unless it is a
+    /// calm seed and the kind is unplanned), so any 38 consecutive seeds cover every drawn
+    /// kind; the others are drawn at random, and operator moves and imported tables come from
+    /// the seed's bits (about a quarter of the seeds each).
     pub fn of(seed: u64) -> Self {
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x05ee_d0ff_1ee7);
-        let mut faults: BTreeSet<Fault> = Fault::ALL
+        let mut faults: BTreeSet<Fault> = Fault::DRAWN
             .iter()
             .copied()
             .filter(|_| rng.u8(..100) < 30)
             .collect();
-        faults.insert(Fault::ALL[(seed % Fault::ALL.len() as u64) as usize]);
+        faults.insert(Fault::DRAWN[(seed % Fault::DRAWN.len() as u64) as usize]);
+        // Operator moves in about a quarter of the seeds, from the seed's bits.
+        if (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 60) & 3 == 0 {
+            faults.insert(Fault::OperatorMove);
+        }
         // Every fourth seed is calm: no unplanned fault, so no duplicate is allowed at all.
         if seed % 4 == 3 {
             faults.retain(|f| !f.is_unplanned());
@@ -196,6 +247,13 @@ impl Plan {
             kpl: (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 63) == 1,
             fan_out: (seed.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) >> 62) & 1 == 1,
             hooks: (seed.wrapping_mul(0x1656_67b1_9e37_79f9) >> 61) & 1 == 1,
+            import: {
+                let bits = seed.wrapping_mul(0x27d4_eb2f_1656_67c5) >> 58;
+                (bits & 3 == 0).then_some(Import {
+                    depth: 1 + ((bits >> 2) & 1) as u8,
+                    trimmed_parent: (bits >> 3) & 1 == 1,
+                })
+            },
         }
     }
 
@@ -215,7 +273,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}, start {:?}, mode {:?}{}{}{}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}{}, start {:?}, mode {:?}{}{}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -223,6 +281,19 @@ impl fmt::Display for Plan {
                 " (resharded before start)"
             } else {
                 ""
+            },
+            match self.import {
+                Some(i) => format!(
+                    ", imported from the KCL ({} split level{} after it{})",
+                    i.depth,
+                    if i.depth > 1 { "s" } else { "" },
+                    if i.trimmed_parent {
+                        ", a trimmed parent"
+                    } else {
+                        ""
+                    }
+                ),
+                None => String::new(),
             },
             self.start,
             self.mode,
@@ -240,10 +311,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plans_are_repeatable_and_cover_every_fault_in_thirty_eight_seeds() {
+    fn plans_are_repeatable_and_cover_every_fault_in_forty_seeds() {
         assert_eq!(format!("{}", Plan::of(7)), format!("{}", Plan::of(7)));
         let mut covered = BTreeSet::new();
-        for seed in 0..38 {
+        for seed in 0..40 {
             covered.extend(Plan::of(seed).faults);
         }
         assert_eq!(covered.len(), Fault::ALL.len());

@@ -544,6 +544,30 @@ impl Recorder {
         }
     }
 
+    /// An operator moves `shard`'s checkpoint now (to any position): the next one seen is not
+    /// compared with the last.
+    pub fn checkpoint_moved(&self, shard: &str) {
+        self.lock().checkpoints.remove(shard);
+    }
+
+    /// The expected records of `shard` before `at` that a handler completed, in order.
+    pub fn completed_before(&self, shard: &str, at: &SequenceNumber) -> Vec<SequenceNumber> {
+        let state = self.lock();
+        state
+            .expected
+            .get(shard)
+            .into_iter()
+            .flatten()
+            .filter(|s| *s < at)
+            .filter(|s| {
+                state
+                    .completed
+                    .contains_key(&(shard.to_owned(), (*s).clone()))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Expected records not completed yet.
     pub fn missing(&self) -> Vec<(String, SequenceNumber)> {
         let state = self.lock();

@@ -21,6 +21,9 @@ use crate::liveness::{BURY_BOUND, CRASH_TAKEOVER_BOUND, HOOK_SLACK, LEAVE_BOUND,
 use crate::plan::{Fault, Mode, Plan, Start};
 use crate::record::{Put, Recorder};
 
+mod import;
+mod operator;
+
 /// The stream every broker reads.
 pub(crate) const STREAM: &str = "sim";
 /// How long faults are injected.
@@ -233,6 +236,9 @@ impl World {
             self.rec
                 .note(format!("resharded before start: split {first}"));
         }
+        if let Some(import) = self.plan.import {
+            self.import_table(import).await;
+        }
         self.initial_shards = self.open_shards().into_iter().collect();
         self.note_parents();
         self.rec.note(format!("plan: {}", self.plan));
@@ -365,6 +371,31 @@ impl World {
     }
 
     fn put_one(&mut self) {
+        for put in self.put_record() {
+            // From an imported table every record counts: each shard has a row with a position
+            // or descends from one, and is read from there or from its first record.
+            let expected = self.plan.import.is_some()
+                || match self.plan.start {
+                    Start::TrimHorizon => true,
+                    Start::AtTimestamp => put.at_ms >= AT_TIMESTAMP_MS,
+                    // Opened before this put (or a shard born after the start): it must be
+                    // handled.
+                    Start::Latest => {
+                        !self.initial_shards.contains(&put.shard)
+                            || self
+                                .sim_kinesis
+                                .first_open()
+                                .get(&put.shard)
+                                .is_some_and(|opened| *opened < put.event)
+                    }
+                };
+            self.rec.put(Put { expected, ..put });
+        }
+    }
+
+    /// Puts one record (under a KPL plan a third of the puts are aggregates): the records it
+    /// stored, one per sub-record, not recorded yet and not expected yet.
+    fn put_record(&mut self) -> Vec<Put> {
         let key = format!("key-{}", self.rng.u8(..24));
         let id = self.stats.puts;
         // Under a KPL plan a third of the puts are aggregates of 2 to 5 sub-records of one key.
@@ -384,26 +415,13 @@ impl World {
             agg.finish().expect("sub-records").data
         };
         let Ok(stored) = self.kinesis.put(STREAM, &key, payload) else {
-            return;
+            return Vec::new();
         };
         let (shard, sequence) = (stored.shard, stored.sequence);
         let event = self.events.fetch_add(1, Ordering::SeqCst);
         let sequence = kinesis_broker::SequenceNumber::new(sequence, None).expect("digits");
         let at_ms = self.clock.elapsed_ms();
         self.stats.puts += 1;
-        let expected = match self.plan.start {
-            Start::TrimHorizon => true,
-            Start::AtTimestamp => at_ms >= AT_TIMESTAMP_MS,
-            // Opened before this put (or a shard born after the start): it must be handled.
-            Start::Latest => {
-                !self.initial_shards.contains(&shard)
-                    || self
-                        .sim_kinesis
-                        .first_open()
-                        .get(&shard)
-                        .is_some_and(|opened| *opened < event)
-            }
-        };
         // Each sub-record is a record of its own: (sequence, subsequence).
         let records: Vec<kinesis_broker::SequenceNumber> = if subs == 0 {
             vec![sequence]
@@ -412,16 +430,17 @@ impl World {
                 .map(|i| sequence.with_subsequence(Some(i)))
                 .collect()
         };
-        for sequence in records {
-            self.rec.put(Put {
+        records
+            .into_iter()
+            .map(|sequence| Put {
                 shard: shard.clone(),
                 sequence,
                 event,
                 at_ms,
                 key: key.clone(),
-                expected,
-            });
-        }
+                expected: false,
+            })
+            .collect()
     }
 
     /// Starts a broker: a new owner id, or `reuse` (a retired or a live one).
@@ -864,6 +883,7 @@ impl World {
                 }
             }
             Fault::Deregister => self.deregister().await,
+            Fault::OperatorMove => self.operator_move().await,
         }
         if self.live().is_empty() {
             self.start_new(None).await;

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use kinesis_lease_core::Lease;
+use kinesis_lease_core::{rules, Lease};
 
 /// What a take round knows besides the rows.
 #[derive(Debug)]
@@ -123,7 +123,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         .min();
     // The members of the roster but those seen standing still for a lease, this instance, and
     // the owners of live rows written before the roster. A row handed over and not taken yet
-    // says nothing of its new owner's life.
+    // says nothing of its new owner's life; an operator's hold is nobody's.
     let mut owners: HashSet<&str> = view
         .members
         .iter()
@@ -134,6 +134,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
         readable
             .iter()
             .filter(|r| liveness(r, view) == Liveness::Legacy && is_live(r))
+            .filter(|r| !rules::is_evicted(r))
             .filter_map(|r| r.owner.as_deref()),
     );
     owners.insert(view.me);
@@ -293,7 +294,9 @@ pub(crate) struct Ask<'a> {
 
 /// Below the fair share with nothing left to take: the most-loaded live owner, if it holds at
 /// least two more than this instance (`mine`). Owners one apart do not move (hysteresis);
-/// every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
+/// every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5). An operator's
+/// hold is never asked: nobody would hand its rows over, and the request's write would
+/// restart the hold.
 pub(crate) fn ask<'a>(
     readable: &[&'a Lease],
     live: &HashSet<String>,
@@ -305,7 +308,10 @@ pub(crate) fn ask<'a>(
         return None;
     }
     let mut counts: HashMap<&'a str, Vec<&'a Lease>> = HashMap::new();
-    for &row in readable.iter().filter(|r| live.contains(r.key.shard())) {
+    for &row in readable
+        .iter()
+        .filter(|r| live.contains(r.key.shard()) && !rules::is_evicted(r))
+    {
         if let Some(owner) = row.owner.as_deref().filter(|o| *o != me) {
             counts.entry(owner).or_default().push(row);
         }
@@ -458,6 +464,32 @@ mod tests {
             ask(&plan.readable, &plan.live, "a", 0, plan.target).is_none(),
             "a member standing still is not asked for a row"
         );
+    }
+
+    #[test]
+    fn an_operators_hold_is_neither_asked_for_a_row_nor_counted_as_an_owner() {
+        // Five rows: three in the operator's hold (an evict, standing still for less than a
+        // lease), two held by b; a holds none. Asking the hold marks its row wanted, a write
+        // that restarts the hold, and nobody ever hands it over (seen in the simulation,
+        // seed 50: a shard unread for 19 s).
+        use kinesis_lease_core::rules::{EVICTED_OWNER, EVICTED_TOKEN};
+        let rows: Vec<Lease> = (0..5)
+            .map(|i| {
+                let (owner, token) = if i < 3 {
+                    (EVICTED_OWNER, EVICTED_TOKEN)
+                } else {
+                    ("b", "r1.t")
+                };
+                row(&format!("shard-{i:02}"), Some(owner), Some(token))
+            })
+            .collect();
+        let mut fixture = Fixture::new(&rows, Duration::from_secs(1));
+        fixture.members = ["a", "b"].map(String::from).into();
+        let plan = plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert_eq!(plan.target, 3, "5 rows over a and b: the hold is no owner");
+        assert!(plan.candidates.is_empty(), "the hold is not over yet");
+        let asked = ask(&plan.readable, &plan.live, "a", 0, plan.target).map(|a| a.owner);
+        assert_eq!(asked, Some("b"), "b is asked, never the operator's hold");
     }
 
     #[test]

@@ -19,14 +19,18 @@ pub fn holds(row: Option<&Lease>, holder: &Holder) -> bool {
 }
 
 /// Whether `asker` may mark `row` as wanted: it exists, is still held by `holder`, the owner
-/// the asker chose to ask (not the asker itself), and nobody asked for it yet.
+/// the asker chose to ask (not the asker itself, nor an operator's hold, which nobody hands
+/// over and which a write would restart), and nobody asked for it yet.
 ///
 /// Fenced on the holder, not on the counter: the holder writes its row at every renewal, so a
 /// counter the asker listed is stale after one renew interval, and an asker whose lease table
 /// answers slower than that would never land a request (it held nothing for good).
 pub fn may_request(row: Option<&Lease>, asker: &str, holder: &str) -> bool {
     row.is_some_and(|r| {
-        holder != asker && r.owner.as_deref() == Some(holder) && r.wanted_by.is_none()
+        holder != asker
+            && holder != EVICTED_OWNER
+            && r.owner.as_deref() == Some(holder)
+            && r.wanted_by.is_none()
     })
 }
 

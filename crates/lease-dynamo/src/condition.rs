@@ -8,7 +8,7 @@
 //! owners) or refuse one they allow (a stall).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use kinesis_lease_core::{Holder, Take};
+use kinesis_lease_core::{rules, Holder, Take};
 
 use crate::item::{n, s, COUNTER, KEY, OWNER, TOKEN, WANTED_BY};
 
@@ -87,11 +87,16 @@ pub(crate) fn held(holder: &Holder) -> Cond {
 }
 
 /// A request lands on a row still held by `holder`, the owner the asker chose (not the asker
-/// itself), that nobody asked for yet.
+/// itself, nor the operator's hold), that nobody asked for yet.
 pub(crate) fn request(asker: &str, holder: &str) -> Cond {
     Cond::All(vec![
         Cond::Eq(OWNER, ":holder", Value::Str(holder.to_owned())),
         Cond::Ne(OWNER, ":asker", Value::Str(asker.to_owned())),
+        Cond::Ne(
+            OWNER,
+            ":evicted",
+            Value::Str(rules::EVICTED_OWNER.to_owned()),
+        ),
         Cond::Missing(WANTED_BY),
     ])
 }
@@ -115,7 +120,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use kinesis_lease_core::{rules, Lease, LeaseKey};
+    use kinesis_lease_core::{Lease, LeaseKey};
 
     /// The value of `attr` in the item DynamoDB holds for `row` (`None`: no such attribute).
     fn attribute(row: Option<&Lease>, attr: &str) -> Option<Value> {
@@ -141,7 +146,7 @@ mod tests {
         }
     }
 
-    const NAMES: [Option<&str>; 3] = [None, Some("a"), Some("b")];
+    const NAMES: [Option<&str>; 4] = [None, Some("a"), Some("b"), Some("*evicted")];
     const TOKENS: [Option<&str>; 3] = [None, Some("t1"), Some("t2")];
 
     /// Every row worth telling apart: missing, or counter 1..=3 with each owner, token and

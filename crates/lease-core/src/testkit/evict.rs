@@ -2,7 +2,7 @@
 //! the row ([`rules::may_evict`](crate::rules::may_evict)), leaving it in the operator's hold
 //! ([`rules::evicted`](crate::rules::evicted)).
 
-use super::{holder, lost_to, row, seq, written, Harness};
+use super::{holder, lost, lost_to, row, seq, written, Harness};
 use crate::{Checkpoint, SequenceNumber};
 
 /// An operator's evict frees a held (or handed-over) row whoever holds it, fenced on the
@@ -49,6 +49,12 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     assert!(crate::rules::is_evicted(&freed));
     assert_eq!(freed.wanted_by, None);
     assert_eq!(freed.counter, renewed.counter + 1, "one bump");
+    // Nobody asks the hold for the row: nobody would hand it over, and the write would restart
+    // the hold.
+    lost(
+        h.request(&key, "c", crate::rules::EVICTED_OWNER).await,
+        "a request of the operator's hold",
+    );
     assert_eq!(freed.checkpoint, Some(seq("5")), "the checkpoint stays");
     assert_eq!(
         freed.parents,
