@@ -64,7 +64,8 @@ async fn wait_rows(
     what: &str,
     ok: impl Fn(&kinesis_broker::lease::Lease) -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let limit = patience(Duration::from_secs(30));
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         let rows = store.list(stream).await.expect("list");
         if !rows.is_empty() && rows.iter().all(&ok) {
@@ -72,7 +73,7 @@ async fn wait_rows(
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "rows not {what} within 30 s: {rows:?}"
+            "rows not {what} within {limit:?}: {rows:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -172,8 +173,13 @@ async fn every_command_against_a_live_broker_then_after_its_shutdown() {
         released[0]["counter"].as_u64().unwrap(),
     );
     assert!(
-        read >= before[0]["counter"].as_u64().unwrap() && written > read,
-        "fenced on the counter it read, written once: {before:?} {released:?}"
+        read >= before[0]["counter"].as_u64().unwrap(),
+        "{before:?} {released:?}"
+    );
+    assert_eq!(
+        written,
+        read + 1,
+        "fenced on the counter it read, written once: {released:?}"
     );
     // In the operator's hold until it stood still for a lease: nobody's, taken later (unless
     // the machine is so slow that the lease passed before the next command read it).

@@ -524,7 +524,7 @@ async fn kcl_import_reads_shards_split_after_the_kcl_stopped(version: &str) {
         .expect("start with the import");
     // Until every record expected was handled (a record handled twice counts once), or a
     // bound: what is missing is reported below, shard by shard.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let deadline = tokio::time::Instant::now() + patience(Duration::from_secs(90));
     let all_handled = || {
         let log = log.lock().expect("log");
         let handled: BTreeSet<(&str, &str)> = log

@@ -280,7 +280,7 @@ fn numbered(log: &Handled) -> HashMap<usize, usize> {
 async fn rolling_deploy_at_latest_loses_nothing_and_duplicates_nothing() {
     tokio::time::timeout(patience(Duration::from_secs(240)), scenario())
         .await
-        .expect("the scenario took longer than 240 s");
+        .expect("the scenario took longer than its hang guard (patience of 240 s)");
 }
 
 async fn scenario() {

@@ -74,7 +74,7 @@ async fn a_kinesis_port_that_opens_after_a_few_seconds_lets_the_start_succeed() 
         .await
         .unwrap_or_else(|e| panic!("start should wait for the port: {e:?}"));
     // Reading through the port that opened: the shard is taken.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + patience(Duration::from_secs(30));
     while running.stats().shards(&stream).is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "no shard taken");
         tokio::time::sleep(Duration::from_millis(100)).await;

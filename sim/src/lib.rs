@@ -8,7 +8,10 @@
 //! the table for a while; wall clocks skewed by up to a lease duration either way; crashes (a
 //! dropped broker), new and restarted instances (new, reused or even twin owner ids), graceful
 //! shutdowns, splits and merges, expired iterators, Kinesis throttling and failures, handlers
-//! that are slow, fail and panic.
+//! that are slow, fail and panic, and an operator's moves (a row released, or reset to
+//! `TRIM_HORIZON` or an earlier sequence number, from a live holder). A quarter of the seeds
+//! start from a lease table the KCL import wrote ([`Import`]): counter-1 rows at the KCL's
+//! checkpoints, one or two levels of splits below them with no rows, a trimmed parent.
 //!
 //! Everything runs on one thread on tokio's paused clock with every random choice drawn from
 //! the seed, so a seed replays exactly (`cargo xtask sim --seed N`). Faults run for 90
@@ -19,12 +22,18 @@
 //!
 //! Checked while the run goes, not only at its end (see [`Recorder`]):
 //! 1. Never two instances running handlers on one shard's records at overlapping times.
-//! 2. Every record put after the subscription's start position is handled at least once.
+//! 2. Every record put after the subscription's start position is handled at least once; on an
+//!    imported table, every record after its shard's KCL checkpoint and every record of a shard
+//!    below an imported row (none of a parent trimmed away with its records); after an
+//!    operator's reset, every record after the new position again.
 //! 3. In calm seeds (only planned moves: starts, graceful shutdowns, hand-overs,
 //!    resharding, expired iterators, throttling, handler retries), no record is handled twice.
-//! 4. Checkpoints never move back and never pass a record that no handler completed.
-//! 5. Once faults stop, every readable shard is held by a running broker and every expected
-//!    record is handled within 60 s of the last put.
+//! 4. Checkpoints never move back (but where an operator moves them) and never pass a record
+//!    that no handler completed.
+//! 5. Every readable shard with unhandled records makes progress within its bound (see
+//!    `liveness`; an operator's hold counts as a crashed holder's, from the move), and once
+//!    faults stop, every readable shard is held by a running broker and every expected record
+//!    is handled within 60 s of the last put.
 //! 6. Each shard's settlement window stays within its bound (10,000 entries).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -38,7 +47,7 @@ mod world;
 
 use std::hash::{Hash, Hasher};
 
-pub use plan::{Fault, Mode, Plan, Start};
+pub use plan::{Fault, Import, Mode, Plan, Start};
 pub use record::Recorder;
 pub use world::{Stats, CALM_PUTS, FAULT_PHASE, SETTLE_BOUND, SETTLE_CAP};
 

@@ -62,6 +62,8 @@ struct Instance {
     slow_until: Arc<std::sync::Mutex<Option<Instant>>>,
     /// The shards it held at the last sample.
     held: BTreeSet<String>,
+    /// When it started (ms since the start).
+    started_ms: u64,
 }
 
 /// What became of an owner id's processes, for the roster and subscription invariants.
@@ -122,6 +124,8 @@ pub(crate) struct World {
     unburied: Arc<std::sync::atomic::AtomicBool>,
     /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
     kinesis_clear_at: Option<Instant>,
+    /// Rows in the operator's hold, by shard: when the operator moved them (ms).
+    evicted: BTreeMap<String, u64>,
 }
 
 /// How long a Kinesis fault episode lasts: throttles and failures not consumed by then are
@@ -193,6 +197,7 @@ impl World {
             kinesis_clear_at: None,
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
+            evicted: BTreeMap::new(),
         }
     }
 
@@ -495,6 +500,7 @@ impl World {
                     clock,
                     slow_until,
                     held: BTreeSet::new(),
+                    started_ms: now,
                 });
             }
             Err(error) => {
@@ -614,8 +620,8 @@ impl World {
 
     /// Hooks that take their time (0 to 2.5 s, from the seed and the shard) and check two
     /// invariants while they run: the final-checkpoint hook runs while the row still names
-    /// this instance (read straight from the table), and never while the same holding's
-    /// `on_taken` still runs.
+    /// this instance (read straight from the table; or the operator's hold, which an evict
+    /// puts there without asking), and never while the same holding's `on_taken` still runs.
     fn hooks(&self, id: &str) -> Hooks {
         let seed = self.plan.seed;
         let delay = move |shard: &str, salt: u64| {
@@ -669,8 +675,13 @@ impl World {
                     return;
                 };
                 let row = MemoryLeaseStore::over(&table).read(&key).await;
+                // An operator's forced move takes the row from under a running hook; the holder
+                // learns at its next write, and nobody takes the row before it stood still for
+                // a lease. Any other owner means the hook outlived the holding.
                 if let Ok(Some(row)) = row {
-                    if row.owner.as_deref() != Some(owner.as_str()) {
+                    if row.owner.as_deref() != Some(owner.as_str())
+                        && !kinesis_broker::lease::rules::is_evicted(&row)
+                    {
                         rec.violate(format!(
                             "{owner}: final hook of {} ({why:?}) ran after the row moved to {:?}",
                             shard.shard, row.owner
@@ -1117,6 +1128,7 @@ impl World {
     async fn sample(&mut self) {
         self.monitor_rows().await;
         self.monitor_members().await;
+        self.monitor_holds().await;
         let mut failed = Vec::new();
         for (i, instance) in self.instances.iter_mut().enumerate() {
             let Some(running) = &instance.running else {

@@ -1,6 +1,8 @@
 //! The simulation seeds CI runs: 56 consecutive seeds, so every fault kind is injected in at
-//! least four of them (seed n always includes kind n % 14) and a quarter are calm seeds where
-//! no record may be handled twice. A failure prints the seed's replay command and history.
+//! least four of them (seed n always includes drawn kind n % 19; operator moves come from the
+//! seed's bits) and a quarter are calm seeds where no record may be handled twice; 13 start
+//! from a table the KCL import wrote, in every shape. A failure prints the seed's replay
+//! command and history.
 
 use kinesis_sim::{Fault, Plan};
 
@@ -116,6 +118,32 @@ fn ci_seeds_cover_every_fault_position_and_mode() {
         .flat_map(|p| [format!("{:?}", p.mode), format!("fan-out {}", p.fan_out)])
         .collect();
     assert_eq!(hook_kinds.len(), 7, "{hook_kinds:?}");
+    // Imported tables in every shape: one and two split levels below the KCL's rows, with and
+    // without a trimmed parent, in calm seeds and faulty ones, at the default LATEST too.
+    let imported: Vec<&Plan> = plans.iter().filter(|p| p.import.is_some()).collect();
+    let shapes: std::collections::BTreeSet<(u8, bool)> = imported
+        .iter()
+        .filter_map(|p| p.import.map(|i| (i.depth, i.trimmed_parent)))
+        .collect();
+    assert_eq!(shapes.len(), 4, "{shapes:?}");
+    assert!(
+        imported.iter().any(|p| p.is_calm()),
+        "an imported calm seed"
+    );
+    assert!(
+        imported.iter().any(|p| !p.is_calm()),
+        "an imported faulty seed"
+    );
+    assert!(
+        imported
+            .iter()
+            .any(|p| p.start == kinesis_sim::Start::Latest),
+        "an imported seed at LATEST"
+    );
+    assert!(
+        imported.iter().any(|p| p.has(Fault::OperatorMove)),
+        "an operator's move on an imported table"
+    );
 }
 
 /// A seed replays exactly: two runs write the same history.
@@ -132,11 +160,13 @@ fn a_seed_replays_exactly() {
 /// janitor's delete undone by a late create; 9562, a take of an instance's own row lost to a
 /// renewal whose answer was lost left the row unread for good; 16969, a burial whose answer
 /// was lost, the roster listed before the next read, was never announced (two shards unread).
-/// And one of the simulation itself: 12711, a start retrying against failing Kinesis stood the
-/// world still, so the faults' episode never ended and no checker sampled (26 s unexcused).
+/// 50, an operator's hold asked for a row (the request's write restarted the hold: a shard
+/// unread for 19 s). And one of the simulation itself: 12711, a start retrying against failing
+/// Kinesis stood the world still, so the faults' episode never ended and no checker sampled
+/// (26 s unexcused).
 #[test]
 fn seeds_that_found_defects() {
-    for seed in [392, 3026, 3857, 9562, 12016, 16969, 12711] {
+    for seed in [392, 3026, 3857, 9562, 12016, 16969, 50, 12711] {
         let report = kinesis_sim::run(seed);
         assert!(report.passed(), "{}", report.failure(150));
     }

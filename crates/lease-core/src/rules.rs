@@ -18,9 +18,9 @@ pub fn holds(row: Option<&Lease>, holder: &Holder) -> bool {
     row.is_some_and(|r| r.is_held_with(holder))
 }
 
-/// Whether `asker` may mark `row` as wanted: it exists, is still held by `holder`, the owner
-/// the asker chose to ask (not the asker itself, nor an operator's hold, which nobody hands
-/// over and which a write would restart), and nobody asked for it yet.
+/// Whether `asker` may mark `row` as wanted: it exists, its owner field is still `holder`, the
+/// owner the asker chose to ask (not the asker itself, nor an operator's hold, which nobody
+/// hands over and which a write would restart), and nobody asked for it yet.
 ///
 /// Fenced on the holder, not on the counter: the holder writes its row at every renewal, so a
 /// counter the asker listed is stale after one renew interval, and an asker whose lease table
@@ -100,6 +100,16 @@ mod tests {
         row.token = token.map(str::to_owned);
         row.counter = counter;
         row
+    }
+
+    #[test]
+    fn the_operators_hold_is_never_requested() {
+        let hold = row(Some(EVICTED_OWNER), Some(EVICTED_TOKEN), 7);
+        assert!(!may_request(Some(&hold), "b", EVICTED_OWNER));
+        let held = row(Some("a"), Some("a-1"), 7);
+        assert!(may_request(Some(&held), "b", "a"));
+        assert!(!may_request(Some(&held), "b", "c"), "a holder not asked");
+        assert!(!may_request(Some(&held), "a", "a"), "its own row");
     }
 
     #[test]

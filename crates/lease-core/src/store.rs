@@ -115,8 +115,8 @@ impl Take {
 /// backend failing.
 ///
 /// *Hand-over.* [`request`](LeaseStore::request) marks a row held by another owner as wanted
-/// by the asker; it succeeds only while the row is still held by the owner the asker chose to
-/// ask (not the asker), and is not wanted yet. It is fenced on that holder, not on the counter:
+/// by the asker; it succeeds only while the row's owner field is still the owner the asker chose
+/// to ask (not the asker, nor the operator's hold), and it is not wanted yet. It is fenced on that holder, not on the counter:
 /// the holder's renewals write the row every renew interval, so a counter the asker listed goes
 /// stale, and an asker on a slow lease table would never land a request. The owner sees the mark in the row its
 /// next renewal returns and [`hand_over`](LeaseStore::hand_over)s it: one write that makes the
@@ -196,8 +196,8 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
 
-    /// Marks a row held by `holder` as wanted by `asker`, if `holder` (not `asker`) still holds
-    /// it and nobody asked for it yet (see *Hand-over*).
+    /// Marks a row held by `holder` as wanted by `asker`, if its owner field is still `holder`
+    /// (not `asker`, nor the operator's hold) and nobody asked for it yet (see *Hand-over*).
     fn request<'a>(
         &'a self,
         key: &'a LeaseKey,

@@ -13,11 +13,12 @@ use kinesis_broker::{
 };
 
 use super::{World, STREAM};
+use crate::liveness::OPERATOR_HOLD;
 
 impl World {
     /// Moves one unfinished row of the stream; the recorder forgets its checkpoint (the
-    /// operator may move it back) and holds its stall clock from now (the operator's hold
-    /// lasts until the row stood still for a lease, then it is taken and read).
+    /// operator may move it back), and [`monitor_holds`](Self::monitor_holds) starts its stall
+    /// clock when the operator's hold can end.
     pub(super) async fn operator_move(&mut self) {
         let store = MemoryLeaseStore::over(&self.table);
         let Ok(rows) = store.list(STREAM).await else {
@@ -59,7 +60,7 @@ impl World {
                         .as_ref()
                         .map_or_else(|| "-".to_owned(), ToString::to_string),
                 ));
-                self.rec.hold_back(&shard, self.rec.now_ms());
+                self.evicted.insert(shard.clone(), self.rec.now_ms());
                 self.count("operator move");
             }
             Ok(Outcome::Lost(lost)) => self.rec.note(format!(
@@ -69,6 +70,40 @@ impl World {
             Err(error) => self
                 .rec
                 .violate(format!("operator: evicting {shard} failed: {error}")),
+        }
+    }
+
+    /// Rows in the operator's hold: each shard's stall clock starts when the hold can end, at
+    /// the earliest for the instances running now. An instance takes the row once it has seen
+    /// it stand still for a lease on its own clock ([`OPERATOR_HOLD`]), so the hold can end a
+    /// lease after the move for an instance that ran then, and a lease after its start for one
+    /// that started since; when the instances that saw the move leave, the clock moves on.
+    /// A row taken since (its owner no longer the hold) is tracked no more.
+    pub(super) async fn monitor_holds(&mut self) {
+        if self.evicted.is_empty() {
+            return;
+        }
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(rows) = store.list(STREAM).await else {
+            return;
+        };
+        let held: std::collections::BTreeSet<&str> = rows
+            .iter()
+            .filter(|r| kinesis_broker::lease::rules::is_evicted(r))
+            .map(|r| r.key.shard())
+            .collect();
+        self.evicted
+            .retain(|shard, _| held.contains(shard.as_str()));
+        for (shard, moved) in &self.evicted {
+            let earliest = self
+                .instances
+                .iter()
+                .filter(|i| i.running.is_some())
+                .map(|i| i.started_ms.max(*moved) + OPERATOR_HOLD)
+                .min();
+            if let Some(at) = earliest {
+                self.rec.hold_back(shard, at);
+            }
         }
     }
 }
