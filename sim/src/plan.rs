@@ -55,29 +55,16 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Every kind, in a fixed order.
-    pub const ALL: [Fault; 20] = [
-        Fault::StoreDelay,
-        Fault::StoreFail,
-        Fault::LostResponse,
-        Fault::CutOff,
-        Fault::ClockSkew,
-        Fault::Crash,
-        Fault::Start,
-        Fault::ReusedId,
-        Fault::Twin,
-        Fault::Shutdown,
-        Fault::Reshard,
-        Fault::ExpireIterators,
-        Fault::KinesisFaults,
-        Fault::HandlerFaults,
-        Fault::SlowHandlers,
-        Fault::Freeze,
-        Fault::WatcherLeaves,
-        Fault::CrashRestart,
-        Fault::Deregister,
-        Fault::OperatorMove,
-    ];
+    /// Every kind, in a fixed order: the drawn ones, then those from the seed's bits.
+    pub const ALL: [Fault; 20] = {
+        let mut all = [Fault::OperatorMove; 20];
+        let mut i = 0;
+        while i < Fault::DRAWN.len() {
+            all[i] = Fault::DRAWN[i];
+            i += 1;
+        }
+        all
+    };
 
     /// The kinds drawn from the plan's random stream, in the order they are drawn. Kinds added
     /// later ([`Fault::OperatorMove`]) are drawn from the seed's bits instead, so that adding

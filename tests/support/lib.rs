@@ -267,6 +267,21 @@ pub async fn wait_reading(
     }
 }
 
+/// Asserts that no row of `stream` in `table` is `owner`'s: called when its graceful shutdown
+/// returned, it proves the rows were handed on or released, not left to expire (so the others
+/// take them without waiting out a lease, however slow the machine).
+pub async fn assert_released(config: &SdkConfig, table: &str, stream: &str, owner: &str) {
+    use kinesis_broker::lease::LeaseStore;
+    let rows = kinesis_broker::DynamoLeaseStore::new(config, table)
+        .list(stream)
+        .await
+        .expect("list");
+    assert!(
+        rows.iter().all(|r| r.owner.as_deref() != Some(owner)),
+        "{owner}'s shutdown left rows held: {rows:?}"
+    );
+}
+
 /// Asserts that `log` holds each payload of `0..n` exactly once and each key in order.
 pub fn assert_exactly_once_in_key_order(log: &Log, n: usize) {
     let log = log.lock().expect("log");
