@@ -9,9 +9,9 @@
 //!   the dispatch channel); [`HOOK_SLACK`] more when a slow `on_taken` hook runs first.
 //! - [`LEAVE_BOUND`]: after a graceful leave, the shards the leaving instance held are read again
 //!   within this of the end of its shutdown.
-//! - [`OPERATOR_HOLD`]: after an operator's move, the shard's stall clock starts when the
-//!   operator's hold can end for an instance running now (a lease after the move, or after
-//!   the instance's start); then the crash bound applies.
+//! - [`OPERATOR_HOLD`]: after an operator's move, the shard's stall clock starts at the move
+//!   (or at the start of an instance that started since, the earliest over those running), and
+//!   the crash bound applies.
 //!
 //! A shard stalls when it has an expected record not yet handled, its parents are handled to
 //! their end, and neither a handler entry nor a completion on it happened for longer than the
@@ -44,12 +44,14 @@ pub const HOOK_SLACK: u64 = 2_500;
 /// After a graceful leave, the shards it held are read again within this, in ms.
 pub const LEAVE_BOUND: u64 = 5_000;
 /// An operator's move (an evict) leaves the row in the operator's hold: nobody takes it before
-/// it stood still for a lease (10 s) on the taker's own clock, so the evicted holder has
-/// stopped first. The shard's stall clock starts when the hold can end for an instance running
-/// now: this long after the move, or after the instance's start if it started since (in ms);
-/// the crash bound then applies (it lists the row, sees it stand still, takes it, reads it).
-/// Counted from the move alone, 10 of seeds 0 to 2,999 failed: newcomers, after the instances
-/// that saw the move had left, watched the row for a lease of their own.
+/// it stood still for a lease (10 s, in ms) on the taker's own clock, so the evicted holder has
+/// stopped first. The shard's stall clock starts at the move, or at the start of an instance
+/// that started since, the earliest over the instances running now, and the crash bound
+/// applies (it holds the lease: the taker lists the row, sees it stand still, takes it, reads
+/// it). Counted from the move alone, 10 of seeds 0 to 2,999 failed: newcomers, after the
+/// instances that saw the move had left, watched the row for a lease of their own. Records
+/// after a reset's position must be handled again by an attempt that entered at least this
+/// long after the move (by the next holding, not the evicted one).
 pub const OPERATOR_HOLD: u64 = 10_000;
 
 /// The liveness checker's state: excuses and what was reported.

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use kinesis_broker::{lease::Lease, Checkpoint, SequenceNumber};
 
-use crate::liveness::{Liveness, ShardNow, Stall};
+use crate::liveness::{Liveness, ShardNow, Stall, OPERATOR_HOLD};
 
 /// One record put into the stream.
 #[derive(Debug, Clone)]
@@ -98,6 +98,12 @@ struct State {
     liveness: Liveness,
     /// Tags of violations reported once.
     reported: BTreeSet<String>,
+    /// Expected records an operator's reset put back before the shard's new position, with
+    /// the reset's time (ms): each must be handled again by an attempt that entered at least
+    /// [`OPERATOR_HOLD`] later (the next holding's, not the evicted one's).
+    redo: BTreeMap<(String, SequenceNumber), u64>,
+    /// When the last attempt of each instance on a record in `redo` entered (ms).
+    redo_entered: BTreeMap<(String, String, SequenceNumber), u64>,
 }
 
 /// The shared recorder of one run.
@@ -409,6 +415,15 @@ impl Recorder {
         *attempt += 1;
         let attempt = *attempt;
         let now = self.now_ms();
+        if state
+            .redo
+            .contains_key(&(shard.to_owned(), sequence.clone()))
+        {
+            state.redo_entered.insert(
+                (instance.to_owned(), shard.to_owned(), sequence.clone()),
+                now,
+            );
+        }
         state.progress.insert(shard.to_owned(), now);
         state.liveness.progressed(shard, now);
         let put = state
@@ -467,9 +482,28 @@ impl Recorder {
         let Some(info) = state.info.get(&record).cloned() else {
             return; // not expected: no order or liveness duty
         };
-        if let Some(open) = state.outstanding.get_mut(shard) {
-            if open.remove(sequence) && open.is_empty() {
-                state.drained_at.insert(shard.to_owned(), now);
+        // Put back by an operator's reset: only an attempt of the next holding counts.
+        let redo_pending = match state.redo.get(&record).copied() {
+            Some(reset) => {
+                let entered = state.redo_entered.remove(&(
+                    instance.to_owned(),
+                    shard.to_owned(),
+                    sequence.clone(),
+                ));
+                if entered.is_some_and(|e| e >= reset + OPERATOR_HOLD) {
+                    state.redo.remove(&record);
+                    false
+                } else {
+                    true
+                }
+            }
+            None => false,
+        };
+        if !redo_pending {
+            if let Some(open) = state.outstanding.get_mut(shard) {
+                if open.remove(sequence) && open.is_empty() {
+                    state.drained_at.insert(shard.to_owned(), now);
+                }
             }
         }
         let ordered = state.ordered;
@@ -529,7 +563,11 @@ impl Recorder {
                     let unsettled = expected
                         .iter()
                         .take_while(|s| limit.as_ref().is_none_or(|l| *s <= l))
-                        .find(|s| !state.completed.contains_key(&(shard.clone(), (*s).clone())));
+                        .find(|s| {
+                            let record = (shard.clone(), (*s).clone());
+                            !state.completed.contains_key(&record)
+                                || state.redo.contains_key(&record)
+                        });
                     if let Some(missing) = unsettled {
                         broken.push(format!(
                             "checkpoint {now} of {shard} passes record {missing}, which no handler completed"
@@ -544,10 +582,46 @@ impl Recorder {
         }
     }
 
-    /// An operator moves `shard`'s checkpoint now (to any position): the next one seen is not
-    /// compared with the last.
-    pub fn checkpoint_moved(&self, shard: &str) {
-        self.lock().checkpoints.remove(shard);
+    /// An operator's write left `shard`'s checkpoint at `to` now: the next one seen is compared
+    /// with it, not with the library's last (call [`check_rows`](Self::check_rows) on the rows
+    /// read just before the write first, so that nothing the library wrote goes unchecked).
+    pub fn checkpoint_moved(&self, shard: &str, to: Option<Checkpoint>) {
+        let mut state = self.lock();
+        match to {
+            Some(to) => state.checkpoints.insert(shard.to_owned(), to),
+            None => state.checkpoints.remove(shard),
+        };
+    }
+
+    /// An operator reset `shard` to `to` now: every expected record after `to` must be handled
+    /// again, by an attempt that entered at least [`OPERATOR_HOLD`] from now (the evicted
+    /// holder's own attempts do not count), before the shard's checkpoint passes it and before
+    /// the run ends. A later reset of the shard replaces this one.
+    pub fn reset(&self, shard: &str, to: &Checkpoint) {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let state = &mut *state;
+        state.redo.retain(|(s, _), _| s != shard);
+        let again: Vec<SequenceNumber> = state
+            .expected
+            .get(shard)
+            .into_iter()
+            .flatten()
+            .filter(|seq| match to {
+                Checkpoint::TrimHorizon => true,
+                Checkpoint::Sequence(at) => *seq > at,
+                _ => false,
+            })
+            .cloned()
+            .collect();
+        for seq in again {
+            state
+                .outstanding
+                .entry(shard.to_owned())
+                .or_default()
+                .insert(seq.clone());
+            state.redo.insert((shard.to_owned(), seq), now);
+        }
     }
 
     /// The expected records of `shard` before `at` that a handler completed, in order.
@@ -568,14 +642,14 @@ impl Recorder {
             .collect()
     }
 
-    /// Expected records not completed yet.
+    /// Expected records not completed yet, or put back by a reset and not handled again.
     pub fn missing(&self) -> Vec<(String, SequenceNumber)> {
         let state = self.lock();
         state
             .expected
             .iter()
             .flat_map(|(shard, seqs)| seqs.iter().map(move |s| (shard.clone(), s.clone())))
-            .filter(|k| !state.completed.contains_key(k))
+            .filter(|k| !state.completed.contains_key(k) || state.redo.contains_key(k))
             .collect()
     }
 

@@ -620,8 +620,9 @@ impl World {
 
     /// Hooks that take their time (0 to 2.5 s, from the seed and the shard) and check two
     /// invariants while they run: the final-checkpoint hook runs while the row still names
-    /// this instance (read straight from the table; or the operator's hold, which an evict
-    /// puts there without asking), and never while the same holding's `on_taken` still runs.
+    /// this instance (read straight from the table; or the operator's hold, which one evict
+    /// puts there without asking while the hook runs), never after this instance was told of
+    /// the loss (`on_lost`), and never while the same holding's `on_taken` still runs.
     fn hooks(&self, id: &str) -> Hooks {
         let seed = self.plan.seed;
         let delay = move |shard: &str, salt: u64| {
@@ -631,8 +632,15 @@ impl World {
             Duration::from_millis(hasher.finish() % 2_500)
         };
         let taking: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
+        // Shards whose holding this instance was told it lost (`on_lost`), until taken again.
+        let lost: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
         let (rec, owner, running) = (self.rec.clone(), id.to_owned(), taking.clone());
+        let lost_taken = lost.clone();
         let taken = move |shard: ShardInfo| {
+            lost_taken
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&shard.shard);
             let running = running.clone();
             running
                 .lock()
@@ -655,7 +663,7 @@ impl World {
             }
         };
         let table = self.table.clone();
-        let (rec_final, owner_final) = (rec.clone(), owner.clone());
+        let (rec_final, owner_final, lost_final) = (rec.clone(), owner.clone(), lost.clone());
         let last = move |shard: ShardInfo, why: Release| {
             if taking
                 .lock()
@@ -667,26 +675,48 @@ impl World {
                     shard.shard
                 ));
             }
+            if lost_final
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&shard.shard)
+            {
+                rec_final.violate(format!(
+                    "{owner_final}: final hook of {} ({why:?}) began after on_lost",
+                    shard.shard
+                ));
+            }
             let (rec, owner, table) = (rec_final.clone(), owner_final.clone(), table.clone());
             let wait = delay(&shard.shard, 2);
             async move {
-                sleep(wait).await;
                 let Ok(key) = LeaseKey::new(&shard.stream, &shard.shard) else {
                     return;
                 };
-                let row = MemoryLeaseStore::over(&table).read(&key).await;
-                // An operator's forced move takes the row from under a running hook; the holder
-                // learns at its next write, and nobody takes the row before it stood still for
-                // a lease. Any other owner means the hook outlived the holding.
-                if let Ok(Some(row)) = row {
-                    if row.owner.as_deref() != Some(owner.as_str())
-                        && !kinesis_broker::lease::rules::is_evicted(&row)
-                    {
-                        rec.violate(format!(
-                            "{owner}: final hook of {} ({why:?}) ran after the row moved to {:?}",
-                            shard.shard, row.owner
-                        ));
-                    }
+                let store = MemoryLeaseStore::over(&table);
+                let before = store.read(&key).await.ok().flatten();
+                sleep(wait).await;
+                let Ok(Some(row)) = store.read(&key).await else {
+                    return;
+                };
+                if row.owner.as_deref() == Some(owner.as_str()) {
+                    return;
+                }
+                // An operator's forced move may take the row from under a running hook (the
+                // holder learns it at its next write): one evict since the hook began, nothing
+                // else. Any other owner, or more writes (the hold taken and evicted again), means
+                // the hook outlived the holding.
+                let evicted_under_it = kinesis_broker::lease::rules::is_evicted(&row)
+                    && before.as_ref().is_some_and(|b| {
+                        if b.owner.as_deref() == Some(owner.as_str()) {
+                            row.counter <= b.counter + 1
+                        } else {
+                            kinesis_broker::lease::rules::is_evicted(b) && row.counter == b.counter
+                        }
+                    });
+                if !evicted_under_it {
+                    rec.violate(format!(
+                        "{owner}: final hook of {} ({why:?}) ran after the row moved to {:?}",
+                        shard.shard, row.owner
+                    ));
                 }
             }
         };
@@ -695,6 +725,9 @@ impl World {
             .on_taken(taken)
             .before_final_checkpoint(last)
             .on_lost(move |shard: ShardInfo| {
+                lost.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(shard.shard.clone());
                 rec_lost.note(format!("{owner_lost}: on_lost {}", shard.shard));
                 async {}
             })

@@ -1,7 +1,7 @@
 //! The simulation seeds CI runs: 56 consecutive seeds, so every fault kind is injected in at
 //! least four of them (seed n always includes drawn kind n % 19; operator moves come from the
-//! seed's bits) and a quarter are calm seeds where no record may be handled twice; 13 start
-//! from a table the KCL import wrote, in every shape. A failure prints the seed's replay
+//! seed's bits) and a quarter are calm seeds where no record may be handled twice; 14 start
+//! from a table the KCL import wrote, in every shape under faults. A failure prints the seed's replay
 //! command and history.
 
 use kinesis_sim::{Fault, Plan};
@@ -119,20 +119,22 @@ fn ci_seeds_cover_every_fault_position_and_mode() {
         .collect();
     assert_eq!(hook_kinds.len(), 7, "{hook_kinds:?}");
     // Imported tables in every shape: one and two split levels below the KCL's rows, with and
-    // without a trimmed parent, in calm seeds and faulty ones, at the default LATEST too.
+    // without a trimmed parent, each under faults, in calm seeds too, at the default LATEST.
     let imported: Vec<&Plan> = plans.iter().filter(|p| p.import.is_some()).collect();
-    let shapes: std::collections::BTreeSet<(u8, bool)> = imported
-        .iter()
-        .filter_map(|p| p.import.map(|i| (i.depth, i.trimmed_parent)))
-        .collect();
-    assert_eq!(shapes.len(), 4, "{shapes:?}");
+    let shapes = |calm: bool| -> std::collections::BTreeSet<(u8, bool)> {
+        imported
+            .iter()
+            .filter(|p| p.is_calm() == calm)
+            .filter_map(|p| p.import.map(|i| (i.depth, i.trimmed_parent)))
+            .collect()
+    };
+    assert_eq!(shapes(false).len(), 4, "under faults: {:?}", shapes(false));
+    assert!(!shapes(true).is_empty(), "an imported calm seed");
     assert!(
-        imported.iter().any(|p| p.is_calm()),
-        "an imported calm seed"
-    );
-    assert!(
-        imported.iter().any(|p| !p.is_calm()),
-        "an imported faulty seed"
+        imported
+            .iter()
+            .any(|p| p.has(Fault::OperatorMove) && p.import.is_some_and(|i| i.depth == 2)),
+        "an operator's move two split levels below an imported row"
     );
     assert!(
         imported

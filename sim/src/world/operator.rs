@@ -13,12 +13,12 @@ use kinesis_broker::{
 };
 
 use super::{World, STREAM};
-use crate::liveness::OPERATOR_HOLD;
 
 impl World {
-    /// Moves one unfinished row of the stream; the recorder forgets its checkpoint (the
-    /// operator may move it back), and [`monitor_holds`](Self::monitor_holds) starts its stall
-    /// clock when the operator's hold can end.
+    /// Moves one unfinished row of the stream. The recorder compares the checkpoints after it
+    /// with the operator's (which may be earlier than the library's), requires every record
+    /// after a reset's position to be handled again by the next holding, and
+    /// [`monitor_holds`](Self::monitor_holds) starts the shard's stall clock.
     pub(super) async fn operator_move(&mut self) {
         let store = MemoryLeaseStore::over(&self.table);
         let Ok(rows) = store.list(STREAM).await else {
@@ -45,9 +45,14 @@ impl World {
             ),
             _ => ("released", None),
         };
-        self.rec.checkpoint_moved(&shard);
+        // What the library wrote up to the move, against the last sample.
+        self.rec.check_rows(&rows);
         match store.evict(&row.key, row.counter, checkpoint.as_ref()).await {
             Ok(Outcome::Written(after)) => {
+                self.rec.checkpoint_moved(&shard, after.checkpoint.clone());
+                if let Some(to) = &checkpoint {
+                    self.rec.reset(&shard, to);
+                }
                 self.rec.note(format!(
                     "operator: {shard} {what} (held by {:?} at counter {}, checkpoint {} -> {})",
                     row.owner,
@@ -73,12 +78,13 @@ impl World {
         }
     }
 
-    /// Rows in the operator's hold: each shard's stall clock starts when the hold can end, at
-    /// the earliest for the instances running now. An instance takes the row once it has seen
-    /// it stand still for a lease on its own clock ([`OPERATOR_HOLD`]), so the hold can end a
-    /// lease after the move for an instance that ran then, and a lease after its start for one
-    /// that started since; when the instances that saw the move leave, the clock moves on.
-    /// A row taken since (its owner no longer the hold) is tracked no more.
+    /// Rows in the operator's hold: each shard's stall clock starts at the move for an instance
+    /// that ran then, or at its start for one that started since, the earliest over the
+    /// instances running now; then the crash bound applies, which holds the lease the row must
+    /// stand still for on the taker's own clock
+    /// ([`OPERATOR_HOLD`](crate::liveness::OPERATOR_HOLD)). When the instances that
+    /// saw the move leave, the clock moves on to the newcomers. A row taken since (its owner no
+    /// longer the hold) is tracked no more.
     pub(super) async fn monitor_holds(&mut self) {
         if self.evicted.is_empty() {
             return;
@@ -99,7 +105,7 @@ impl World {
                 .instances
                 .iter()
                 .filter(|i| i.running.is_some())
-                .map(|i| i.started_ms.max(*moved) + OPERATOR_HOLD)
+                .map(|i| i.started_ms.max(*moved))
                 .min();
             if let Some(at) = earliest {
                 self.rec.hold_back(shard, at);
