@@ -31,7 +31,8 @@
 //! 4. Checkpoints never move back (but where an operator moves them) and never pass a record
 //!    that no handler completed.
 //! 5. Every readable shard with unhandled records makes progress within its bound (see
-//!    `liveness`; an operator's hold counts as a crashed holder's, from the move), and once
+//!    `liveness`; an operator's hold counts as a crashed holder's, from the move or from the
+//!    start of an instance started since), and once
 //!    faults stop, every readable shard is held by a running broker and every expected record
 //!    is handled within 60 s of the last put.
 //! 6. Each shard's settlement window stays within its bound (10,000 entries).

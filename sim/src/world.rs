@@ -126,6 +126,9 @@ pub(crate) struct World {
     kinesis_clear_at: Option<Instant>,
     /// Rows in the operator's hold, by shard: when the operator moved them (ms).
     evicted: BTreeMap<String, u64>,
+    /// Per owner id: its member row's token at the last sample, and since when it carries it
+    /// (ms): an instance that joins the roster again (found dead, a twin) watches rows afresh.
+    joins: BTreeMap<String, (Option<String>, u64)>,
 }
 
 /// How long a Kinesis fault episode lasts: throttles and failures not consumed by then are
@@ -198,6 +201,7 @@ impl World {
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
             evicted: BTreeMap::new(),
+            joins: BTreeMap::new(),
         }
     }
 

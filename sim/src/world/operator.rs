@@ -1,6 +1,7 @@
 //! An operator's move mid-run, as the command line makes it with `--force`: one conditional
-//! evict of a row, whoever holds it, fenced on the counter just read. It releases the row, or
-//! resets its checkpoint to `TRIM_HORIZON` or to an earlier sequence number.
+//! evict of a row, whoever holds it, fenced on the counter just read, then a bump of the
+//! stream's epoch. It releases the row, or resets its checkpoint to `TRIM_HORIZON` or to an
+//! earlier sequence number.
 //!
 //! Why: an operator's move lands while the holder reads, renews and checkpoints; the evicted
 //! holder must stop at its next renewal and never write a checkpoint over the operator's, the
@@ -49,6 +50,11 @@ impl World {
         self.rec.check_rows(&rows);
         match store.evict(&row.key, row.counter, checkpoint.as_ref()).await {
             Ok(Outcome::Written(after)) => {
+                // As the command line does: the others list the rows at their next epoch read.
+                if let Err(error) = store.bump_epoch(STREAM).await {
+                    self.rec
+                        .violate(format!("operator: bumping the epoch failed: {error}"));
+                }
                 self.rec.checkpoint_moved(&shard, after.checkpoint.clone());
                 if let Some(to) = &checkpoint {
                     self.rec.reset(&shard, to);
@@ -79,17 +85,34 @@ impl World {
     }
 
     /// Rows in the operator's hold: each shard's stall clock starts at the move for an instance
-    /// that ran then, or at its start for one that started since, the earliest over the
-    /// instances running now; then the crash bound applies, which holds the lease the row must
+    /// that ran then, or at its start (or its last join of the roster: one found dead, or a
+    /// twin's, joins again and watches rows afresh) for one that started since, the earliest
+    /// over the instances running now; then the crash bound applies, which holds the lease the row must
     /// stand still for on the taker's own clock
     /// ([`OPERATOR_HOLD`](crate::liveness::OPERATOR_HOLD)). When the instances that
     /// saw the move leave, the clock moves on to the newcomers. A row taken since (its owner no
     /// longer the hold) is tracked no more.
     pub(super) async fn monitor_holds(&mut self) {
+        let store = MemoryLeaseStore::over(&self.table);
+        let now = self.rec.now_ms();
+        if let Ok(members) = store.list(&format!("{STREAM}@members")).await {
+            for row in members {
+                let id = row.key.shard().to_owned();
+                match self.joins.get_mut(&id) {
+                    Some((token, since)) if *token != row.token => {
+                        *token = row.token.clone();
+                        *since = now;
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.joins.insert(id, (row.token.clone(), now));
+                    }
+                }
+            }
+        }
         if self.evicted.is_empty() {
             return;
         }
-        let store = MemoryLeaseStore::over(&self.table);
         let Ok(rows) = store.list(STREAM).await else {
             return;
         };
@@ -105,7 +128,10 @@ impl World {
                 .instances
                 .iter()
                 .filter(|i| i.running.is_some())
-                .map(|i| i.started_ms.max(*moved))
+                .map(|i| {
+                    let joined = self.joins.get(&i.id).map_or(0, |(_, since)| *since);
+                    i.started_ms.max(joined).max(*moved)
+                })
                 .min();
             if let Some(at) = earliest {
                 self.rec.hold_back(shard, at);
