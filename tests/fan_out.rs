@@ -92,24 +92,12 @@ async fn fan_out_reads_from_trim_horizon_and_from_latest() {
         .owner_id("b")
         .build()
         .expect("broker");
-    let l = log.clone();
     broker
         .subscribe(&stream)
         .fan_out(CONSUMER)
         .workers(4)
         .by_key()
-        .handle(move |d: kinesis_broker::Delivery| {
-            let l = l.clone();
-            async move {
-                l.lock().expect("log").push((
-                    "b".to_owned(),
-                    d.shard().to_owned(),
-                    d.partition_key().to_owned(),
-                    String::from_utf8_lossy(d.payload()).into_owned(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
+        .handle(logging_handler(&log, "b"))
         .expect("subscribe");
     let broker = broker.start().await.expect("start");
     // Held is not open: at LATEST, records put between a take and the reader's first read are

@@ -344,13 +344,7 @@ async fn kcl_checkpoints_import_exactly(version: &str) {
     let expected = scenario.after_checkpoints();
     wait_for_count(&log, expected.len(), Duration::from_secs(90)).await;
     running.shutdown().await;
-    let delivered: Vec<(String, String)> = log
-        .lock()
-        .expect("log")
-        .iter()
-        .map(|(_, shard, _, payload)| (shard.clone(), payload.clone()))
-        .collect();
-    let distinct: BTreeSet<(String, String)> = delivered.iter().cloned().collect();
+    let (delivered, distinct) = delivered_pairs(&log);
     assert_eq!(
         delivered.len(),
         distinct.len(),
@@ -444,24 +438,12 @@ fn importing_broker(
         .shard_sync_interval(Duration::from_secs(2))
         .build()
         .expect("broker");
-    let l = log.clone();
     broker
         .subscribe(stream)
         .import_kcl(KclImport::dynamo(config, kcl_table).failover_time(Duration::from_secs(3)))
         .workers(4)
         .by_key()
-        .handle(move |d: kinesis_broker::Delivery| {
-            let l = l.clone();
-            async move {
-                l.lock().expect("log").push((
-                    "b1".to_owned(),
-                    d.shard().to_owned(),
-                    d.partition_key().to_owned(),
-                    String::from_utf8_lossy(d.payload()).into_owned(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
+        .handle(logging_handler(log, "b1"))
         .expect("subscribe");
     broker
 }
@@ -539,13 +521,7 @@ async fn kcl_import_reads_shards_split_after_the_kcl_stopped(version: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     running.shutdown().await;
-    let delivered: Vec<(String, String)> = log
-        .lock()
-        .expect("log")
-        .iter()
-        .map(|(_, shard, _, payload)| (shard.clone(), payload.clone()))
-        .collect();
-    let distinct: BTreeSet<(String, String)> = delivered.iter().cloned().collect();
+    let (delivered, distinct) = delivered_pairs(&log);
     let skipped = per_shard(expected.difference(&distinct));
     let reread = per_shard(distinct.difference(&expected));
     let (skipped_n, reread_n): (usize, usize) = (skipped.values().sum(), reread.values().sum());
@@ -692,23 +668,11 @@ async fn multi_stream_rows_import_at_start_into_their_own_stream() {
         .poll_interval(Duration::from_millis(200))
         .build()
         .expect("broker");
-    let l = log.clone();
     broker
         .subscribe(&orders)
         .start_at(StartAt::Latest)
         .import_kcl(KclImport::dynamo(&config, &kcl_table).failover_time(Duration::from_secs(1)))
-        .handle(move |d: kinesis_broker::Delivery| {
-            let l = l.clone();
-            async move {
-                l.lock().expect("log").push((
-                    String::new(),
-                    d.shard().to_owned(),
-                    d.partition_key().to_owned(),
-                    String::from_utf8_lossy(d.payload()).into_owned(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
+        .handle(logging_handler(&log, ""))
         .expect("subscribe");
     let running = broker.start().await.expect("start with the import");
     wait_for_count(&log, expected.len(), Duration::from_secs(60)).await;

@@ -669,25 +669,20 @@ impl World {
         let table = self.table.clone();
         let (rec_final, owner_final, lost_final) = (rec.clone(), owner.clone(), lost.clone());
         let last = move |shard: ShardInfo, why: Release| {
-            if taking
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&shard.shard)
-            {
-                rec_final.violate(format!(
-                    "{owner_final}: final hook of {} ({why:?}) began while its on_taken still ran",
-                    shard.shard
-                ));
-            }
-            if lost_final
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&shard.shard)
-            {
-                rec_final.violate(format!(
-                    "{owner_final}: final hook of {} ({why:?}) began after on_lost",
-                    shard.shard
-                ));
+            for (set, when) in [
+                (&taking, "while its on_taken still ran"),
+                (&lost_final, "after on_lost"),
+            ] {
+                if set
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&shard.shard)
+                {
+                    rec_final.violate(format!(
+                        "{owner_final}: final hook of {} ({why:?}) began {when}",
+                        shard.shard
+                    ));
+                }
             }
             let (rec, owner, table) = (rec_final.clone(), owner_final.clone(), table.clone());
             let wait = delay(&shard.shard, 2);

@@ -305,6 +305,42 @@ pub fn assert_exactly_once_in_key_order(log: &Log, n: usize) {
     assert_eq!(all, (0..n).collect::<Vec<_>>(), "every record exactly once");
 }
 
+/// A handler that logs each delivery as `(owner, shard, key, payload)` into `log`.
+pub fn logging_handler(
+    log: &Log,
+    owner: &str,
+) -> impl Fn(kinesis_broker::Delivery) -> std::future::Ready<Result<(), std::io::Error>>
+       + Send
+       + Sync
+       + 'static {
+    let (log, owner) = (log.clone(), owner.to_owned());
+    move |d: kinesis_broker::Delivery| {
+        log.lock().expect("log").push((
+            owner.clone(),
+            d.shard().to_owned(),
+            d.partition_key().to_owned(),
+            String::from_utf8_lossy(d.payload()).into_owned(),
+        ));
+        std::future::ready(Ok(()))
+    }
+}
+
+/// One delivered record: `(shard, payload)`.
+pub type Delivered = (String, String);
+
+/// What `log` delivered, as `(shard, payload)` in delivery order, and the same set without
+/// repeats.
+pub fn delivered_pairs(log: &Log) -> (Vec<Delivered>, std::collections::BTreeSet<Delivered>) {
+    let delivered: Vec<Delivered> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|(_, shard, _, payload)| (shard.clone(), payload.clone()))
+        .collect();
+    let distinct = delivered.iter().cloned().collect();
+    (delivered, distinct)
+}
+
 /// A broker reading `stream` with `workers` lanes by key into `log`, polling every 200 ms.
 pub fn logging_broker(
     config: &SdkConfig,
@@ -335,7 +371,6 @@ pub fn logging_broker_with(
         .shard_sync_interval(std::time::Duration::from_secs(2))
         .build()
         .expect("broker");
-    let (l, o) = (log.clone(), owner.to_owned());
     let subscription = broker.subscribe(stream);
     let subscription = match fan_out {
         Some(consumer) => subscription.fan_out(consumer),
@@ -345,18 +380,7 @@ pub fn logging_broker_with(
         .start_at(start_at)
         .workers(4)
         .by_key()
-        .handle(move |d: kinesis_broker::Delivery| {
-            let (l, o) = (l.clone(), o.clone());
-            async move {
-                l.lock().expect("log").push((
-                    o,
-                    d.shard().to_owned(),
-                    d.partition_key().to_owned(),
-                    String::from_utf8_lossy(d.payload()).into_owned(),
-                ));
-                Ok::<(), std::io::Error>(())
-            }
-        })
+        .handle(logging_handler(log, owner))
         .expect("subscribe");
     broker
 }
