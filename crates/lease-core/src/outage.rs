@@ -1,11 +1,13 @@
-//! [`Outage`]: a lease store decorator that fails every call while it is switched off, for
-//! tests that stage lost leases (feature `testkit`).
+//! [`Outage`]: a lease store decorator that fails every call while it is switched off, and
+//! answers late while it is slowed, for tests that stage lost leases and benchmarks that model
+//! a table's latency (feature `testkit`).
 //!
 //! A store that answers instantly and never fails hides every lease-loss path; an outage
 //! longer than `lease - renew` makes a broker lose its leases exactly as a real table outage
-//! would, with nothing written meanwhile.
+//! would, with nothing written meanwhile. A store that answers instantly also hides what a
+//! round trip costs the paths that wait on it (a take before its reader starts).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,12 +38,14 @@ use crate::{
 pub struct Outage {
     inner: Arc<dyn LeaseStore>,
     down: Arc<AtomicBool>,
+    latency_us: Arc<AtomicU64>,
 }
 
-/// Switches an [`Outage`] on and off; clones switch the same store.
+/// Switches an [`Outage`] on and off, and sets its latency; clones switch the same store.
 #[derive(Debug, Clone)]
 pub struct OutageSwitch {
     down: Arc<AtomicBool>,
+    latency_us: Arc<AtomicU64>,
 }
 
 impl OutageSwitch {
@@ -54,19 +58,35 @@ impl OutageSwitch {
     pub fn restore(&self) {
         self.down.store(false, Ordering::SeqCst);
     }
+
+    /// From now on, every call waits `latency` (on tokio's clock) before it reaches the store
+    /// (or fails, during an outage): a table's round trip. `Duration::ZERO` answers at once.
+    pub fn slow(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_us.store(micros, Ordering::SeqCst);
+    }
 }
 
 impl Outage {
     /// `inner` behind a switch, on (answering) to begin with.
     pub fn wrap(inner: Arc<dyn LeaseStore>) -> (Self, OutageSwitch) {
         let down = Arc::new(AtomicBool::new(false));
+        let latency_us = Arc::new(AtomicU64::new(0));
         (
             Self {
                 inner,
                 down: down.clone(),
+                latency_us: latency_us.clone(),
             },
-            OutageSwitch { down },
+            OutageSwitch { down, latency_us },
         )
+    }
+
+    async fn answer_late(&self) {
+        let micros = self.latency_us.load(Ordering::SeqCst);
+        if micros > 0 {
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+        }
     }
 
     fn check(&self, operation: &'static str) -> LeaseResult<()> {
@@ -84,6 +104,7 @@ impl Outage {
 macro_rules! forward {
     ($self:ident, $op:literal, $call:expr) => {
         Box::pin(async move {
+            $self.answer_late().await;
             $self.check($op)?;
             $call.await
         })

@@ -31,6 +31,7 @@ impl KinesisApi for MemoryStream {
         stream: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Shard>, ReaderError>> {
         Box::pin(async move {
+            self.answer_late(Op::ListShards).await;
             self.enter(&mut self.state(), Op::ListShards, stream)?;
             self.shards(stream)
         })
@@ -43,6 +44,7 @@ impl KinesisApi for MemoryStream {
         position: &'a StartAt,
     ) -> BoxFuture<'a, Result<String, ReaderError>> {
         Box::pin(async move {
+            self.answer_late(Op::ShardIterator).await;
             let mut state = self.state();
             self.enter(&mut state, Op::ShardIterator, &format!("{stream}/{shard}"))?;
             let s = state
@@ -67,6 +69,7 @@ impl KinesisApi for MemoryStream {
         limit: usize,
     ) -> BoxFuture<'a, Result<RecordsPage, ReaderError>> {
         Box::pin(async move {
+            self.answer_late(Op::GetRecords).await;
             let mut state = self.state();
             let resource = format!("{stream}/{shard}");
             self.enter(&mut state, Op::GetRecords, &resource)?;
@@ -166,6 +169,7 @@ impl KinesisApi for MemoryStream {
                     "at most 5 MiB of data and partition keys",
                 ));
             }
+            self.answer_late(Op::PutRecords).await;
             let mut state = self.state();
             self.enter(&mut state, Op::PutRecords, stream)?;
             if !state.streams.contains_key(stream) {
@@ -192,7 +196,10 @@ impl KinesisApi for MemoryStream {
         stream: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
-        Box::pin(async move { self.register_consumer_now(stream, name) })
+        Box::pin(async move {
+            self.answer_late(Op::Consumers).await;
+            self.register_consumer_now(stream, name)
+        })
     }
 
     fn describe_consumer<'a>(
@@ -200,7 +207,10 @@ impl KinesisApi for MemoryStream {
         stream: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<StreamConsumer, ReaderError>> {
-        Box::pin(async move { self.describe_consumer_now(stream, name) })
+        Box::pin(async move {
+            self.answer_late(Op::Consumers).await;
+            self.describe_consumer_now(stream, name)
+        })
     }
 
     fn deregister_consumer<'a>(
@@ -218,6 +228,9 @@ impl KinesisApi for MemoryStream {
         shard: &'a str,
         position: &'a StartAt,
     ) -> BoxFuture<'a, Result<Box<dyn ShardSubscription>, ReaderError>> {
-        Box::pin(async move { self.subscribe_now(stream, consumer_arn, shard, position) })
+        Box::pin(async move {
+            self.answer_late(Op::SubscribeToShard).await;
+            self.subscribe_now(stream, consumer_arn, shard, position)
+        })
     }
 }

@@ -1,5 +1,7 @@
 //! Fault injection into a `MemoryStream`: throttle or fail the next calls of an operation,
-//! expire every iterator, and count calls.
+//! answer an operation late (a latency model), expire every iterator, and count calls.
+
+use std::time::Duration;
 
 use kinesis_stream_core::ReaderError;
 
@@ -18,7 +20,45 @@ impl MemoryStream {
         *self.state().fail.entry(op).or_default() += n;
     }
 
-    /// Drops every pending injected fault (throttles and failures not yet consumed).
+    /// Makes every later call of `op` take `latency` before Kinesis acts on it (tokio time: a
+    /// paused clock runs through it at once), as a network round trip and the service's own
+    /// work would; `Duration::ZERO` answers at once again. A call waits outside the stream's
+    /// lock, so slow calls of one reader do not hold up another's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use kinesis_stream_memory::{MemoryStream, Op};
+    ///
+    /// let kinesis = MemoryStream::new();
+    /// kinesis.set_latency(Op::GetRecords, Duration::from_millis(30));
+    /// assert_eq!(kinesis.latency(Op::GetRecords), Duration::from_millis(30));
+    /// ```
+    pub fn set_latency(&self, op: Op, latency: Duration) {
+        let mut state = self.state();
+        if latency.is_zero() {
+            state.latency.remove(&op);
+        } else {
+            state.latency.insert(op, latency);
+        }
+    }
+
+    /// The latency [`set_latency`](Self::set_latency) gave `op` (zero by default).
+    pub fn latency(&self, op: Op) -> Duration {
+        self.state().latency.get(&op).copied().unwrap_or_default()
+    }
+
+    /// Waits out `op`'s latency, if it has one.
+    pub(crate) async fn answer_late(&self, op: Op) {
+        let latency = self.latency(op);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+    }
+
+    /// Drops every pending injected fault (throttles and failures not yet consumed; latencies
+    /// stay).
     pub fn clear_faults(&self) {
         let mut state = self.state();
         state.throttle.clear();

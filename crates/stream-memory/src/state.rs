@@ -161,6 +161,7 @@ pub(crate) struct State {
     pub(crate) streams: BTreeMap<String, StreamState>,
     pub(crate) throttle: BTreeMap<Op, u32>,
     pub(crate) fail: BTreeMap<Op, u32>,
+    pub(crate) latency: BTreeMap<Op, std::time::Duration>,
     pub(crate) calls: BTreeMap<Op, u64>,
     pub(crate) iterator_generation: u64,
     pub(crate) fan_out: FanOutState,
