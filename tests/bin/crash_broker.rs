@@ -1,6 +1,8 @@
 //! A broker process for the multi-process crash test: reads STREAM with a DynamoDB lease
-//! table, appends every handled record to OUTFILE as `shard<TAB>sequence<TAB>key<TAB>payload`,
-//! and runs until SIGTERM (graceful) or SIGKILL.
+//! table, appends every handled record to OUTFILE as
+//! `shard<TAB>sequence<TAB>key<TAB>unix-ms<TAB>payload` (the time its handler began on it), and
+//! runs until SIGTERM (graceful) or SIGKILL. The broker's logs (`info`, or `RUST_LOG`) go to
+//! stderr without colours.
 //!
 //! Usage: `crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE [FAN_OUT_CONSUMER]`; endpoints
 //! from the environment. With a consumer name, shards are read by enhanced fan-out.
@@ -21,6 +23,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::process::exit(2);
         }
     };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,aws=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let config = kinesis_integ::sdk_config_for(account).await;
     let file = Arc::new(Mutex::new(std::fs::File::create(outfile)?));
     let mut broker = Broker::builder()
@@ -41,8 +51,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .handle(move |d: Delivery| {
             let file = file.clone();
             async move {
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis();
                 let line = format!(
-                    "{}\t{}\t{}\t{}\n",
+                    "{}\t{}\t{}\t{at}\t{}\n",
                     d.shard(),
                     d.sequence(),
                     d.partition_key(),

@@ -1,7 +1,7 @@
 //! Figure 10: how soon a shard is processed again after it changes hands. Three brokers share
 //! 16 shards of a `MemoryStream` with a latency model (Kinesis calls and the lease table answer
 //! after a round trip), a writer puts about 190 records a second over them, and handlers take
-//! 2 ms a record. Then one broker crashes (dropped, no shutdown) and, once the others hold
+//! 5 ms a record (`TAKEOVER_HANDLER_MS`). Then one broker crashes (dropped, no shutdown) and, once the others hold
 //! everything again, another shuts down gracefully. For every shard that moved, per mode
 //! (serial, `workers(4)`, `workers(4).by_key()`, fan-out):
 //!
@@ -31,8 +31,16 @@ const SHARDS: u32 = 16;
 const BROKERS: usize = 3;
 /// Records a second over the stream.
 const RATE: u64 = 190;
-/// What a handler spends on one record.
-const HANDLER: Duration = Duration::from_millis(2);
+/// What a handler spends on one record, in ms (`TAKEOVER_HANDLER_MS` to change it).
+const HANDLER_MS: u64 = 5;
+
+fn handler_cost() -> Duration {
+    let ms = std::env::var("TAKEOVER_HANDLER_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(HANDLER_MS);
+    Duration::from_millis(ms)
+}
 
 /// The latency model: what each Kinesis call and each lease-table call takes.
 const LATENCY: &[(Op, u64)] = &[
@@ -124,6 +132,7 @@ fn broker(
         Mode::FanOut => sub.fan_out("takeover-bench"),
     };
     let handled = handled.clone();
+    let cost = handler_cost();
     sub.handle(move |d: Delivery| {
         let handled = handled.clone();
         async move {
@@ -133,7 +142,7 @@ fn broker(
                 .first
                 .entry((i, d.shard().to_owned()))
                 .or_insert_with(Instant::now);
-            tokio::time::sleep(HANDLER).await;
+            tokio::time::sleep(cost).await;
             Ok::<(), std::io::Error>(())
         }
     })

@@ -11,31 +11,33 @@
 //!
 //! Nothing stands between the readers and the handlers' loops:
 //!
-//! - For unordered workers ([`channel_for`] with [`Workers::Unordered`]) the channel is
-//!   multi-consumer (`async-channel`): each worker takes the next delivery from it itself, so
-//!   none waits behind a busy one.
+//! - For unordered workers ([`channel_for`] with [`Workers::Unordered`]) every worker takes
+//!   the next delivery from the one lane itself, so none waits behind a busy one.
 //! - For lanes by key ([`channel_for`] with [`Workers::ByKey`]) the channel is made of n
 //!   lanes: each feed sends a record straight into the lane of its partition key
 //!   ([`lane_of`]), and each lane's loop takes from its own. A slow key then holds back only
 //!   the readers whose next record is for its lane, and memory is bounded by n lanes of
 //!   `lane_capacity`.
-//! - Otherwise (serial, a [`DeliveryStream`](crate::DeliveryStream)) it is one tokio mpsc
-//!   channel, whose single receiver is the cheapest.
+//! - Otherwise (serial, a [`DeliveryStream`](crate::DeliveryStream)) one loop takes from the
+//!   one lane.
 //!
-//! # Places are handed out in turn
+//! # Shards take turns
 //!
-//! Every kind of lane hands a freed place to the reader that has waited longest (tokio's mpsc
-//! and semaphore are fair). Without that, a reader that just sent could take the freed place
-//! again and again, and a shard could starve behind the others
-//! (`readers_waiting_for_room_take_turns` saw two of four shards get nothing). A record is
-//! numbered only once it has a place, so a send cancelled while it waits leaves nothing
-//! behind.
+//! A lane hands its records out by shard in turn, not first in, first out (see `fair_lane`):
+//! a shard just taken over, whose first record arrives behind another shard's backlog, waits
+//! one record of each busy shard, not the lane's whole capacity. Each shard's records keep
+//! their order. Places are handed out in turn too: a freed place goes to the reader that has
+//! waited longest. Without that, a reader that just sent could take the freed place again and
+//! again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
+//! saw two of four shards get nothing). A record is numbered only once it has a place, so a
+//! send cancelled while it waits leaves nothing behind.
 
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::sync::{mpsc, watch, Semaphore, TryAcquireError};
+use tokio::sync::watch;
 
+use crate::fair_lane::{fair_lane, LaneRx, LaneTx};
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
 
 /// The default capacity of a subscription's channel.
@@ -61,13 +63,13 @@ pub const DEFAULT_CAPACITY: usize = 64;
 /// # }).unwrap();
 /// ```
 pub fn channel(capacity: usize) -> (DeliverySender, DeliveryReceiver) {
-    build((0..1).map(|_| one_lane(capacity)))
+    build((0..1).map(|_| fair_lane(capacity)))
 }
 
 /// Creates the channel a [`Dispatcher`](crate::Dispatcher) with `config` takes from
 /// directly: for [`Workers::ByKey`]`(n)`, n lanes of `config.lane_capacity` each, fed by
-/// partition key; for [`Workers::Unordered`], one channel of `capacity` deliveries that the
-/// workers take from side by side; otherwise one channel of `capacity` deliveries.
+/// partition key; otherwise one lane of `capacity` deliveries (which unordered workers take
+/// from side by side).
 ///
 /// # Examples
 ///
@@ -81,40 +83,14 @@ pub fn channel(capacity: usize) -> (DeliverySender, DeliveryReceiver) {
 /// ```
 pub fn channel_for(capacity: usize, config: &DispatchConfig) -> (DeliverySender, DeliveryReceiver) {
     match config.workers {
-        Workers::ByKey(n) if n > 0 => build((0..n).map(|_| one_lane(config.lane_capacity))),
-        Workers::Unordered(_) => {
-            let (tx, rx) = async_channel::unbounded();
-            let room = Arc::new(Semaphore::new(capacity.clamp(1, Semaphore::MAX_PERMITS)));
-            build(std::iter::once((
-                LaneTx::Shared {
-                    tx,
-                    room: room.clone(),
-                },
-                LaneRx::Shared {
-                    rx: Box::pin(rx),
-                    room,
-                },
-            )))
-        }
+        Workers::ByKey(n) if n > 0 => build((0..n).map(|_| fair_lane(config.lane_capacity))),
         _ => channel(capacity),
     }
-}
-
-fn one_lane(capacity: usize) -> (LaneTx, LaneRx) {
-    let (tx, rx) = mpsc::channel(capacity.clamp(1, Semaphore::MAX_PERMITS));
-    (LaneTx::One(tx), LaneRx::One(rx))
 }
 
 fn build(lanes: impl Iterator<Item = (LaneTx, LaneRx)>) -> (DeliverySender, DeliveryReceiver) {
     let (senders, receivers): (Vec<_>, Vec<_>) = lanes.unzip();
     let (open, watch) = watch::channel(true);
-    let rooms = receivers
-        .iter()
-        .filter_map(|l| match l {
-            LaneRx::Shared { room, .. } => Some(room.clone()),
-            LaneRx::One(_) => None,
-        })
-        .collect();
     (
         DeliverySender {
             lanes: senders.into(),
@@ -122,27 +98,22 @@ fn build(lanes: impl Iterator<Item = (LaneTx, LaneRx)>) -> (DeliverySender, Deli
         },
         DeliveryReceiver {
             lanes: receivers,
-            open: Arc::new(Open { open, rooms }),
+            open: Arc::new(Open { open }),
             next: 0,
         },
     )
 }
 
 /// Held by every share of the receiving side. Dropped with the last one, or closed by
-/// [`DeliveryReceiver::close`], it tells senders waiting in [`DeliverySender::closed`] and
-/// fails those waiting for a place in a shared lane (a tokio lane fails them by itself once
-/// its receiver is closed or gone).
+/// [`DeliveryReceiver::close`], it tells senders waiting in [`DeliverySender::closed`] (each
+/// lane fails the senders waiting for a place by itself once closed or without receivers).
 #[derive(Debug)]
 struct Open {
     open: watch::Sender<bool>,
-    rooms: Vec<Arc<Semaphore>>,
 }
 
 impl Open {
     fn close(&self) {
-        for room in &self.rooms {
-            room.close();
-        }
         self.open.send_replace(false);
     }
 }
@@ -150,75 +121,6 @@ impl Open {
 impl Drop for Open {
     fn drop(&mut self) {
         self.close();
-    }
-}
-
-/// A lane's sending side.
-#[derive(Debug)]
-enum LaneTx {
-    /// A tokio mpsc channel: one receiver.
-    One(mpsc::Sender<Numbered>),
-    /// A multi-consumer queue, unbounded, whose places are the permits of `room`.
-    Shared {
-        tx: async_channel::Sender<Numbered>,
-        room: Arc<Semaphore>,
-    },
-}
-
-/// A lane's receiving side. A shared receiver is pinned once (it keeps its wait registration
-/// in place) so that it can move.
-#[derive(Debug)]
-enum LaneRx {
-    One(mpsc::Receiver<Numbered>),
-    Shared {
-        rx: std::pin::Pin<Box<async_channel::Receiver<Numbered>>>,
-        room: Arc<Semaphore>,
-    },
-}
-
-impl LaneRx {
-    fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Numbered>> {
-        use futures_util::Stream;
-        match self {
-            LaneRx::One(rx) => rx.poll_recv(cx),
-            LaneRx::Shared { rx, room } => rx.as_mut().poll_next(cx).map(|r| {
-                // The record's place is free again.
-                room.add_permits(usize::from(r.is_some()));
-                r
-            }),
-        }
-    }
-
-    async fn recv(&mut self) -> Option<Numbered> {
-        match self {
-            LaneRx::One(rx) => rx.recv().await,
-            LaneRx::Shared { rx, room } => {
-                let r = rx.recv().await.ok();
-                room.add_permits(usize::from(r.is_some()));
-                r
-            }
-        }
-    }
-
-    fn try_recv(&mut self) -> Option<Numbered> {
-        match self {
-            LaneRx::One(rx) => rx.try_recv().ok(),
-            LaneRx::Shared { rx, room } => {
-                let r = rx.try_recv().ok();
-                room.add_permits(usize::from(r.is_some()));
-                r
-            }
-        }
-    }
-
-    fn close(&mut self) {
-        match self {
-            LaneRx::One(rx) => rx.close(),
-            LaneRx::Shared { rx, room } => {
-                rx.close();
-                room.close();
-            }
-        }
     }
 }
 
@@ -234,6 +136,25 @@ pub(crate) struct Numbered {
 }
 
 impl Numbered {
+    pub(crate) fn new(record: Record, settlement: Arc<ShardSettlement>, ordinal: u64) -> Self {
+        Self {
+            record,
+            settlement,
+            ordinal,
+        }
+    }
+
+    /// Which shard holding it belongs to (its settlement's address), for taking turns.
+    pub(crate) fn shard_id(&self) -> usize {
+        Arc::as_ptr(&self.settlement) as usize
+    }
+
+    /// Its payload as text (tests).
+    #[cfg(test)]
+    pub(crate) fn payload_text(&self) -> String {
+        String::from_utf8_lossy(&self.record.payload).into_owned()
+    }
+
     /// The delivery around the record (an allocation: make it on the handler's thread).
     pub(crate) fn into_delivery(self) -> Delivery {
         Delivery::new(self.record, self.settlement, self.ordinal)
@@ -348,25 +269,13 @@ impl DeliveryReceiver {
         self.lanes.len()
     }
 
-    /// Another receiver of the same channel, if it is multi-consumer (made by [`channel_for`]
-    /// for unordered workers): each delivery goes to one of them.
-    pub(crate) fn share(&self) -> Option<Self> {
-        let lanes = self
-            .lanes
-            .iter()
-            .map(|lane| match lane {
-                LaneRx::Shared { rx, room } => Some(LaneRx::Shared {
-                    rx: Box::pin(async_channel::Receiver::clone(rx)),
-                    room: room.clone(),
-                }),
-                LaneRx::One(_) => None,
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some(Self {
-            lanes,
+    /// Another receiver of the same channel: each delivery goes to one of them.
+    pub(crate) fn share(&self) -> Self {
+        Self {
+            lanes: self.lanes.iter().map(LaneRx::share).collect(),
             open: self.open.clone(),
             next: 0,
-        })
+        }
     }
 
     /// One receiver per lane (each lane's loop takes from its own).
@@ -442,46 +351,16 @@ impl ShardFeed {
         };
         // A place first, so a record is numbered only once it has one (a send cancelled while
         // it waits leaves nothing behind).
-        match lane {
-            LaneTx::One(tx) => {
-                let place = tx.reserve().await.map_err(|_| closed())?;
-                let ordinal = self
-                    .settlement
-                    .register_with(record.sequence.clone(), record.arrival);
-                place.send(Numbered {
-                    record,
-                    settlement: self.settlement.clone(),
-                    ordinal,
-                });
-                Ok(())
-            }
-            LaneTx::Shared { tx, room } => {
-                // The receiver gives the place back when it takes the record.
-                match room.try_acquire() {
-                    Ok(place) => place.forget(),
-                    Err(TryAcquireError::NoPermits) => match room.acquire().await {
-                        Ok(place) => place.forget(),
-                        Err(_) => return Err(closed()),
-                    },
-                    Err(TryAcquireError::Closed) => return Err(closed()),
-                }
-                let ordinal = self
-                    .settlement
-                    .register_with(record.sequence.clone(), record.arrival);
-                let numbered = Numbered {
-                    record,
-                    settlement: self.settlement.clone(),
-                    ordinal,
-                };
-                // The queue itself is unbounded (the places bound it): this fails only once
-                // closed.
-                if tx.try_send(numbered).is_err() {
-                    self.settlement.unregister(ordinal);
-                    return Err(closed());
-                }
-                Ok(())
-            }
-        }
+        let settlement = &self.settlement;
+        lane.send_with(
+            || {
+                let ordinal = settlement.register_with(record.sequence.clone(), record.arrival);
+                Numbered::new(record, settlement.clone(), ordinal)
+            },
+            |numbered| settlement.unregister(numbered.ordinal),
+        )
+        .await
+        .map_err(|_| closed())
     }
 
     /// The shard's settlement.

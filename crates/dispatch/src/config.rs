@@ -8,7 +8,7 @@ use crate::RetryPolicy;
 /// How many handlers run at once, and in what order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Workers {
-    /// One at a time, in arrival order.
+    /// One at a time, each shard in order (shards take turns).
     #[default]
     Serial,
     /// Up to n at once, unordered.

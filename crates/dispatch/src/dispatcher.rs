@@ -1,6 +1,7 @@
 //! `Dispatcher`: the loops that take deliveries from the channel and run the handler.
 //!
-//! - [`Workers::Serial`]: one loop, one unit (record or batch) at a time, in arrival order.
+//! - [`Workers::Serial`]: one loop, one unit (record or batch) at a time, each shard in order
+//!   (shards take turns, see `fair_lane`).
 //! - [`Workers::Unordered`]`(n)`: n loops each take the next delivery from the shared channel
 //!   themselves, so up to n run at once, in no particular order, and none waits behind a busy
 //!   loop. For batch handlers a router fills one loop's queue (a batch's worth) at a time, so
@@ -118,13 +119,10 @@ impl Dispatcher {
             }
             // One delivery at a time in no order: each worker takes the next delivery from the
             // shared channel itself (no router hop, nothing queued behind a busy worker).
-            Workers::Unordered(n)
-                if ctx.handler.batch_size() <= 1 && receiver.share().is_some() =>
-            {
+            Workers::Unordered(n) if ctx.handler.batch_size() <= 1 => {
                 for _ in 0..n {
-                    if let Some(share) = receiver.share() {
-                        tasks.spawn(worker(Source::Own(share), ctx.clone(), Hold::Nothing));
-                    }
+                    let share = receiver.share();
+                    tasks.spawn(worker(Source::Own(share), ctx.clone(), Hold::Nothing));
                 }
             }
             // Lanes by key fed straight by the readers: each lane's loop takes from its own.

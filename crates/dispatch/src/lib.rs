@@ -23,6 +23,7 @@ mod ctx;
 mod delivery;
 mod dispatcher;
 mod error;
+mod fair_lane;
 mod handler;
 mod lane;
 mod metrics;

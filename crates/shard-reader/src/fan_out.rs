@@ -63,7 +63,7 @@ impl Reader {
             skip,
             ..
         } = plan;
-        let mut at = Delivered::new(start, reopen, skip);
+        let mut at = Delivered::new(start, reopen, skip, self.taken_at);
         let kinesis = self.context.kinesis.clone();
         let stream = self.context.config.stream.clone();
         let shard = self.shard.clone();
@@ -89,7 +89,10 @@ impl Reader {
                 .await;
             let mut subscription = match subscribed {
                 Err(Stop::Stopped) => return,
-                Ok(Ok(subscription)) => subscription,
+                Ok(Ok(subscription)) => {
+                    at.first.opened();
+                    subscription
+                }
                 Ok(Err(error)) => match self
                     .subscription_failed(error, &mut arn, &mut backoff, at.last_delivered.clone())
                     .await
@@ -128,6 +131,7 @@ impl Reader {
                     self.millis_behind.store(behind, Ordering::Relaxed);
                     self.metrics.behind(behind);
                 }
+                at.first.page(event.records.len());
                 if self.deliver(event.records, &mut at).await.is_err() {
                     return;
                 }

@@ -24,6 +24,7 @@ mod consumer_arn;
 pub mod control;
 mod deaggregation;
 mod fan_out;
+mod first_read;
 mod metrics;
 mod read_context;
 mod reader;

@@ -32,6 +32,7 @@ use kinesis_stream_core::{ReaderError, StartAt};
 
 use crate::control::{left_running, KeeperCmd, Phase, Signal};
 use crate::deaggregation::{expand_into, KplCounters};
+use crate::first_read::FirstRead;
 use crate::metrics::ShardMetrics;
 use crate::read_context::ReadContext;
 use crate::start::StartPlan;
@@ -64,6 +65,9 @@ pub struct Reader {
     pub metrics: ShardMetrics,
     /// The position Kinesis refuses to read the shard at, while it does (see `refusal`).
     pub refusal: Arc<crate::Refusal>,
+    /// When the take (or hand-over) that gave this holding landed: the first read is timed
+    /// from it (see `first_read`).
+    pub taken_at: Instant,
 }
 
 pub(crate) enum Stop {
@@ -86,10 +90,17 @@ pub(crate) struct Delivered {
     pub(crate) last_delivered: Option<SequenceNumber>,
     /// One record's sub-records (or the record itself), reused from record to record.
     records: Vec<kinesis_dispatch::Record>,
+    /// The holding's way to its first queued record.
+    pub(crate) first: FirstRead,
 }
 
 impl Delivered {
-    pub(crate) fn new(start: StartAt, reopen: StartAt, skip: Option<SequenceNumber>) -> Self {
+    pub(crate) fn new(
+        start: StartAt,
+        reopen: StartAt,
+        skip: Option<SequenceNumber>,
+        taken: Instant,
+    ) -> Self {
         Self {
             start,
             reopen,
@@ -97,6 +108,7 @@ impl Delivered {
             skip_upto: skip,
             last_delivered: None,
             records: Vec::new(),
+            first: FirstRead::since(taken),
         }
     }
 
@@ -155,7 +167,7 @@ impl Reader {
             skip,
             ..
         } = plan;
-        let mut at = Delivered::new(start, reopen, skip);
+        let mut at = Delivered::new(start, reopen, skip, self.taken_at);
         let config = self.context.config.clone();
         let kinesis = self.context.kinesis.clone();
         let (stream, shard) = (config.stream.as_str(), self.shard.clone());
@@ -174,7 +186,10 @@ impl Reader {
                         .await
                     {
                         Err(Stop::Stopped) => return,
-                        Ok(Ok(it)) => it,
+                        Ok(Ok(it)) => {
+                            at.first.opened();
+                            it
+                        }
                         Ok(Err(error)) => {
                             let last = at.last_delivered.clone();
                             if self.failed(error, &mut backoff, last).await.is_err() {
@@ -223,6 +238,7 @@ impl Reader {
                 self.metrics.behind(behind);
             }
             let empty = page.records.is_empty();
+            at.first.page(page.records.len());
             if self.deliver(page.records, &mut at).await.is_err() {
                 return;
             }
@@ -262,7 +278,10 @@ impl Reader {
                 let sequence = record.sequence.clone();
                 let feed = self.feed.clone();
                 match self.or_stop(feed.send(record)).await {
-                    Ok(Ok(())) => at.last_delivered = Some(sequence),
+                    Ok(Ok(())) => {
+                        at.last_delivered = Some(sequence);
+                        at.first.queued();
+                    }
                     // Revoked or closed: nothing more can be delivered.
                     Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
                 }

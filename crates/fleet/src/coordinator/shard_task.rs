@@ -72,6 +72,7 @@ impl State {
             kpl,
             metrics: kinesis_shard_reader::ShardMetrics::new(&config.stream, &shard),
             refusal,
+            taken_at: Instant::now(),
         };
         let span = tracing::info_span!("shard_reader", stream = %config.stream, shard = %shard, owner = %config.owner);
         if plan.marker.is_some() {

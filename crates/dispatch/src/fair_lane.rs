@@ -1,0 +1,456 @@
+//! `FairLane`: one lane of a subscription's channel, a bounded queue that hands its records
+//! out by shard in turn.
+//!
+//! # Why not first in, first out
+//!
+//! Every reader of a subscription sends into the same lane. In a plain FIFO queue a shard
+//! that arrives with a backlog (a shard just taken over from a crashed instance, whose records
+//! piled up while nobody read them) fills every place, and the next shard taken waits behind
+//! all of them: in the serial loop, the lane's whole capacity times the handler's time per
+//! record (64 x 15 ms, a second, before a taken shard's first record was handled, in the
+//! `takeover` benchmark). Here each record gets a turn when it is queued, one past its shard's
+//! last turn and never before the turn being handed out now (virtual-time fair queueing), and
+//! the lowest turn goes out first, ties in arrival order. A shard's records keep their order,
+//! so each key's order holds too; a shard that starts sending waits at most one record of
+//! every other busy shard.
+//!
+//! # Places
+//!
+//! The lane holds at most its capacity: a sender first takes a place from a fair semaphore
+//! (readers waiting for room get one in the order they began to wait, so none starves), and
+//! the receiver gives it back when it takes the record. Closing the lane (the receiver closes
+//! or the last receiver goes) fails every sender, waiting or not; what is queued can still be
+//! received. Once every sender is gone and the queue is empty, receivers get `None`.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{self, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use tokio::sync::{Semaphore, TryAcquireError};
+
+use crate::channel::Numbered;
+
+/// The lane is closed: nothing more can be sent.
+#[derive(Debug)]
+pub(crate) struct LaneClosed;
+
+/// The state every end of one lane shares.
+#[derive(Debug)]
+struct FairLane {
+    queue: Mutex<Queue>,
+    /// The lane's free places.
+    room: Semaphore,
+    /// Receivers of the lane still alive; the lane closes when the last one goes.
+    receivers: AtomicUsize,
+    /// Numbers receivers, to keep one waker per receiver.
+    next_receiver: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Queued records, the lowest turn first.
+    heap: BinaryHeap<Turn>,
+    /// The turn of the record handed out last.
+    now: u64,
+    /// Each shard's last turn given (by its settlement), while it may be ahead of `now`.
+    last: HashMap<usize, u64>,
+    /// Arrival order, to break ties between equal turns.
+    arrivals: u64,
+    /// No more sends: the receiver closed the lane, or the last receiver went.
+    closed: bool,
+    /// Every sender is gone.
+    orphaned: bool,
+    /// Receivers waiting for a record, by receiver number.
+    waiting: Vec<(u64, Waker)>,
+}
+
+/// A queued record with its turn.
+#[derive(Debug)]
+struct Turn {
+    turn: u64,
+    arrival: u64,
+    record: Numbered,
+}
+
+impl Turn {
+    fn key(&self) -> (u64, u64) {
+        (self.turn, self.arrival)
+    }
+}
+
+impl PartialEq for Turn {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Turn {}
+
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Turn {
+    /// Reversed: `BinaryHeap` is a max-heap, and the lowest (turn, arrival) goes first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.key().cmp(&self.key())
+    }
+}
+
+impl Queue {
+    fn push(&mut self, shard: usize, record: Numbered) {
+        let last = self.last.get(&shard).copied().unwrap_or(0);
+        let turn = last.max(self.now) + 1;
+        self.last.insert(shard, turn);
+        self.arrivals += 1;
+        self.heap.push(Turn {
+            turn,
+            arrival: self.arrivals,
+            record,
+        });
+    }
+
+    fn pop(&mut self) -> Option<Numbered> {
+        let next = self.heap.pop()?;
+        self.now = next.turn;
+        // A shard whose last turn is not ahead of `now` is as good as new: forget it, so the
+        // map stays as small as the shards with records queued (checked when it has grown).
+        if self.last.len() > 2 * self.heap.len() + 16 {
+            let now = self.now;
+            self.last.retain(|_, last| *last > now);
+        }
+        Some(next.record)
+    }
+
+    fn wake_all(&mut self) {
+        for (_, waker) in self.waiting.drain(..) {
+            waker.wake();
+        }
+    }
+}
+
+impl FairLane {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn close(&self) {
+        self.room.close();
+        let mut queue = self.queue();
+        queue.closed = true;
+        queue.wake_all();
+    }
+}
+
+/// Creates one lane of `capacity` places (clamped to 1 ..= the semaphore's maximum).
+pub(crate) fn fair_lane(capacity: usize) -> (LaneTx, LaneRx) {
+    let lane = Arc::new(FairLane {
+        queue: Mutex::default(),
+        room: Semaphore::new(capacity.clamp(1, Semaphore::MAX_PERMITS)),
+        receivers: AtomicUsize::new(1),
+        next_receiver: AtomicU64::new(1),
+    });
+    (
+        LaneTx { lane: lane.clone() },
+        LaneRx {
+            lane,
+            id: 0,
+            closed: false,
+        },
+    )
+}
+
+/// A lane's sending side (one per lane; the channel's senders share it).
+#[derive(Debug)]
+pub(crate) struct LaneTx {
+    lane: Arc<FairLane>,
+}
+
+impl LaneTx {
+    /// Waits for a place (in the order senders began to wait), then queues what `make`
+    /// returns in its shard's turn. `make` runs only once the place is had, so a send cancelled
+    /// while it waits leaves nothing behind.
+    pub(crate) async fn send_with(
+        &self,
+        make: impl FnOnce() -> Numbered,
+        unmake: impl FnOnce(Numbered),
+    ) -> Result<(), LaneClosed> {
+        match self.lane.room.try_acquire() {
+            Ok(place) => place.forget(),
+            Err(TryAcquireError::NoPermits) => match self.lane.room.acquire().await {
+                Ok(place) => place.forget(),
+                Err(_) => return Err(LaneClosed),
+            },
+            Err(TryAcquireError::Closed) => return Err(LaneClosed),
+        }
+        let record = make();
+        let shard = record.shard_id();
+        let mut queue = self.lane.queue();
+        if queue.closed {
+            drop(queue);
+            unmake(record);
+            return Err(LaneClosed);
+        }
+        queue.push(shard, record);
+        queue.wake_all();
+        Ok(())
+    }
+}
+
+impl Drop for LaneTx {
+    fn drop(&mut self) {
+        let mut queue = self.lane.queue();
+        queue.orphaned = true;
+        queue.wake_all();
+    }
+}
+
+/// A lane's receiving side; [`share`](Self::share) makes another receiver of the same lane.
+#[derive(Debug)]
+pub(crate) struct LaneRx {
+    lane: Arc<FairLane>,
+    id: u64,
+    /// This receiver closed the lane already.
+    closed: bool,
+}
+
+impl LaneRx {
+    /// Another receiver of the same lane: each record goes to one of them.
+    pub(crate) fn share(&self) -> Self {
+        self.lane.receivers.fetch_add(1, atomic::Ordering::SeqCst);
+        Self {
+            lane: self.lane.clone(),
+            id: self
+                .lane
+                .next_receiver
+                .fetch_add(1, atomic::Ordering::Relaxed),
+            closed: false,
+        }
+    }
+
+    /// The next record in turn; `None` once the lane is closed or every sender gone, and
+    /// nothing is queued.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Numbered>> {
+        let mut queue = self.lane.queue();
+        if let Some(record) = queue.pop() {
+            drop(queue);
+            // The record's place is free again.
+            self.lane.room.add_permits(1);
+            return Poll::Ready(Some(record));
+        }
+        if queue.closed || queue.orphaned {
+            return Poll::Ready(None);
+        }
+        let waker = cx.waker();
+        match queue.waiting.iter_mut().find(|(id, _)| *id == self.id) {
+            Some((_, known)) => known.clone_from(waker),
+            None => queue.waiting.push((self.id, waker.clone())),
+        }
+        Poll::Pending
+    }
+
+    /// The next record in turn (see [`poll_next`](Self::poll_next)).
+    pub(crate) async fn recv(&mut self) -> Option<Numbered> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// A record if one is queued now.
+    pub(crate) fn try_recv(&mut self) -> Option<Numbered> {
+        let record = self.lane.queue().pop()?;
+        self.lane.room.add_permits(1);
+        Some(record)
+    }
+
+    /// Closes the lane: every sender fails from now on; what is queued can still be received.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+        self.lane.close();
+    }
+}
+
+impl Drop for LaneRx {
+    fn drop(&mut self) {
+        if self.lane.receivers.fetch_sub(1, atomic::Ordering::SeqCst) == 1 && !self.closed {
+            // The last receiver: nobody takes from the lane again, so senders must not wait.
+            self.lane.close();
+        }
+        let mut queue = self.lane.queue();
+        queue.waiting.retain(|(id, _)| *id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ShardSettlement;
+    use kinesis_lease_core::SequenceNumber;
+    use kinesis_stream_core::Record;
+
+    fn shard(name: &str) -> Arc<ShardSettlement> {
+        ShardSettlement::new("s", name)
+    }
+
+    async fn send(tx: &LaneTx, settlement: &Arc<ShardSettlement>, n: u64) {
+        let record = Record::new(
+            format!("{}-{n}", settlement.shard()),
+            "k",
+            SequenceNumber::new(format!("{n:020}"), None).unwrap(),
+        );
+        let s = settlement.clone();
+        tx.send_with(
+            move || {
+                let ordinal = s.register(record.sequence.clone());
+                Numbered::new(record, s, ordinal)
+            },
+            |_| {},
+        )
+        .await
+        .unwrap();
+    }
+
+    fn name(record: &Numbered) -> String {
+        record.payload_text()
+    }
+
+    #[tokio::test]
+    async fn a_shard_that_starts_sending_waits_one_record_of_each_busy_shard() {
+        let (tx, mut rx) = fair_lane(64);
+        let (a, b, c) = (shard("a"), shard("b"), shard("c"));
+        for n in 0..40 {
+            send(&tx, &a, n).await;
+        }
+        assert_eq!(name(&rx.recv().await.unwrap()), "a-0");
+        // B and C arrive behind 39 records of A.
+        send(&tx, &b, 0).await;
+        send(&tx, &b, 1).await;
+        send(&tx, &c, 0).await;
+        let order: Vec<String> = (0..7).map(|_| name(&rx.try_recv().unwrap())).collect();
+        assert_eq!(order, ["a-1", "b-0", "c-0", "a-2", "b-1", "a-3", "a-4"]);
+    }
+
+    #[tokio::test]
+    async fn each_shard_keeps_its_order() {
+        let (tx, mut rx) = fair_lane(1_000);
+        let shards: Vec<_> = (0..5).map(|i| shard(&format!("s{i}"))).collect();
+        // Shards join at different times, with different backlogs, while records go out.
+        let mut next = vec![0u64; shards.len()];
+        let mut seen: HashMap<String, u64> = HashMap::new();
+        for round in 0..200u64 {
+            for (i, s) in shards.iter().enumerate() {
+                if round >= i as u64 * 10 && (round + i as u64) % (i as u64 + 1) == 0 {
+                    send(&tx, s, next[i]).await;
+                    next[i] += 1;
+                }
+            }
+            if round % 3 == 0 {
+                while let Some(record) = rx.try_recv() {
+                    let text = name(&record);
+                    let (shard, n) = text.split_once('-').unwrap();
+                    let n: u64 = n.parse().unwrap();
+                    if let Some(prev) = seen.insert(shard.to_owned(), n) {
+                        assert_eq!(n, prev + 1, "{shard} out of order");
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_lane_makes_senders_wait_their_turn_and_closing_fails_them() {
+        let (tx, mut rx) = fair_lane(2);
+        let a = shard("a");
+        send(&tx, &a, 0).await;
+        send(&tx, &a, 1).await;
+        let tx = Arc::new(tx);
+        let waiting = {
+            let (tx, a) = (tx.clone(), a.clone());
+            tokio::spawn(async move { send(&tx, &a, 2).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no place: it waits");
+        assert_eq!(name(&rx.recv().await.unwrap()), "a-0");
+        waiting.await.unwrap();
+        rx.close();
+        let record = Record::new("x", "k", SequenceNumber::new("9", None).unwrap());
+        let refused = tx
+            .send_with(|| Numbered::new(record, a.clone(), 0), |_| {})
+            .await;
+        assert!(refused.is_err(), "closed: sends fail");
+        // What was queued is still received, then the end.
+        assert_eq!(name(&rx.recv().await.unwrap()), "a-1");
+        assert_eq!(name(&rx.recv().await.unwrap()), "a-2");
+        assert!(rx.recv().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn receivers_end_once_every_sender_is_gone_and_the_queue_is_empty() {
+        let (tx, mut rx) = fair_lane(4);
+        let mut other = rx.share();
+        let a = shard("a");
+        send(&tx, &a, 0).await;
+        let waiting = tokio::spawn(async move { other.recv().await.map(|r| name(&r)) });
+        assert_eq!(name(&rx.recv().await.unwrap()), "a-0");
+        drop(tx);
+        assert_eq!(waiting.await.unwrap(), None, "a waiting receiver is woken");
+        assert!(rx.recv().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_last_receiver_gone_fails_waiting_senders() {
+        let (tx, rx) = fair_lane(1);
+        let a = shard("a");
+        send(&tx, &a, 0).await;
+        let tx = Arc::new(tx);
+        let waiting = {
+            let (tx, a) = (tx.clone(), a.clone());
+            tokio::spawn(async move {
+                let record = Record::new("x", "k", SequenceNumber::new("1", None).unwrap());
+                tx.send_with(|| Numbered::new(record, a, 1), |_| {})
+                    .await
+                    .is_err()
+            })
+        };
+        tokio::task::yield_now().await;
+        let shared = rx.share();
+        drop(rx);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one receiver is left");
+        drop(shared);
+        assert!(waiting.await.unwrap(), "no receiver: the send fails");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_receivers_take_every_record_once() {
+        let (tx, rx) = fair_lane(8);
+        let receivers: Vec<_> = (0..4).map(|_| rx.share()).collect();
+        drop(rx);
+        let takers: Vec<_> = receivers
+            .into_iter()
+            .map(|mut rx| {
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    while let Some(record) = rx.recv().await {
+                        got.push(name(&record));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let shards: Vec<_> = (0..3).map(|i| shard(&format!("s{i}"))).collect();
+        for n in 0..500 {
+            send(&tx, &shards[(n % 3) as usize], n).await;
+        }
+        drop(tx);
+        let mut all = Vec::new();
+        for taker in takers {
+            all.extend(taker.await.unwrap());
+        }
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 500);
+    }
+}
