@@ -5,6 +5,11 @@
 //! records per GetRecords call. Also the longest gap between two renewals of one lease, during
 //! (a) and (b) and during a run whose handlers hold the channel full.
 //!
+//! Then CPU per 1,000 records: this process's CPU time (user + system, every thread, the SDK's
+//! own included) while draining the same stream by the raw loop, by the broker serially and
+//! by the broker in `workers(4).by_key()`, with the memory store, in 3 rounds each taking the
+//! three in turn; the medians, and each broker mode's ratio to the raw loop.
+//!
 //! Needs `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB` (`cargo xtask bench`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::types::ShardIteratorType;
-use kinesis_bench::{figure, rate, RenewalGaps};
+use kinesis_bench::{cpu_time_precise as cpu_time, figure, rate, RenewalGaps};
 use kinesis_broker::{
     lease::LeaseStore, Broker, Delivery, DynamoLeaseStore, MemoryLeaseStore, MemoryLeaseTable,
     StartAt,
@@ -122,6 +127,106 @@ async fn broker_run(
     (took, done, gaps.finish().await)
 }
 
+/// How the broker of a CPU run takes its records.
+#[derive(Debug, Clone, Copy)]
+enum CpuMode {
+    Serial,
+    ByKey,
+}
+
+/// Drains the stream with a broker in `mode` (memory store, nothing else running): the
+/// process's CPU time it took.
+async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode) -> Duration {
+    let handled = Arc::new(AtomicUsize::new(0));
+    let mut broker = Broker::builder()
+        .sdk_config(config)
+        .lease_store(MemoryLeaseStore::new())
+        .build()
+        .expect("broker");
+    let sub = broker
+        .subscribe(stream)
+        .start_at(StartAt::TrimHorizon)
+        .records_per_call(LIMIT);
+    let sub = match mode {
+        CpuMode::Serial => sub,
+        CpuMode::ByKey => sub.workers(4).by_key(),
+    };
+    let h = handled.clone();
+    let done = Arc::new(tokio::sync::Notify::new());
+    let d2 = done.clone();
+    sub.handle(move |d: Delivery| {
+        let (h, done) = (h.clone(), d2.clone());
+        async move {
+            std::hint::black_box(d.payload().len());
+            if h.fetch_add(1, Ordering::SeqCst) + 1 == RECORDS {
+                done.notify_one();
+            }
+            Ok::<(), std::io::Error>(())
+        }
+    })
+    .expect("subscribe");
+    let cpu = cpu_time();
+    let running = broker.start().await.expect("start");
+    tokio::time::timeout(Duration::from_secs(300), done.notified())
+        .await
+        .expect("drain stalled");
+    let used = cpu_time().saturating_sub(cpu);
+    running.shutdown().await;
+    used
+}
+
+/// The raw loop's CPU time for one drain.
+async fn raw_cpu(client: &aws_sdk_kinesis::Client, stream: &str) -> Duration {
+    let cpu = cpu_time();
+    raw(client, stream).await;
+    cpu_time().saturating_sub(cpu)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// CPU per 1,000 records, in ms.
+fn per_thousand(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0 * 1_000.0 / RECORDS as f64
+}
+
+async fn cpu_figures(
+    config: &aws_config::SdkConfig,
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+) {
+    let (mut raw_runs, mut serial, mut by_key) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..3 {
+        raw_runs.push(raw_cpu(client, stream).await);
+        serial.push(broker_cpu(config, stream, CpuMode::Serial).await);
+        by_key.push(broker_cpu(config, stream, CpuMode::ByKey).await);
+        println!(
+            "cpu round {round}: raw {:.2} ms, serial {:.2} ms, by_key {:.2} ms per 1,000 records",
+            per_thousand(raw_runs[round]),
+            per_thousand(serial[round]),
+            per_thousand(by_key[round])
+        );
+    }
+    let raw = per_thousand(median(raw_runs));
+    figure(
+        "drain CPU: raw GetRecords loop",
+        &format!("{raw:.2} ms / 1,000 records"),
+        "baseline",
+        None,
+    );
+    for (name, runs) in [("serial", serial), ("workers(4).by_key()", by_key)] {
+        let ms = per_thousand(median(runs));
+        figure(
+            &format!("drain CPU: broker {name}"),
+            &format!("{ms:.2} ms / 1,000 records = {:.2}x raw", ms / raw),
+            "<= 1.15x raw",
+            Some(ms / raw <= 1.15),
+        );
+    }
+}
+
 fn main() {
     let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
@@ -132,6 +237,10 @@ fn main() {
         put_records_sized(&client, &stream, 50, 0, RECORDS, 512).await;
         println!("filled {RECORDS} records of 512 bytes in {:.1?}", filling.elapsed());
 
+        if std::env::var_os("DRAIN_CPU_ONLY").is_some() {
+            cpu_figures(&config, &client, &stream).await;
+            return;
+        }
         let c = raw(&client, &stream).await;
         println!("(c) raw GetRecords loop: {c:.2?}, {:.0} records/s", rate(RECORDS, c));
 
@@ -180,6 +289,7 @@ fn main() {
         figure("drain: (a) broker + memory store", &format!("{:.0} rec/s = {ac:.2}x (c)", rate(RECORDS, a)), ">= 0.9x (c)", Some(ac >= 0.9));
         figure("drain: (b) broker + DynamoDB store", &format!("{:.0} rec/s = {ba:.2}x (a)", rate(RECORDS, b)), ">= 0.95x (a)", Some(ba >= 0.95));
         let gap = gap_a.max(gap_b).max(gap_full);
+        cpu_figures(&config, &client, &stream).await;
         figure("drain: longest renewal gap", &format!("{:.2} s (full channel {:.2} s)", gap.as_secs_f64(), gap_full.as_secs_f64()), "< 4 s", Some(gap < Duration::from_secs(4)));
     });
 }

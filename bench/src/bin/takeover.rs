@@ -1,4 +1,4 @@
-//! Figure 10: how soon a shard is processed again after it changes hands. Three brokers share
+//! Figure 12: how soon a shard is processed again after it changes hands. Three brokers share
 //! 16 shards of a `MemoryStream` with a latency model (Kinesis calls and the lease table answer
 //! after a round trip), a writer puts about 190 records a second over them, and handlers take
 //! 5 ms a record (`TAKEOVER_HANDLER_MS`). Then one broker crashes (dropped, no shutdown) and, once the others hold
@@ -202,19 +202,20 @@ async fn watch_moves(
                 }
             }
         }
-        let handled = handled.lock().unwrap();
-        for (shard, (i, at)) in &taken {
-            if done.contains(shard) {
-                continue;
-            }
-            if let Some(first) = handled.first.get(&(*i, shard.clone())) {
-                out.take_to_first.push(first.saturating_duration_since(*at));
-                out.event_to_first
-                    .push(first.saturating_duration_since(since));
-                done.push(shard.clone());
+        {
+            let handled = handled.lock().unwrap();
+            for (shard, (i, at)) in &taken {
+                if done.contains(shard) {
+                    continue;
+                }
+                if let Some(first) = handled.first.get(&(*i, shard.clone())) {
+                    out.take_to_first.push(first.saturating_duration_since(*at));
+                    out.event_to_first
+                        .push(first.saturating_duration_since(since));
+                    done.push(shard.clone());
+                }
             }
         }
-        drop(handled);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     out.unread = moved.len() - done.len();

@@ -25,19 +25,22 @@
 //!
 //! A lane hands its records out by shard in turn, not first in, first out (see `fair_lane`):
 //! a shard just taken over, whose first record arrives behind another shard's backlog, waits
-//! one record of each busy shard, not the lane's whole capacity. Each shard's records keep
+//! for one record of each busy shard (and, for its place, one freed place per reader already
+//! waiting), not the lane's whole capacity. Each shard's records keep
 //! their order. Places are handed out in turn too: a freed place goes to the reader that has
 //! waited longest. Without that, a reader that just sent could take the freed place again and
 //! again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
 //! saw two of four shards get nothing). A record is numbered only once it has a place, so a
 //! send cancelled while it waits leaves nothing behind.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::sync::watch;
 
 use crate::fair_lane::{fair_lane, LaneRx, LaneTx};
+pub(crate) use crate::numbered::Numbered;
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
 
 /// The default capacity of a subscription's channel.
@@ -124,53 +127,6 @@ impl Drop for Open {
     }
 }
 
-/// A record numbered for settlement, on its way through the channel. The [`Delivery`] around
-/// it is made by the receiving side: its allocation is then made and freed on the same thread
-/// (the handler's), which costs markedly less than freeing on another thread what the reader's
-/// thread allocated.
-#[derive(Debug)]
-pub(crate) struct Numbered {
-    record: Record,
-    settlement: Arc<ShardSettlement>,
-    ordinal: u64,
-}
-
-impl Numbered {
-    pub(crate) fn new(record: Record, settlement: Arc<ShardSettlement>, ordinal: u64) -> Self {
-        Self {
-            record,
-            settlement,
-            ordinal,
-        }
-    }
-
-    /// Which shard holding it belongs to (its settlement's address), for taking turns.
-    pub(crate) fn shard_id(&self) -> usize {
-        Arc::as_ptr(&self.settlement) as usize
-    }
-
-    /// Its payload as text (tests).
-    #[cfg(test)]
-    pub(crate) fn payload_text(&self) -> String {
-        String::from_utf8_lossy(&self.record.payload).into_owned()
-    }
-
-    /// The delivery around the record (an allocation: make it on the handler's thread).
-    pub(crate) fn into_delivery(self) -> Delivery {
-        Delivery::new(self.record, self.settlement, self.ordinal)
-    }
-
-    /// The record's partition key.
-    pub(crate) fn partition_key(&self) -> &str {
-        &self.record.partition_key
-    }
-
-    /// True once its shard's lease was lost or let go.
-    pub(crate) fn is_revoked(&self) -> bool {
-        self.settlement.is_revoked()
-    }
-}
-
 /// The sending side of a subscription's channel; clone it for each reader.
 #[derive(Debug, Clone)]
 pub struct DeliverySender {
@@ -185,6 +141,7 @@ impl DeliverySender {
     pub fn feed(&self, settlement: Arc<ShardSettlement>) -> ShardFeed {
         ShardFeed {
             lanes: self.lanes.clone(),
+            turns: settlement.turns(self.lanes.len()),
             settlement,
         }
     }
@@ -237,6 +194,26 @@ impl DeliveryReceiver {
             }
         }
         None
+    }
+
+    /// Up to `max` deliveries waiting now, into `out`; how many. One lane gives them in one
+    /// go; several lanes take turns, one delivery each.
+    pub(crate) fn try_recv_many(&mut self, max: usize, out: &mut Vec<Delivery>) -> usize {
+        if let [lane] = &mut self.lanes[..] {
+            let mut numbered = Vec::with_capacity(max.min(1_024));
+            let taken = lane.try_recv_many(max, &mut numbered);
+            out.extend(numbered.into_iter().map(Numbered::into_delivery));
+            return taken;
+        }
+        let mut taken = 0;
+        while taken < max {
+            let Some(delivery) = self.try_recv() else {
+                break;
+            };
+            out.push(delivery);
+            taken += 1;
+        }
+        taken
     }
 
     /// Stops the channel: senders fail from now on; waiting deliveries can still be received.
@@ -323,6 +300,8 @@ impl DeliveryReceiver {
 #[derive(Debug, Clone)]
 pub struct ShardFeed {
     lanes: Arc<[LaneTx]>,
+    /// The shard's last turn in each lane (see `fair_lane`).
+    turns: Arc<[AtomicU64]>,
     settlement: Arc<ShardSettlement>,
 }
 
@@ -336,28 +315,21 @@ impl ShardFeed {
     /// [`DispatchError::Closed`] when dispatch has shut down.
     pub async fn send(&self, record: Record) -> Result<(), DispatchError> {
         if self.settlement.is_revoked() {
-            return Err(DispatchError::Revoked {
-                stream: self.settlement.stream().to_owned(),
-                shard: self.settlement.shard().to_owned(),
-            });
+            return Err(self.refused(true));
         }
-        let lane = match &self.lanes[..] {
-            [lane] => lane,
-            lanes => &lanes[lane_of(&record.partition_key, lanes.len())],
-        };
-        let closed = || DispatchError::Closed {
-            stream: self.settlement.stream().to_owned(),
-            shard: self.settlement.shard().to_owned(),
-        };
+        let index = self.lane_for(&record);
+        let (lane, turn) = (&self.lanes[index], &self.turns[index]);
+        let closed = || self.refused(false);
         // A place first, so a record is numbered only once it has one (a send cancelled while
         // it waits leaves nothing behind).
         let settlement = &self.settlement;
         lane.send_with(
+            turn,
             || {
                 let ordinal = settlement.register_with(record.sequence.clone(), record.arrival);
                 Numbered::new(record, settlement.clone(), ordinal)
             },
-            |numbered| settlement.unregister(numbered.ordinal),
+            |numbered| settlement.unregister(numbered.ordinal()),
         )
         .await
         .map_err(|_| closed())
@@ -366,6 +338,122 @@ impl ShardFeed {
     /// The shard's settlement.
     pub fn settlement(&self) -> &Arc<ShardSettlement> {
         &self.settlement
+    }
+
+    /// A way to send a page of records without a wake-up per record: see [`QuietFeed`].
+    pub fn quietly(&self) -> QuietFeed {
+        QuietFeed {
+            feed: self.clone(),
+            touched: Vec::new(),
+        }
+    }
+
+    fn lane_for(&self, record: &Record) -> usize {
+        match self.lanes.len() {
+            1 => 0,
+            n => lane_of(&record.partition_key, n),
+        }
+    }
+
+    fn refused(&self, revoked: bool) -> DispatchError {
+        let (stream, shard) = (
+            self.settlement.stream().to_owned(),
+            self.settlement.shard().to_owned(),
+        );
+        if revoked {
+            DispatchError::Revoked { stream, shard }
+        } else {
+            DispatchError::Closed { stream, shard }
+        }
+    }
+}
+
+/// What [`QuietFeed::try_send`] did with a record.
+#[derive(Debug)]
+pub enum TrySend {
+    /// Queued.
+    Sent,
+    /// No place was free: the record, back (send it with [`QuietFeed::send`], which waits).
+    Full(Record),
+}
+
+/// A shard's feed that queues records without waking the handlers' loops until it is flushed
+/// or dropped.
+///
+/// A reader that hands over a page one record at a time, to a loop that handles each faster
+/// than the next arrives, wakes that loop (on another thread) once per record: a thread hop
+/// per record, which cost more CPU than the rest of the record's way (`drain`'s CPU figures).
+/// Records queued quietly are in the channel at once, in their turn; the loops are woken
+/// when the batch is [flushed](Self::flush) or dropped, which the reader does before anything
+/// it waits for, so a record never waits on a sleeping loop for longer than the reader takes
+/// to queue the rest of its page (or the channel's capacity, when that comes first).
+#[derive(Debug)]
+pub struct QuietFeed {
+    feed: ShardFeed,
+    /// The lanes a record was queued in since the last flush.
+    touched: Vec<usize>,
+}
+
+impl QuietFeed {
+    /// Queues `record` if a place is free now, waking nobody yet.
+    ///
+    /// # Errors
+    ///
+    /// [`DispatchError::Revoked`] once the shard's lease was lost; [`DispatchError::Closed`]
+    /// when dispatch has shut down. Nothing is queued then.
+    pub fn try_send(&mut self, record: Record) -> Result<TrySend, DispatchError> {
+        let feed = &self.feed;
+        if feed.settlement.is_revoked() {
+            return Err(feed.refused(true));
+        }
+        let index = feed.lane_for(&record);
+        let lane = &feed.lanes[index];
+        match lane.try_place() {
+            Ok(true) => {}
+            Ok(false) => return Ok(TrySend::Full(record)),
+            Err(_) => return Err(feed.refused(false)),
+        }
+        let ordinal = feed
+            .settlement
+            .register_with(record.sequence.clone(), record.arrival);
+        let numbered = Numbered::new(record, feed.settlement.clone(), ordinal);
+        if let Some(numbered) = lane.push(&feed.turns[index], numbered, false) {
+            feed.settlement.unregister(numbered.ordinal());
+            return Err(feed.refused(false));
+        }
+        if !self.touched.contains(&index) {
+            self.touched.push(index);
+        }
+        Ok(TrySend::Sent)
+    }
+
+    /// Wakes the loops of the lanes records were queued in since the last flush.
+    pub fn flush(&mut self) {
+        for index in self.touched.drain(..) {
+            self.feed.lanes[index].wake();
+        }
+    }
+
+    /// Sends `record`: quietly if a place is free, else wakes the loops of what was queued
+    /// quietly and waits for a place as [`ShardFeed::send`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`ShardFeed::send`].
+    pub async fn send(&mut self, record: Record) -> Result<(), DispatchError> {
+        match self.try_send(record)? {
+            TrySend::Sent => Ok(()),
+            TrySend::Full(record) => {
+                self.flush();
+                self.feed.send(record).await
+            }
+        }
+    }
+}
+
+impl Drop for QuietFeed {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -11,8 +11,9 @@
 //! `takeover` benchmark). Here each record gets a turn when it is queued, one past its shard's
 //! last turn and never before the turn being handed out now (virtual-time fair queueing), and
 //! the lowest turn goes out first, ties in arrival order. A shard's records keep their order,
-//! so each key's order holds too; a shard that starts sending waits at most one record of
-//! every other busy shard.
+//! so each key's order holds too. A shard that starts sending, once it has a place, waits for
+//! at most one record of each other busy shard; getting the place waits for at most one freed
+//! place per reader already waiting.
 //!
 //! # Places
 //!
@@ -23,14 +24,14 @@
 //! received. Once every sender is gone and the queue is empty, receivers get `None`.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{self, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{Semaphore, TryAcquireError};
 
-use crate::channel::Numbered;
+use crate::numbered::Numbered;
 
 /// The lane is closed: nothing more can be sent.
 #[derive(Debug)]
@@ -54,8 +55,6 @@ struct Queue {
     heap: BinaryHeap<Turn>,
     /// The turn of the record handed out last.
     now: u64,
-    /// Each shard's last turn given (by its settlement), while it may be ahead of `now`.
-    last: HashMap<usize, u64>,
     /// Arrival order, to break ties between equal turns.
     arrivals: u64,
     /// No more sends: the receiver closed the lane, or the last receiver went.
@@ -102,10 +101,14 @@ impl Ord for Turn {
 }
 
 impl Queue {
-    fn push(&mut self, shard: usize, record: Numbered) {
-        let last = self.last.get(&shard).copied().unwrap_or(0);
-        let turn = last.max(self.now) + 1;
-        self.last.insert(shard, turn);
+    /// Queues `record` in its shard's turn; `last` is the shard's last turn in this lane (its
+    /// feed keeps it, so a shard costs the lane nothing while it has nothing queued).
+    fn push(&mut self, last: &AtomicU64, record: Numbered) {
+        // One past the shard's last turn, and no earlier than the turn being handed out: a
+        // shard that starts sending joins the current turn, behind at most one record of each
+        // other shard queued in it. Read and written under the queue's lock.
+        let turn = (last.load(atomic::Ordering::Relaxed) + 1).max(self.now);
+        last.store(turn, atomic::Ordering::Relaxed);
         self.arrivals += 1;
         self.heap.push(Turn {
             turn,
@@ -117,18 +120,41 @@ impl Queue {
     fn pop(&mut self) -> Option<Numbered> {
         let next = self.heap.pop()?;
         self.now = next.turn;
-        // A shard whose last turn is not ahead of `now` is as good as new: forget it, so the
-        // map stays as small as the shards with records queued (checked when it has grown).
-        if self.last.len() > 2 * self.heap.len() + 16 {
-            let now = self.now;
-            self.last.retain(|_, last| *last > now);
-        }
         Some(next.record)
     }
 
-    fn wake_all(&mut self) {
-        for (_, waker) in self.waiting.drain(..) {
-            waker.wake();
+    /// Every waiting receiver's waker, to wake once the lock is released. All of them, not
+    /// one: a receiver woken but no longer polling (its loop busy elsewhere, or gone) must not
+    /// leave a record queued while another receiver sleeps. Only idle receivers wait, so this
+    /// costs something only when there is little to do. One waiter (a lane with one loop) is
+    /// taken without giving up the list's memory.
+    fn wakers(&mut self) -> Wakers {
+        match self.waiting.len() {
+            0 => Wakers::None,
+            1 => self
+                .waiting
+                .pop()
+                .map_or(Wakers::None, |(_, w)| Wakers::One(w)),
+            _ => Wakers::Many(std::mem::take(&mut self.waiting)),
+        }
+    }
+}
+
+/// Wakers taken from the list, to wake outside the lock.
+enum Wakers {
+    None,
+    One(Waker),
+    Many(Vec<(u64, Waker)>),
+}
+
+fn wake(wakers: Wakers) {
+    match wakers {
+        Wakers::None => {}
+        Wakers::One(waker) => waker.wake(),
+        Wakers::Many(wakers) => {
+            for (_, waker) in wakers {
+                waker.wake();
+            }
         }
     }
 }
@@ -142,7 +168,9 @@ impl FairLane {
         self.room.close();
         let mut queue = self.queue();
         queue.closed = true;
-        queue.wake_all();
+        let wakers = queue.wakers();
+        drop(queue);
+        wake(wakers);
     }
 }
 
@@ -172,32 +200,79 @@ pub(crate) struct LaneTx {
 
 impl LaneTx {
     /// Waits for a place (in the order senders began to wait), then queues what `make`
-    /// returns in its shard's turn. `make` runs only once the place is had, so a send cancelled
-    /// while it waits leaves nothing behind.
+    /// returns in its shard's turn and wakes the receivers. `make` runs only once the place is
+    /// had, so a send cancelled while it waits leaves nothing behind; `unmake` gets the record
+    /// back when the lane closed meanwhile.
     pub(crate) async fn send_with(
         &self,
+        turn: &AtomicU64,
         make: impl FnOnce() -> Numbered,
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
-        match self.lane.room.try_acquire() {
-            Ok(place) => place.forget(),
-            Err(TryAcquireError::NoPermits) => match self.lane.room.acquire().await {
-                Ok(place) => place.forget(),
-                Err(_) => return Err(LaneClosed),
-            },
-            Err(TryAcquireError::Closed) => return Err(LaneClosed),
+        self.place().await?;
+        match self.push(turn, make(), true) {
+            None => Ok(()),
+            Some(record) => {
+                unmake(record);
+                Err(LaneClosed)
+            }
         }
-        let record = make();
-        let shard = record.shard_id();
+    }
+
+    /// Takes a place if one is free now: `Ok(false)` when none is.
+    pub(crate) fn try_place(&self) -> Result<bool, LaneClosed> {
+        match self.lane.room.try_acquire() {
+            Ok(place) => {
+                place.forget();
+                Ok(true)
+            }
+            Err(TryAcquireError::NoPermits) => Ok(false),
+            Err(TryAcquireError::Closed) => Err(LaneClosed),
+        }
+    }
+
+    /// Waits for a place, in the order senders began to wait.
+    async fn place(&self) -> Result<(), LaneClosed> {
+        if self.try_place()? {
+            return Ok(());
+        }
+        match self.lane.room.acquire().await {
+            Ok(place) => {
+                place.forget();
+                Ok(())
+            }
+            Err(_) => Err(LaneClosed),
+        }
+    }
+
+    /// Queues `record` in its shard's turn (`turn`: the shard's last turn in this lane), in a
+    /// place taken before; wakes the waiting receivers when `wake_now` (else the caller must
+    /// [`wake`](Self::wake) them before it next waits). Gives the record back when the lane
+    /// is closed.
+    #[must_use = "a record given back was not queued"]
+    pub(crate) fn push(
+        &self,
+        turn: &AtomicU64,
+        record: Numbered,
+        wake_now: bool,
+    ) -> Option<Numbered> {
         let mut queue = self.lane.queue();
         if queue.closed {
-            drop(queue);
-            unmake(record);
-            return Err(LaneClosed);
+            return Some(record);
         }
-        queue.push(shard, record);
-        queue.wake_all();
-        Ok(())
+        queue.push(turn, record);
+        if wake_now {
+            let wakers = queue.wakers();
+            drop(queue);
+            wake(wakers);
+        }
+        None
+    }
+
+    /// Wakes the receivers waiting for a record.
+    pub(crate) fn wake(&self) {
+        let wakers = self.lane.queue().wakers();
+        wake(wakers);
     }
 }
 
@@ -205,7 +280,9 @@ impl Drop for LaneTx {
     fn drop(&mut self) {
         let mut queue = self.lane.queue();
         queue.orphaned = true;
-        queue.wake_all();
+        let wakers = queue.wakers();
+        drop(queue);
+        wake(wakers);
     }
 }
 
@@ -258,6 +335,23 @@ impl LaneRx {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
     }
 
+    /// Up to `max` records queued now, in turn, into `out` (one lock and one return of
+    /// places for them all); how many.
+    pub(crate) fn try_recv_many(&mut self, max: usize, out: &mut Vec<Numbered>) -> usize {
+        let mut queue = self.lane.queue();
+        let mut taken = 0;
+        while taken < max {
+            let Some(record) = queue.pop() else { break };
+            out.push(record);
+            taken += 1;
+        }
+        drop(queue);
+        if taken > 0 {
+            self.lane.room.add_permits(taken);
+        }
+        taken
+    }
+
     /// A record if one is queued now.
     pub(crate) fn try_recv(&mut self) -> Option<Numbered> {
         let record = self.lane.queue().pop()?;
@@ -274,12 +368,20 @@ impl LaneRx {
 
 impl Drop for LaneRx {
     fn drop(&mut self) {
-        if self.lane.receivers.fetch_sub(1, atomic::Ordering::SeqCst) == 1 && !self.closed {
+        let last = self.lane.receivers.fetch_sub(1, atomic::Ordering::SeqCst) == 1;
+        if last && !self.closed {
             // The last receiver: nobody takes from the lane again, so senders must not wait.
             self.lane.close();
         }
         let mut queue = self.lane.queue();
         queue.waiting.retain(|(id, _)| *id != self.id);
+        if last {
+            // Nobody will take what is queued: free it now (as a dropped channel does), not
+            // when the last sender goes. Its records stay unsettled, as undelivered records do.
+            let queued = std::mem::take(&mut queue.heap);
+            drop(queue);
+            drop(queued);
+        }
     }
 }
 
@@ -290,11 +392,21 @@ mod tests {
     use kinesis_lease_core::SequenceNumber;
     use kinesis_stream_core::Record;
 
-    fn shard(name: &str) -> Arc<ShardSettlement> {
-        ShardSettlement::new("s", name)
+    /// A shard's settlement and its last turn in the lane (a feed's).
+    struct Shard {
+        settlement: Arc<ShardSettlement>,
+        turn: AtomicU64,
     }
 
-    async fn send(tx: &LaneTx, settlement: &Arc<ShardSettlement>, n: u64) {
+    fn shard(name: &str) -> Arc<Shard> {
+        Arc::new(Shard {
+            settlement: ShardSettlement::new("s", name),
+            turn: AtomicU64::new(0),
+        })
+    }
+
+    async fn send(tx: &LaneTx, shard: &Shard, n: u64) {
+        let settlement = &shard.settlement;
         let record = Record::new(
             format!("{}-{n}", settlement.shard()),
             "k",
@@ -302,6 +414,7 @@ mod tests {
         );
         let s = settlement.clone();
         tx.send_with(
+            &shard.turn,
             move || {
                 let ordinal = s.register(record.sequence.clone());
                 Numbered::new(record, s, ordinal)
@@ -329,7 +442,41 @@ mod tests {
         send(&tx, &b, 1).await;
         send(&tx, &c, 0).await;
         let order: Vec<String> = (0..7).map(|_| name(&rx.try_recv().unwrap())).collect();
-        assert_eq!(order, ["a-1", "b-0", "c-0", "a-2", "b-1", "a-3", "a-4"]);
+        assert_eq!(order, ["b-0", "c-0", "a-1", "b-1", "a-2", "a-3", "a-4"]);
+    }
+
+    #[tokio::test]
+    async fn a_shard_that_starts_sending_joins_the_current_turn() {
+        let (tx, mut rx) = fair_lane(64);
+        let (a, b, c) = (shard("a"), shard("b"), shard("c"));
+        for n in 0..3 {
+            send(&tx, &a, n).await;
+            send(&tx, &b, n).await;
+        }
+        assert_eq!(name(&rx.try_recv().unwrap()), "a-0");
+        // B's first record is queued in the turn being handed out; C joins that turn.
+        send(&tx, &c, 0).await;
+        let order: Vec<String> = (0..3).map(|_| name(&rx.try_recv().unwrap())).collect();
+        assert_eq!(order, ["b-0", "c-0", "a-1"]);
+    }
+
+    #[tokio::test]
+    async fn the_last_receiver_gone_frees_what_was_queued() {
+        let (tx, rx) = fair_lane(4);
+        let a = shard("a");
+        send(&tx, &a, 0).await;
+        assert_eq!(
+            Arc::strong_count(&a.settlement),
+            2,
+            "the queued record holds the settlement"
+        );
+        drop(rx);
+        assert_eq!(
+            Arc::strong_count(&a.settlement),
+            1,
+            "freed with the last receiver"
+        );
+        drop(tx);
     }
 
     #[tokio::test]
@@ -338,24 +485,29 @@ mod tests {
         let shards: Vec<_> = (0..5).map(|i| shard(&format!("s{i}"))).collect();
         // Shards join at different times, with different backlogs, while records go out.
         let mut next = vec![0u64; shards.len()];
-        let mut seen: HashMap<String, u64> = HashMap::new();
-        for round in 0..200u64 {
+        let mut seen: std::collections::HashMap<String, u64> = Default::default();
+        for round in 0..=201u64 {
             for (i, s) in shards.iter().enumerate() {
-                if round >= i as u64 * 10 && (round + i as u64) % (i as u64 + 1) == 0 {
+                if round >= i as u64 * 10 && (round + i as u64).is_multiple_of(i as u64 + 1) {
                     send(&tx, s, next[i]).await;
                     next[i] += 1;
                 }
             }
-            if round % 3 == 0 {
+            if round.is_multiple_of(3) {
                 while let Some(record) = rx.try_recv() {
                     let text = name(&record);
                     let (shard, n) = text.split_once('-').unwrap();
                     let n: u64 = n.parse().unwrap();
-                    if let Some(prev) = seen.insert(shard.to_owned(), n) {
-                        assert_eq!(n, prev + 1, "{shard} out of order");
+                    match seen.insert(shard.to_owned(), n) {
+                        Some(prev) => assert_eq!(n, prev + 1, "{shard} out of order"),
+                        None => assert_eq!(n, 0, "{shard} starts at its first record"),
                     }
                 }
             }
+        }
+        // The last round (201) drained everything: every record came out, once, in order.
+        for (i, s) in shards.iter().enumerate() {
+            assert_eq!(seen.get(s.settlement.shard()).map(|n| n + 1), Some(next[i]));
         }
     }
 
@@ -377,7 +529,11 @@ mod tests {
         rx.close();
         let record = Record::new("x", "k", SequenceNumber::new("9", None).unwrap());
         let refused = tx
-            .send_with(|| Numbered::new(record, a.clone(), 0), |_| {})
+            .send_with(
+                &a.turn,
+                || Numbered::new(record, a.settlement.clone(), 0),
+                |_| {},
+            )
             .await;
         assert!(refused.is_err(), "closed: sends fail");
         // What was queued is still received, then the end.
@@ -409,9 +565,13 @@ mod tests {
             let (tx, a) = (tx.clone(), a.clone());
             tokio::spawn(async move {
                 let record = Record::new("x", "k", SequenceNumber::new("1", None).unwrap());
-                tx.send_with(|| Numbered::new(record, a, 1), |_| {})
-                    .await
-                    .is_err()
+                tx.send_with(
+                    &a.turn,
+                    || Numbered::new(record, a.settlement.clone(), 1),
+                    |_| {},
+                )
+                .await
+                .is_err()
             })
         };
         tokio::task::yield_now().await;
@@ -449,8 +609,9 @@ mod tests {
         for taker in takers {
             all.extend(taker.await.unwrap());
         }
+        assert_eq!(all.len(), 500, "every record taken once");
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 500);
+        assert_eq!(all.len(), 500, "none twice");
     }
 }

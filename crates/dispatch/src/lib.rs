@@ -27,6 +27,7 @@ mod fair_lane;
 mod handler;
 mod lane;
 mod metrics;
+mod numbered;
 mod parking;
 mod retry;
 mod router;
@@ -35,7 +36,8 @@ mod settlement;
 mod stream;
 
 pub use channel::{
-    channel, channel_for, DeliveryReceiver, DeliverySender, ShardFeed, DEFAULT_CAPACITY,
+    channel, channel_for, DeliveryReceiver, DeliverySender, QuietFeed, ShardFeed, TrySend,
+    DEFAULT_CAPACITY,
 };
 pub use config::{DispatchConfig, Workers};
 pub use delivery::Delivery;

@@ -121,6 +121,9 @@ pub struct ShardSettlement {
     idle_waiters: AtomicUsize,
     /// The shard's metric handles (nothing without the `metrics` feature).
     metrics: crate::metrics::ShardMetrics,
+    /// The shard's last turn in each lane of the channel it is fed into (see `fair_lane`),
+    /// shared by every feed of this settlement so that its records keep their order.
+    turns: std::sync::OnceLock<Arc<[std::sync::atomic::AtomicU64]>>,
 }
 
 /// Counts one handler attempt as running on its shard while it lives.
@@ -176,6 +179,7 @@ impl ShardSettlement {
             lost: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             idle_waiters: AtomicUsize::new(0),
+            turns: std::sync::OnceLock::new(),
         })
     }
 
@@ -372,6 +376,29 @@ impl ShardSettlement {
     /// The current counts and checkpoint offer.
     pub fn progress(&self) -> Progress {
         self.window().progress.clone()
+    }
+
+    /// Entries held in the settlement window now ([`Progress::window`], without copying the
+    /// rest of the progress).
+    pub fn window_len(&self) -> u64 {
+        self.window().progress.window
+    }
+
+    /// The shard's turn cells for a channel of `lanes` lanes: the same cells for every feed
+    /// of this settlement into it (a settlement fed into channels of two lane counts gets
+    /// fresh cells for the second, which only loses the turn order across those channels).
+    pub(crate) fn turns(&self, lanes: usize) -> Arc<[std::sync::atomic::AtomicU64]> {
+        let fresh = || {
+            (0..lanes)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect::<Arc<[_]>>()
+        };
+        let cells = self.turns.get_or_init(fresh);
+        if cells.len() == lanes {
+            cells.clone()
+        } else {
+            fresh()
+        }
     }
 
     /// Waits until `condition` holds for the shard's progress.

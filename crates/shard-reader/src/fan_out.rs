@@ -131,7 +131,8 @@ impl Reader {
                     self.millis_behind.store(behind, Ordering::Relaxed);
                     self.metrics.behind(behind);
                 }
-                at.first.page(event.records.len());
+                at.first
+                    .page(event.records.len(), event.millis_behind.unwrap_or(0) == 0);
                 if self.deliver(event.records, &mut at).await.is_err() {
                     return;
                 }

@@ -37,14 +37,19 @@ impl FirstRead {
         self.opened.get_or_insert_with(|| self.taken.elapsed());
     }
 
-    /// A page (or an event) of `records` arrived. The first one, if empty, ends the timeline:
-    /// the shard was at its tip.
-    pub(crate) fn page(&mut self, records: usize) {
-        if self.page.is_none() {
+    /// A page (or an event) of `records` arrived, `at_tip` when it says it is 0 ms behind
+    /// (or says nothing). The first page with records is the one timed; an empty page at the
+    /// tip before any ends the timeline (there was nothing to read). An empty page behind the
+    /// tip (Kinesis skipping an empty stretch of the shard) does neither.
+    pub(crate) fn page(&mut self, records: usize, at_tip: bool) {
+        if self.logged || self.page.is_some() {
+            return;
+        }
+        if records > 0 {
             self.page = Some((self.taken.elapsed(), records));
-            if records == 0 {
-                self.log(None);
-            }
+        } else if at_tip {
+            self.page = Some((self.taken.elapsed(), 0));
+            self.log(None);
         }
     }
 
@@ -79,9 +84,14 @@ mod tests {
         first.opened();
         tokio::time::sleep(Duration::from_millis(30)).await;
         first.opened();
-        first.page(3);
+        first.page(0, false);
+        assert_eq!(
+            first.page, None,
+            "an empty page behind the tip is not the first read"
+        );
+        first.page(3, false);
         tokio::time::sleep(Duration::from_millis(5)).await;
-        first.page(0);
+        first.page(0, true);
         assert!(!first.logged, "the first page had records: not done");
         first.queued();
         assert!(first.logged);
@@ -93,7 +103,7 @@ mod tests {
     async fn an_empty_first_page_ends_it() {
         let mut first = FirstRead::since(Instant::now());
         first.opened();
-        first.page(0);
+        first.page(0, true);
         assert!(first.logged);
     }
 }

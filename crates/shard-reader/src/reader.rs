@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_dispatch::{ShardFeed, ShardSettlement};
+use kinesis_dispatch::{ShardFeed, ShardSettlement, TrySend};
 use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -238,7 +238,7 @@ impl Reader {
                 self.metrics.behind(behind);
             }
             let empty = page.records.is_empty();
-            at.first.page(page.records.len());
+            at.first.page(page.records.len(), at_tip);
             if self.deliver(page.records, &mut at).await.is_err() {
                 return;
             }
@@ -256,12 +256,18 @@ impl Reader {
     /// KPL aggregates unpacked (at most one aggregate's sub-records are held here beyond what
     /// was delivered), skipping what `at` says was delivered already. `Err` when the reader
     /// must stop.
+    ///
+    /// Records go in quietly while places are free (see `QuietFeed`): the handlers' loops are
+    /// woken once the page is in, or before the reader waits for anything, not once per
+    /// record; a record that finds no place is sent with waiting, the reader stopping at once
+    /// if its lease goes meanwhile.
     pub(crate) async fn deliver(
         &mut self,
         page: Vec<kinesis_dispatch::Record>,
         at: &mut Delivered,
     ) -> Result<(), Stop> {
         let max_unsettled = self.context.config.max_unsettled;
+        let mut quiet = self.feed.quietly();
         for record in page {
             at.records.clear();
             expand_into(record, self.hash_range, &self.kpl, &mut at.records);
@@ -274,17 +280,27 @@ impl Reader {
                     // Past the checkpoint (or the last delivered record): read on as usual.
                     at.skip_upto = None;
                 }
-                self.wait_for_room(max_unsettled).await?;
-                let sequence = record.sequence.clone();
-                let feed = self.feed.clone();
-                match self.or_stop(feed.send(record)).await {
-                    Ok(Ok(())) => {
-                        at.last_delivered = Some(sequence);
-                        at.first.queued();
-                    }
-                    // Revoked or closed: nothing more can be delivered.
-                    Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
+                if !self.has_room(max_unsettled) {
+                    quiet.flush();
+                    self.wait_for_room(max_unsettled).await?;
                 }
+                if self.stopping() {
+                    return Err(Stop::Stopped);
+                }
+                let sequence = record.sequence.clone();
+                match quiet.try_send(record) {
+                    Ok(TrySend::Sent) => {}
+                    // No place: wait for one (the loops woken first), stopping at once if the
+                    // reader must.
+                    Ok(TrySend::Full(record)) => match self.or_stop(quiet.send(record)).await {
+                        Ok(Ok(())) => {}
+                        // Revoked or closed: nothing more can be delivered.
+                        Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
+                    },
+                    Err(_) => return Err(Stop::Stopped),
+                }
+                at.last_delivered = Some(sequence);
+                at.first.queued();
             }
             if records.capacity() <= 4_096 {
                 // Reused for the next record (a huge aggregate of tiny sub-records gives its
@@ -308,9 +324,14 @@ impl Reader {
         }
     }
 
+    /// True while the shard's settlement window has room for another record.
+    fn has_room(&self, limit: usize) -> bool {
+        self.settlement.window_len() < limit as u64
+    }
+
     /// Waits while the shard's settlement window is full, reporting its stuck head once.
     async fn wait_for_room(&mut self, limit: usize) -> Result<(), Stop> {
-        if self.settlement.progress().window < limit as u64 {
+        if self.has_room(limit) {
             return Ok(());
         }
         if let Some(stuck) = self.settlement.stuck() {

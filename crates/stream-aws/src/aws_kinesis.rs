@@ -291,9 +291,11 @@ impl KinesisApi for AwsKinesis {
                 .send()
                 .await
                 .map_err(|e| classify(e, "GetRecords", stream, resource.clone()))?;
-            let mut records = Vec::with_capacity(out.records().len());
-            for r in out.records() {
-                let sequence = SequenceNumber::new(r.sequence_number(), None).map_err(|e| {
+            // Taken apart by value: each record's data and partition key move into ours,
+            // copied nowhere (a page is up to 10 MB).
+            let mut records = Vec::with_capacity(out.records.len());
+            for r in out.records {
+                let sequence = SequenceNumber::new(&r.sequence_number, None).map_err(|e| {
                     ReaderError::Transient {
                         operation: "GetRecords",
                         resource: resource.clone(),
@@ -301,19 +303,23 @@ impl KinesisApi for AwsKinesis {
                     }
                 })?;
                 records.push(Record {
-                    payload: bytes::Bytes::copy_from_slice(r.data().as_ref()),
-                    partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                    payload: bytes::Bytes::from(r.data.into_inner()),
+                    partition_key: r.partition_key.unwrap_or_default(),
                     sequence,
-                    arrival: r.approximate_arrival_timestamp().and_then(to_system_time),
+                    arrival: r
+                        .approximate_arrival_timestamp
+                        .as_ref()
+                        .and_then(to_system_time),
                     explicit_hash_key: None,
                 });
             }
-            let mut page = RecordsPage::new(records, out.next_shard_iterator().map(str::to_owned));
-            page.millis_behind = out.millis_behind_latest().map(|m| m.max(0) as u64);
+            let mut page = RecordsPage::new(records, out.next_shard_iterator);
+            page.millis_behind = out.millis_behind_latest.map(|m| m.max(0) as u64);
             page.child_shards = out
-                .child_shards()
-                .iter()
-                .map(|c| c.shard_id().to_owned())
+                .child_shards
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.shard_id)
                 .collect();
             Ok(page)
         })
