@@ -34,19 +34,19 @@ pub(crate) async fn gather<R: Rx>(
     let deadline = Instant::now() + window;
     let mut batch = Vec::with_capacity(max.min(1024));
     batch.push(first);
-    let mut waiting = Vec::new();
     while batch.len() < max {
-        // What is waiting now, in one go; else wait for the next within the window.
-        if rx.try_recv_many(max - batch.len(), &mut waiting) == 0 {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(d)) => waiting.push(d),
+        // One at a time, each place given back as it is taken, so the readers refill the
+        // channel while the batch fills (taking all that waits in one go gave every place
+        // back at once and left the batch waiting on the readers: 0.72x of the bare loop).
+        let next = match rx.try_recv() {
+            Some(d) => d,
+            None => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(d)) => d,
                 Ok(None) | Err(_) => break,
-            }
-        }
-        for next in waiting.drain(..) {
-            if let Some(d) = parking.admit(next) {
-                batch.push(d);
-            }
+            },
+        };
+        if let Some(d) = parking.admit(next) {
+            batch.push(d);
         }
     }
     Unit::Batch(batch)

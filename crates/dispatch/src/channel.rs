@@ -196,26 +196,6 @@ impl DeliveryReceiver {
         None
     }
 
-    /// Up to `max` deliveries waiting now, into `out`; how many. One lane gives them in one
-    /// go; several lanes take turns, one delivery each.
-    pub(crate) fn try_recv_many(&mut self, max: usize, out: &mut Vec<Delivery>) -> usize {
-        if let [lane] = &mut self.lanes[..] {
-            let mut numbered = Vec::with_capacity(max.min(1_024));
-            let taken = lane.try_recv_many(max, &mut numbered);
-            out.extend(numbered.into_iter().map(Numbered::into_delivery));
-            return taken;
-        }
-        let mut taken = 0;
-        while taken < max {
-            let Some(delivery) = self.try_recv() else {
-                break;
-            };
-            out.push(delivery);
-            taken += 1;
-        }
-        taken
-    }
-
     /// Stops the channel: senders fail from now on; waiting deliveries can still be received.
     pub fn close(&mut self) {
         for lane in &mut self.lanes {
@@ -344,7 +324,7 @@ impl ShardFeed {
     pub fn quietly(&self) -> QuietFeed {
         QuietFeed {
             feed: self.clone(),
-            touched: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -371,44 +351,46 @@ impl ShardFeed {
 /// What [`QuietFeed::try_send`] did with a record.
 #[derive(Debug)]
 pub enum TrySend {
-    /// Queued.
+    /// Given a place and a number; queued at the next flush.
     Sent,
     /// No place was free: the record, back (send it with [`QuietFeed::send`], which waits).
     Full(Record),
 }
 
-/// A shard's feed that queues records without waking the handlers' loops until it is flushed
-/// or dropped.
+/// A shard's feed that takes places for a page's records as it goes and hands them to the
+/// channel together, waking the handlers' loops once, when it is flushed or dropped.
 ///
 /// A reader that hands over a page one record at a time, to a loop that handles each faster
-/// than the next arrives, wakes that loop (on another thread) once per record: a thread hop
-/// per record, which cost more CPU than the rest of the record's way (`drain`'s CPU figures).
-/// Records queued quietly are in the channel at once, in their turn; the loops are woken
-/// when the batch is [flushed](Self::flush) or dropped, which the reader does before anything
-/// it waits for, so a record never waits on a sleeping loop for longer than the reader takes
-/// to queue the rest of its page (or the channel's capacity, when that comes first).
+/// than the next arrives, wakes that loop (on another thread) once per record, and takes the
+/// channel's lock once per record against the loop taking from it: a thread hop and a
+/// contended lock per record, which cost more CPU than the rest of the record's way (`drain`'s
+/// CPU figures). Here a record takes its place (and its number) at once, so backpressure and
+/// settlement are as with [`ShardFeed::send`]; the records held are queued, in order and in
+/// their turns, under one lock per lane when the batch is [flushed](Self::flush) or dropped,
+/// which the reader does before anything it waits for. A record so waits at most as long as the
+/// reader takes to number the rest of its page, or the channel's capacity, when that comes
+/// first.
 #[derive(Debug)]
 pub struct QuietFeed {
     feed: ShardFeed,
-    /// The lanes a record was queued in since the last flush.
-    touched: Vec<usize>,
+    /// Records with a place and a number, not yet queued, with their lanes.
+    held: Vec<(usize, Numbered)>,
 }
 
 impl QuietFeed {
-    /// Queues `record` if a place is free now, waking nobody yet.
+    /// Takes a place for `record` if one is free now, and holds it until the next flush.
     ///
     /// # Errors
     ///
     /// [`DispatchError::Revoked`] once the shard's lease was lost; [`DispatchError::Closed`]
-    /// when dispatch has shut down. Nothing is queued then.
+    /// when dispatch has shut down. Nothing is sent then.
     pub fn try_send(&mut self, record: Record) -> Result<TrySend, DispatchError> {
         let feed = &self.feed;
         if feed.settlement.is_revoked() {
             return Err(feed.refused(true));
         }
         let index = feed.lane_for(&record);
-        let lane = &feed.lanes[index];
-        match lane.try_place() {
+        match feed.lanes[index].try_place() {
             Ok(true) => {}
             Ok(false) => return Ok(TrySend::Full(record)),
             Err(_) => return Err(feed.refused(false)),
@@ -416,26 +398,48 @@ impl QuietFeed {
         let ordinal = feed
             .settlement
             .register_with(record.sequence.clone(), record.arrival);
-        let numbered = Numbered::new(record, feed.settlement.clone(), ordinal);
-        if let Some(numbered) = lane.push(&feed.turns[index], numbered, false) {
-            feed.settlement.unregister(numbered.ordinal());
-            return Err(feed.refused(false));
-        }
-        if !self.touched.contains(&index) {
-            self.touched.push(index);
-        }
+        self.held.push((
+            index,
+            Numbered::new(record, feed.settlement.clone(), ordinal),
+        ));
         Ok(TrySend::Sent)
     }
 
-    /// Wakes the loops of the lanes records were queued in since the last flush.
+    /// Queues the records held, lane by lane under one lock each, and wakes those lanes'
+    /// loops. Records a closed lane refuses are unnumbered again (the newest first).
     pub fn flush(&mut self) {
-        for index in self.touched.drain(..) {
-            self.feed.lanes[index].wake();
+        if self.held.is_empty() {
+            return;
         }
+        let mut held = std::mem::take(&mut self.held);
+        let feed = &self.feed;
+        let mut refused = Vec::new();
+        if feed.lanes.len() == 1 {
+            refused = feed.lanes[0].push_all(&feed.turns[0], held.drain(..).map(|(_, n)| n));
+        } else {
+            for lane in 0..feed.lanes.len() {
+                let mine = held.iter().any(|(l, _)| *l == lane);
+                if !mine {
+                    continue;
+                }
+                let (these, rest): (Vec<_>, Vec<_>) = held.drain(..).partition(|(l, _)| *l == lane);
+                held = rest;
+                refused.extend(
+                    feed.lanes[lane].push_all(&feed.turns[lane], these.into_iter().map(|(_, n)| n)),
+                );
+            }
+        }
+        refused.sort_by_key(|n| std::cmp::Reverse(n.ordinal()));
+        for numbered in refused {
+            feed.settlement.unregister(numbered.ordinal());
+        }
+        // Reuse the buffer's memory for the next page.
+        held.clear();
+        self.held = held;
     }
 
-    /// Sends `record`: quietly if a place is free, else wakes the loops of what was queued
-    /// quietly and waits for a place as [`ShardFeed::send`] does.
+    /// Sends `record`: held if a place is free, else flushes what is held and waits for a
+    /// place as [`ShardFeed::send`] does.
     ///
     /// # Errors
     ///

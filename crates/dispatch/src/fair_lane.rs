@@ -26,7 +26,9 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{self, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use tokio::sync::{Semaphore, TryAcquireError};
@@ -161,7 +163,7 @@ fn wake(wakers: Wakers) {
 
 impl FairLane {
     fn queue(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+        self.queue.lock()
     }
 
     fn close(&self) {
@@ -269,10 +271,27 @@ impl LaneTx {
         None
     }
 
-    /// Wakes the receivers waiting for a record.
-    pub(crate) fn wake(&self) {
-        let wakers = self.lane.queue().wakers();
+    /// Queues `records` (each in a place taken before), in order and in their shard's turns,
+    /// under one lock, then wakes the waiting receivers. Gives back the records a closed lane
+    /// refuses.
+    #[must_use = "records given back were not queued"]
+    pub(crate) fn push_all(
+        &self,
+        turn: &AtomicU64,
+        records: impl Iterator<Item = Numbered>,
+    ) -> Vec<Numbered> {
+        let mut queue = self.lane.queue();
+        if queue.closed {
+            drop(queue);
+            return records.collect();
+        }
+        for record in records {
+            queue.push(turn, record);
+        }
+        let wakers = queue.wakers();
+        drop(queue);
         wake(wakers);
+        Vec::new()
     }
 }
 
@@ -333,23 +352,6 @@ impl LaneRx {
     /// The next record in turn (see [`poll_next`](Self::poll_next)).
     pub(crate) async fn recv(&mut self) -> Option<Numbered> {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
-    }
-
-    /// Up to `max` records queued now, in turn, into `out` (one lock and one return of
-    /// places for them all); how many.
-    pub(crate) fn try_recv_many(&mut self, max: usize, out: &mut Vec<Numbered>) -> usize {
-        let mut queue = self.lane.queue();
-        let mut taken = 0;
-        while taken < max {
-            let Some(record) = queue.pop() else { break };
-            out.push(record);
-            taken += 1;
-        }
-        drop(queue);
-        if taken > 0 {
-            self.lane.room.add_permits(taken);
-        }
-        taken
     }
 
     /// A record if one is queued now.

@@ -16,18 +16,6 @@ pub(crate) trait Rx: Send {
     fn recv(&mut self) -> impl std::future::Future<Output = Option<Delivery>> + Send;
     /// A delivery already waiting, if any, without waiting.
     fn try_recv(&mut self) -> Option<Delivery>;
-    /// Up to `max` deliveries already waiting, into `out`, without waiting; how many.
-    fn try_recv_many(&mut self, max: usize, out: &mut Vec<Delivery>) -> usize {
-        let mut taken = 0;
-        while taken < max {
-            let Some(delivery) = self.try_recv() else {
-                break;
-            };
-            out.push(delivery);
-            taken += 1;
-        }
-        taken
-    }
 }
 
 impl Rx for DeliveryReceiver {
@@ -36,9 +24,6 @@ impl Rx for DeliveryReceiver {
     }
     fn try_recv(&mut self) -> Option<Delivery> {
         DeliveryReceiver::try_recv(self)
-    }
-    fn try_recv_many(&mut self, max: usize, out: &mut Vec<Delivery>) -> usize {
-        DeliveryReceiver::try_recv_many(self, max, out)
     }
 }
 

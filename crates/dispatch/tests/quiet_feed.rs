@@ -1,7 +1,7 @@
 //! Sending a page quietly: records queued by a `QuietFeed` are in the channel at once but wake
 //! the loops only when flushed (or dropped); a full channel hands the record back; a waiting
 //! send wakes what was queued first; several feeds of one shard keep its order; and a batch
-//! takes what is waiting in one go, in turn, freeing its places. On tokio's paused clock.
+//! takes records in turn, freeing their places. On tokio's paused clock.
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ async fn two_feeds_of_one_shard_keep_its_order() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_batch_takes_what_waits_in_one_go_and_frees_its_places() {
+async fn a_batch_takes_records_in_turn_and_frees_their_places() {
     let (tx, rx) = channel(4);
     let (a, b) = (
         ShardSettlement::new("s", "a"),
