@@ -22,6 +22,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// A runtime on tokio's paused clock, on this thread: simulated time for the scenarios that
+/// run a fleet in process (`fleet_cost`, `takeover`).
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+}
+
 /// Prints one figure as `FIGURE<TAB>name<TAB>value<TAB>target<TAB>met`, the line
 /// `cargo xtask bench` collects.
 pub fn figure(name: &str, value: &str, target: &str, met: Option<bool>) {

@@ -42,11 +42,7 @@ fn main() {
         .collect();
     let mut fleets = Vec::new();
     for (shards, instances) in sizes {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
+        let runtime = kinesis_bench::paused_runtime();
         let wall = std::time::Instant::now();
         let fleet = runtime.block_on(run(shards, instances));
         println!(

@@ -96,11 +96,7 @@ struct Measured {
 fn main() {
     let mut results = BTreeMap::new();
     for mode in [Mode::Serial, Mode::Workers, Mode::ByKey, Mode::FanOut] {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("runtime");
+        let runtime = kinesis_bench::paused_runtime();
         let wall = std::time::Instant::now();
         let measured = runtime.block_on(run(mode));
         println!("{}: simulated in {:.1?}", mode.name(), wall.elapsed());
@@ -222,6 +218,16 @@ async fn watch_moves(
     out
 }
 
+/// The shards `broker` holds now.
+fn held_shards(broker: &RunningBroker) -> Vec<String> {
+    broker
+        .stats()
+        .shards(STREAM)
+        .iter()
+        .map(|s| s.shard.clone())
+        .collect()
+}
+
 fn held(running: &[Option<RunningBroker>]) -> Vec<usize> {
     running
         .iter()
@@ -250,14 +256,7 @@ async fn run(mode: Mode) -> Measured {
 
     // A crash of the broker holding the most.
     let victim = (0..BROKERS).max_by_key(|&i| counts[i]).expect("brokers");
-    let moved: Vec<String> = running[victim]
-        .as_ref()
-        .expect("live")
-        .stats()
-        .shards(STREAM)
-        .iter()
-        .map(|s| s.shard.clone())
-        .collect();
+    let moved = held_shards(running[victim].as_ref().expect("live"));
     handled.lock().unwrap().first.clear();
     let crashed_at = Instant::now();
     drop(running[victim].take());
@@ -278,12 +277,7 @@ async fn run(mode: Mode) -> Measured {
         .max_by_key(|&i| held(&running)[i])
         .expect("survivors");
     let leaving = running[leaver].take().expect("live");
-    let moved: Vec<String> = leaving
-        .stats()
-        .shards(STREAM)
-        .iter()
-        .map(|s| s.shard.clone())
-        .collect();
+    let moved = held_shards(&leaving);
     handled.lock().unwrap().first.clear();
     let left_at = Instant::now();
     let from = format!("b{leaver}");
