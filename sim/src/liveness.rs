@@ -37,8 +37,9 @@ pub const CRASH_TAKEOVER_BOUND: u64 = 15_000;
 /// it, in ms: the crash bound and 1 s, for a watch handed on at a leave (read every take
 /// interval from the leave on, the successor's last write up to a renew interval before it).
 pub const BURY_BOUND: u64 = CRASH_TAKEOVER_BOUND + 1_000;
-/// From a take to the first handler entry on the shard, in ms.
-pub const READ_SLACK: u64 = 2_000;
+/// From a take to the first handler entry on the shard, in ms (2 s until issue 35; the
+/// `takeover` benchmark measures 45 to 150 ms on its latency model).
+pub const READ_SLACK: u64 = 1_000;
 /// A slow `on_taken` hook runs before the reader starts (the simulation's take up to 2.5 s).
 pub const HOOK_SLACK: u64 = 2_500;
 /// After a graceful leave, the shards it held are read again within this, in ms.
