@@ -212,7 +212,7 @@ impl LaneTx {
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
         self.place().await?;
-        match self.push(turn, make(), true) {
+        match self.push_all(turn, std::iter::once(make())).pop() {
             None => Ok(()),
             Some(record) => {
                 unmake(record);
@@ -247,33 +247,9 @@ impl LaneTx {
         }
     }
 
-    /// Queues `record` in its shard's turn (`turn`: the shard's last turn in this lane), in a
-    /// place taken before; wakes the waiting receivers when `wake_now` (else the caller must
-    /// [`wake`](Self::wake) them before it next waits). Gives the record back when the lane
-    /// is closed.
-    #[must_use = "a record given back was not queued"]
-    pub(crate) fn push(
-        &self,
-        turn: &AtomicU64,
-        record: Numbered,
-        wake_now: bool,
-    ) -> Option<Numbered> {
-        let mut queue = self.lane.queue();
-        if queue.closed {
-            return Some(record);
-        }
-        queue.push(turn, record);
-        if wake_now {
-            let wakers = queue.wakers();
-            drop(queue);
-            wake(wakers);
-        }
-        None
-    }
-
-    /// Queues `records` (each in a place taken before), in order and in their shard's turns,
-    /// under one lock, then wakes the waiting receivers. Gives back the records a closed lane
-    /// refuses.
+    /// Queues `records` (each in a place taken before), in order and in their shard's turns
+    /// (`turn`: the shard's last turn in this lane), under one lock, then wakes the waiting
+    /// receivers. Gives back the records a closed lane refuses (no allocation otherwise).
     #[must_use = "records given back were not queued"]
     pub(crate) fn push_all(
         &self,
