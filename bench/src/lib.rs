@@ -203,7 +203,7 @@ pub async fn dispatch_run(workers: Workers, batch: Option<usize>) -> Duration {
             // once the page is in or before waiting for a place.
             let records = DISPATCH_RECORDS / DISPATCH_SHARDS;
             for page in (0..records).collect::<Vec<_>>().chunks(DISPATCH_PAGE) {
-                let mut quiet = feed.quietly();
+                let mut quiet = feed.quietly().expecting(page.len());
                 for &i in page {
                     quiet
                         .send(dispatch_record(shard, i, &payload))

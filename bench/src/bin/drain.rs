@@ -7,8 +7,9 @@
 //!
 //! Then CPU per 1,000 records: this process's CPU time (user + system, every thread, the SDK's
 //! own included) while draining the same stream by the raw loop, by the broker serially and
-//! by the broker in `workers(4).by_key()`, with the memory store, in 3 rounds each taking the
-//! three in turn; the medians, and each broker mode's ratio to the raw loop.
+//! by the broker in `workers(4).by_key()`, with the memory store, in 3 rounds (or
+//! `DRAIN_CPU_ROUNDS`) each taking the three in turn; the medians, and each broker mode's ratio
+//! to the raw loop. Each broker run also prints its CPU until the first record was handled.
 //!
 //! Needs `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB` (`cargo xtask bench`).
 
@@ -154,23 +155,39 @@ async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode)
     let h = handled.clone();
     let done = Arc::new(tokio::sync::Notify::new());
     let d2 = done.clone();
+    // The process's CPU time when the first record was handled: what starting took.
+    let first = Arc::new(std::sync::OnceLock::new());
+    let f2 = first.clone();
     sub.handle(move |d: Delivery| {
-        let (h, done) = (h.clone(), d2.clone());
+        let (h, done, first) = (h.clone(), d2.clone(), f2.clone());
         async move {
             std::hint::black_box(d.payload().len());
-            if h.fetch_add(1, Ordering::SeqCst) + 1 == RECORDS {
+            let n = h.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                let _ = first.set(cpu_time());
+            }
+            if n + 1 == RECORDS {
                 done.notify_one();
             }
             Ok::<(), std::io::Error>(())
         }
     })
     .expect("subscribe");
-    let cpu = cpu_time();
+    let (cpu, wall) = (cpu_time(), Instant::now());
     let running = broker.start().await.expect("start");
     tokio::time::timeout(Duration::from_secs(300), done.notified())
         .await
         .expect("drain stalled");
     let used = cpu_time().saturating_sub(cpu);
+    let starting = first
+        .get()
+        .map_or(Duration::ZERO, |f| f.saturating_sub(cpu));
+    println!(
+        "  broker {mode:?}: {:.1} ms CPU to the first record, {:.1} ms CPU in all, {:.0} ms wall",
+        starting.as_secs_f64() * 1e3,
+        used.as_secs_f64() * 1e3,
+        wall.elapsed().as_secs_f64() * 1e3
+    );
     running.shutdown().await;
     used
 }
@@ -178,8 +195,14 @@ async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode)
 /// The raw loop's CPU time for one drain.
 async fn raw_cpu(client: &aws_sdk_kinesis::Client, stream: &str) -> Duration {
     let cpu = cpu_time();
-    raw(client, stream).await;
-    cpu_time().saturating_sub(cpu)
+    let wall = raw(client, stream).await;
+    let used = cpu_time().saturating_sub(cpu);
+    println!(
+        "  raw loop: {:.1} ms CPU, {:.0} ms wall",
+        used.as_secs_f64() * 1e3,
+        wall.as_secs_f64() * 1e3
+    );
+    used
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -198,7 +221,12 @@ async fn cpu_figures(
     stream: &str,
 ) {
     let (mut raw_runs, mut serial, mut by_key) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..3 {
+    // `DRAIN_CPU_ROUNDS` gives more rounds (for a profile of many).
+    let rounds = std::env::var("DRAIN_CPU_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    for round in 0..rounds {
         raw_runs.push(raw_cpu(client, stream).await);
         serial.push(broker_cpu(config, stream, CpuMode::Serial).await);
         by_key.push(broker_cpu(config, stream, CpuMode::ByKey).await);

@@ -18,8 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use kinesis_broker::lease::Clock;
 use kinesis_broker::testing::MemoryStream;
 use kinesis_broker::{
-    BatchFailure, Broker, Checkpoint, Delivery, RetryPolicy, RunningBroker, SequenceNumber,
-    ShutdownReport,
+    BatchFailure, Broker, Checkpoint, Delivery, RunningBroker, SequenceNumber, ShutdownReport,
 };
 use tokio::time::{sleep, Instant};
 
@@ -568,6 +567,7 @@ async fn started_one(broker: Broker) -> RunningBroker {
 #[cfg(feature = "serde")]
 #[tokio::test(start_paused = true)]
 async fn an_unparsable_payload_goes_to_the_dead_letter_at_once() {
+    use kinesis_broker::RetryPolicy;
     #[derive(serde::Deserialize)]
     struct Order {
         #[allow(dead_code)]

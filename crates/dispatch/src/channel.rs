@@ -25,13 +25,15 @@
 //!
 //! A lane hands its records out by shard in turn, not first in, first out (see `fair_lane`):
 //! a shard just taken over, whose first record arrives behind another shard's backlog, waits
-//! for one record of each busy shard (and, for its place, one freed place per reader already
-//! waiting), not the lane's whole capacity. Each shard's records keep
-//! their order. Places are handed out in turn too: a freed place goes to the reader that has
-//! waited longest. Without that, a reader that just sent could take the freed place again and
-//! again, and a shard could starve behind the others (`readers_waiting_for_room_take_turns`
-//! saw two of four shards get nothing). A record is numbered only once it has a place, so a
-//! send cancelled while it waits leaves nothing behind.
+//! for one record of each busy shard, not the lane's whole capacity. Each shard's records keep
+//! their order. Places are handed out in turn too (see `room`): a shard with nothing queued
+//! waits for one place, ahead of the shards that have records queued, which wait for a batch
+//! of places each in the order they began to wait, and newcomers may pass them only a batch's
+//! worth of times before queuing behind. Without turns for places, a reader that just sent
+//! could take the freed place again and again, and a shard could starve behind the others
+//! (`readers_waiting_for_room_take_turns` saw two of four shards get nothing). A record is
+//! numbered only once it has a place, so a send cancelled while it waits leaves nothing
+//! behind.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -286,8 +288,8 @@ pub struct ShardFeed {
 }
 
 impl ShardFeed {
-    /// Sends one record, waiting while the channel (or its lane) is full; readers waiting for
-    /// a place get one in the order they began to wait.
+    /// Sends one record, waiting while the channel (or its lane) is full for one place (see
+    /// the module docs for who gets a freed place first).
     ///
     /// # Errors
     ///
@@ -324,7 +326,9 @@ impl ShardFeed {
     pub fn quietly(&self) -> QuietFeed {
         QuietFeed {
             feed: self.clone(),
-            held: Vec::new(),
+            held: (0..self.lanes.len()).map(|_| Vec::new()).collect(),
+            spare: vec![0; self.lanes.len()],
+            expected: 0,
         }
     }
 
@@ -370,14 +374,45 @@ pub enum TrySend {
 /// which the reader does before anything it waits for. A record so waits at most as long as the
 /// reader takes to number the rest of its page, or the channel's capacity, when that comes
 /// first.
+///
+/// The other way round, when the channel is full: a feed told how many records it still has
+/// ([`expecting`](Self::expecting)) and whose shard already has records queued waits for a
+/// batch of places (up to a quarter of the lane), not one, so the loop wakes the reader once
+/// per batch rather than once per record handled; a shard with nothing queued waits for one
+/// place, ahead of the busy ones, so a shard just taken is not held back by the batches.
+///
+/// Places taken for a batch and not used yet stay taken until the next flush: a caller must
+/// flush (or drop the feed) before it awaits anything else, as the reader does, or the
+/// channel runs short of places while it waits.
 #[derive(Debug)]
 pub struct QuietFeed {
     feed: ShardFeed,
-    /// Records with a place and a number, not yet queued, with their lanes.
-    held: Vec<(usize, Numbered)>,
+    /// Records with a place and a number, not yet queued, per lane.
+    held: Vec<Vec<Numbered>>,
+    /// Places taken per lane and not used yet (given back at the flush).
+    spare: Vec<usize>,
+    /// Records the caller said it still has to send, this one included.
+    expected: usize,
 }
 
 impl QuietFeed {
+    /// Says that `records` more are coming (a page's length, say), so a send that finds the
+    /// channel full waits for places for several of them at once. Without it a feed waits for
+    /// one place at a time.
+    #[must_use]
+    pub fn expecting(mut self, records: usize) -> Self {
+        self.expect(records);
+        self
+    }
+
+    /// Says, as [`expecting`](Self::expecting) does, how many records are still to come (this
+    /// one included) from here on: a reader that unpacks aggregates says so once it knows how
+    /// many sub-records one holds. The count is a hint, summed over the lanes: a feed waits for
+    /// at most a batch of places in one lane, and gives back at the flush what it did not use.
+    pub fn expect(&mut self, records: usize) {
+        self.expected = records;
+    }
+
     /// Takes a place for `record` if one is free now, and holds it until the next flush.
     ///
     /// # Errors
@@ -390,68 +425,80 @@ impl QuietFeed {
             return Err(feed.refused(true));
         }
         let index = feed.lane_for(&record);
-        match feed.lanes[index].try_place() {
-            Ok(true) => {}
-            Ok(false) => return Ok(TrySend::Full(record)),
-            Err(_) => return Err(feed.refused(false)),
+        if self.spare[index] > 0 {
+            self.spare[index] -= 1;
+        } else {
+            match feed.lanes[index].try_place() {
+                Ok(true) => {}
+                Ok(false) => return Ok(TrySend::Full(record)),
+                Err(_) => return Err(feed.refused(false)),
+            }
         }
-        let ordinal = feed
-            .settlement
-            .register_with(record.sequence.clone(), record.arrival);
-        self.held.push((
-            index,
-            Numbered::new(record, feed.settlement.clone(), ordinal),
-        ));
+        self.hold(index, record);
         Ok(TrySend::Sent)
     }
 
+    /// Numbers `record`, which has a place in lane `index`, and holds it.
+    fn hold(&mut self, index: usize, record: Record) {
+        let feed = &self.feed;
+        let ordinal = feed
+            .settlement
+            .register_with(record.sequence.clone(), record.arrival);
+        self.held[index].push(Numbered::new(record, feed.settlement.clone(), ordinal));
+        self.expected = self.expected.saturating_sub(1);
+    }
+
     /// Queues the records held, lane by lane under one lock each, and wakes those lanes'
-    /// loops. Records a closed lane refuses are unnumbered again (the newest first).
+    /// loops; gives back places taken and not used. Records a closed lane refuses are
+    /// unnumbered again (the newest first).
     pub fn flush(&mut self) {
-        if self.held.is_empty() {
-            return;
+        for (lane, spare) in self.spare.iter_mut().enumerate() {
+            self.feed.lanes[lane].give_back(std::mem::take(spare));
         }
-        let mut held = std::mem::take(&mut self.held);
         let feed = &self.feed;
         let mut refused = Vec::new();
-        if feed.lanes.len() == 1 {
-            refused = feed.lanes[0].push_all(&feed.turns[0], held.drain(..).map(|(_, n)| n));
-        } else {
-            for lane in 0..feed.lanes.len() {
-                let mine = held.iter().any(|(l, _)| *l == lane);
-                if !mine {
-                    continue;
-                }
-                let (these, rest): (Vec<_>, Vec<_>) = held.drain(..).partition(|(l, _)| *l == lane);
-                held = rest;
-                refused.extend(
-                    feed.lanes[lane].push_all(&feed.turns[lane], these.into_iter().map(|(_, n)| n)),
-                );
+        for (lane, held) in self.held.iter_mut().enumerate() {
+            if held.is_empty() {
+                continue;
             }
+            // The buffer's memory stays for the next page.
+            refused.extend(feed.lanes[lane].push_all(&feed.turns[lane], held.drain(..)));
+        }
+        if refused.is_empty() {
+            return;
         }
         refused.sort_by_key(|n| std::cmp::Reverse(n.ordinal()));
         for numbered in refused {
             feed.settlement.unregister(numbered.ordinal());
         }
-        // Reuse the buffer's memory for the next page.
-        held.clear();
-        self.held = held;
     }
 
-    /// Sends `record`: held if a place is free, else flushes what is held and waits for a
-    /// place as [`ShardFeed::send`] does.
+    /// Sends `record`: held if a place is free, else flushes what is held and waits for
+    /// places (see the type's docs), then holds it.
     ///
     /// # Errors
     ///
     /// As [`ShardFeed::send`].
     pub async fn send(&mut self, record: Record) -> Result<(), DispatchError> {
-        match self.try_send(record)? {
-            TrySend::Sent => Ok(()),
-            TrySend::Full(record) => {
-                self.flush();
-                self.feed.send(record).await
-            }
+        let record = match self.try_send(record)? {
+            TrySend::Sent => return Ok(()),
+            TrySend::Full(record) => record,
+        };
+        self.flush();
+        let index = self.feed.lane_for(&record);
+        let wanted = self.expected.max(1);
+        let feed = &self.feed;
+        let places = feed.lanes[index]
+            .places(&feed.turns[index], wanted)
+            .await
+            .map_err(|_| feed.refused(false))?;
+        if feed.settlement.is_revoked() {
+            feed.lanes[index].give_back(places);
+            return Err(feed.refused(true));
         }
+        self.spare[index] += places - 1;
+        self.hold(index, record);
+        Ok(())
     }
 }
 

@@ -13,15 +13,16 @@
 //! the lowest turn goes out first, ties in arrival order. A shard's records keep their order,
 //! so each key's order holds too. A shard that starts sending, once it has a place, waits for
 //! at most one record of each other busy shard; getting the place waits for at most one freed
-//! place per reader already waiting.
+//! place per other shard with nothing queued that waits ahead of it (see `room.rs`).
 //!
 //! # Places
 //!
-//! The lane holds at most its capacity: a sender first takes a place from a fair semaphore
-//! (readers waiting for room get one in the order they began to wait, so none starves), and
-//! the receiver gives it back when it takes the record. Closing the lane (the receiver closes
-//! or the last receiver goes) fails every sender, waiting or not; what is queued can still be
-//! received. Once every sender is gone and the queue is empty, receivers get `None`.
+//! The lane holds at most its capacity: a sender first takes a place from the lane's
+//! [`Room`] (a shard with nothing queued first, then busy shards in the order they began to
+//! wait, a busy one for a batch of places: see `room.rs`), and the receiver gives it back when
+//! it takes the record. Closing the lane (the receiver closes or the last receiver goes) fails
+//! every sender, waiting or not; what is queued can still be received. Once every sender is
+//! gone and the queue is empty, receivers get `None`.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -29,11 +30,12 @@ use std::sync::atomic::{self, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
+use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use tokio::sync::{Semaphore, TryAcquireError};
-
 use crate::numbered::Numbered;
+use crate::room::{Room, Ticket, Want};
 
 /// The lane is closed: nothing more can be sent.
 #[derive(Debug)]
@@ -43,16 +45,16 @@ pub(crate) struct LaneClosed;
 #[derive(Debug)]
 struct FairLane {
     queue: Mutex<Queue>,
-    /// The lane's free places.
-    room: Semaphore,
     /// Receivers of the lane still alive; the lane closes when the last one goes.
     receivers: AtomicUsize,
     /// Numbers receivers, to keep one waker per receiver.
     next_receiver: AtomicU64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
+    /// The lane's free places and the senders waiting for some.
+    room: Room,
     /// Queued records, the lowest turn first.
     heap: BinaryHeap<Turn>,
     /// The turn of the record handed out last.
@@ -167,20 +169,36 @@ impl FairLane {
     }
 
     fn close(&self) {
-        self.room.close();
         let mut queue = self.queue();
         queue.closed = true;
         let wakers = queue.wakers();
+        let senders = queue.room.close();
         drop(queue);
         wake(wakers);
+        senders.into_iter().for_each(Waker::wake);
+    }
+
+    /// Takes the next record in turn and frees its place; the senders served by that place,
+    /// to wake once the lock is gone.
+    fn pop(queue: &mut Queue) -> Option<(Numbered, Vec<Waker>)> {
+        let record = queue.pop()?;
+        let now = queue.now;
+        Some((record, queue.room.give_back(1, now)))
     }
 }
 
-/// Creates one lane of `capacity` places (clamped to 1 ..= the semaphore's maximum).
+/// Creates one lane of `capacity` places (at least one).
 pub(crate) fn fair_lane(capacity: usize) -> (LaneTx, LaneRx) {
     let lane = Arc::new(FairLane {
-        queue: Mutex::default(),
-        room: Semaphore::new(capacity.clamp(1, Semaphore::MAX_PERMITS)),
+        queue: Mutex::new(Queue {
+            room: Room::new(capacity),
+            heap: BinaryHeap::new(),
+            now: 0,
+            arrivals: 0,
+            closed: false,
+            orphaned: false,
+            waiting: Vec::new(),
+        }),
         receivers: AtomicUsize::new(1),
         next_receiver: AtomicU64::new(1),
     });
@@ -201,17 +219,19 @@ pub(crate) struct LaneTx {
 }
 
 impl LaneTx {
-    /// Waits for a place (in the order senders began to wait), then queues what `make`
-    /// returns in its shard's turn and wakes the receivers. `make` runs only once the place is
-    /// had, so a send cancelled while it waits leaves nothing behind; `unmake` gets the record
-    /// back when the lane closed meanwhile.
+    /// Waits for a place (see [`Room`]), then queues what `make` returns in its shard's turn
+    /// and wakes the receivers. `make` runs only once the place is had, so a send cancelled
+    /// while it waits leaves nothing behind; `unmake` gets the record back when the lane closed
+    /// meanwhile.
     pub(crate) async fn send_with(
         &self,
         turn: &AtomicU64,
         make: impl FnOnce() -> Numbered,
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
-        self.place().await?;
+        if !self.try_place()? {
+            self.places(turn, 1).await?;
+        }
         match self.push_all(turn, std::iter::once(make())).pop() {
             None => Ok(()),
             Some(record) => {
@@ -221,30 +241,38 @@ impl LaneTx {
         }
     }
 
-    /// Takes a place if one is free now: `Ok(false)` when none is.
+    /// Takes a place if one is free now and no sender waits: `Ok(false)` when not.
     pub(crate) fn try_place(&self) -> Result<bool, LaneClosed> {
-        match self.lane.room.try_acquire() {
-            Ok(place) => {
-                place.forget();
-                Ok(true)
-            }
-            Err(TryAcquireError::NoPermits) => Ok(false),
-            Err(TryAcquireError::Closed) => Err(LaneClosed),
+        let mut queue = self.lane.queue();
+        if queue.closed {
+            return Err(LaneClosed);
+        }
+        Ok(queue.room.try_take())
+    }
+
+    /// Waits for places for a shard whose last turn in this lane is `turn` and that could use
+    /// `wanted` of them now: one if the shard has nothing queued here, else a batch of up to
+    /// `wanted` (see [`Room`]). Resolves to the number of places taken, each to be filled by
+    /// [`push_all`](Self::push_all) or given back by [`give_back`](Self::give_back).
+    pub(crate) fn places<'a>(&'a self, turn: &'a AtomicU64, wanted: usize) -> Places<'a> {
+        Places {
+            lane: &self.lane,
+            turn,
+            wanted,
+            ticket: None,
         }
     }
 
-    /// Waits for a place, in the order senders began to wait.
-    async fn place(&self) -> Result<(), LaneClosed> {
-        if self.try_place()? {
-            return Ok(());
+    /// Gives back `places` taken and not used.
+    pub(crate) fn give_back(&self, places: usize) {
+        if places == 0 {
+            return;
         }
-        match self.lane.room.acquire().await {
-            Ok(place) => {
-                place.forget();
-                Ok(())
-            }
-            Err(_) => Err(LaneClosed),
-        }
+        let mut queue = self.lane.queue();
+        let now = queue.now;
+        let served = queue.room.give_back(places, now);
+        drop(queue);
+        served.into_iter().for_each(Waker::wake);
     }
 
     /// Queues `records` (each in a place taken before), in order and in their shard's turns
@@ -281,6 +309,50 @@ impl Drop for LaneTx {
     }
 }
 
+/// The future of [`LaneTx::places`]: leaving the line when dropped, and giving back places
+/// it was served and never came for.
+#[derive(Debug)]
+pub(crate) struct Places<'a> {
+    lane: &'a FairLane,
+    turn: &'a AtomicU64,
+    wanted: usize,
+    ticket: Option<Ticket>,
+}
+
+impl Future for Places<'_> {
+    type Output = Result<usize, LaneClosed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut queue = this.lane.queue();
+        if queue.closed {
+            // Places served before the close go back with the ticket, in `drop`.
+            return Poll::Ready(Err(LaneClosed));
+        }
+        let want = Want {
+            places: this.wanted,
+            last_turn: this.turn.load(atomic::Ordering::Relaxed),
+        };
+        let now = queue.now;
+        queue
+            .room
+            .take_or_wait(&mut this.ticket, want, now, cx.waker())
+            .map(Ok)
+    }
+}
+
+impl Drop for Places<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let mut queue = self.lane.queue();
+            let now = queue.now;
+            let served = queue.room.leave(ticket, now);
+            drop(queue);
+            served.into_iter().for_each(Waker::wake);
+        }
+    }
+}
+
 /// A lane's receiving side; [`share`](Self::share) makes another receiver of the same lane.
 #[derive(Debug)]
 pub(crate) struct LaneRx {
@@ -308,10 +380,9 @@ impl LaneRx {
     /// nothing is queued.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Numbered>> {
         let mut queue = self.lane.queue();
-        if let Some(record) = queue.pop() {
+        if let Some((record, served)) = FairLane::pop(&mut queue) {
             drop(queue);
-            // The record's place is free again.
-            self.lane.room.add_permits(1);
+            served.into_iter().for_each(Waker::wake);
             return Poll::Ready(Some(record));
         }
         if queue.closed || queue.orphaned {
@@ -332,8 +403,8 @@ impl LaneRx {
 
     /// A record if one is queued now.
     pub(crate) fn try_recv(&mut self) -> Option<Numbered> {
-        let record = self.lane.queue().pop()?;
-        self.lane.room.add_permits(1);
+        let (record, served) = FairLane::pop(&mut self.lane.queue())?;
+        served.into_iter().for_each(Waker::wake);
         Some(record)
     }
 

@@ -30,6 +30,7 @@ mod metrics;
 mod numbered;
 mod parking;
 mod retry;
+mod room;
 mod router;
 mod rx;
 mod settlement;

@@ -143,3 +143,142 @@ async fn a_batch_takes_records_in_turn_and_frees_their_places() {
     drop((feed_a, feed_b, tx));
     dispatch.join().await;
 }
+
+/// A channel of 64 filled quietly by shard `a`, which says a page of 1,000 is coming.
+async fn full_of_a() -> (
+    kinesis_dispatch::DeliverySender,
+    kinesis_dispatch::DeliveryReceiver,
+    kinesis_dispatch::QuietFeed,
+) {
+    let (tx, rx) = channel(64);
+    let mut quiet = tx
+        .feed(ShardSettlement::new("s", "a"))
+        .quietly()
+        .expecting(1_000);
+    for n in 0..64 {
+        assert!(matches!(quiet.try_send(record("a", n)), Ok(TrySend::Sent)));
+    }
+    quiet.flush();
+    (tx, rx, quiet)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_reader_waits_for_a_batch_of_places_not_one() {
+    let (_tx, mut rx, mut quiet) = full_of_a().await;
+    let sender = tokio::spawn(async move {
+        quiet.send(record("a", 64)).await.unwrap();
+        quiet
+    });
+    tokio::task::yield_now().await;
+    // One record handled frees one place: a reader woken for it would hop threads per record.
+    for taken in 1..16 {
+        assert!(rx.try_recv().is_some());
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!sender.is_finished(), "woken after {taken} places");
+    }
+    assert!(rx.try_recv().is_some());
+    let mut quiet = sender.await.unwrap();
+    // It took 16: the one it sent and 15 more, without waiting.
+    for n in 65..80 {
+        assert!(matches!(quiet.try_send(record("a", n)), Ok(TrySend::Sent)));
+    }
+    assert!(matches!(
+        quiet.try_send(record("a", 80)),
+        Ok(TrySend::Full(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_that_did_not_say_what_comes_waits_for_one_place() {
+    let (tx, mut rx) = channel(64);
+    let mut quiet = tx.feed(ShardSettlement::new("s", "a")).quietly();
+    for n in 0..64 {
+        assert!(matches!(quiet.try_send(record("a", n)), Ok(TrySend::Sent)));
+    }
+    quiet.flush();
+    let sender = tokio::spawn(async move { quiet.send(record("a", 64)).await });
+    tokio::task::yield_now().await;
+    assert!(rx.try_recv().is_some());
+    sender.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shard_with_nothing_queued_gets_the_next_place_before_a_busy_one() {
+    let (tx, mut rx, mut quiet) = full_of_a().await;
+    let busy = tokio::spawn(async move { quiet.send(record("a", 64)).await });
+    tokio::task::yield_now().await;
+    // Shard b, just taken, nothing of it queued: it waits behind a, and is served first.
+    let mut taken = tx
+        .feed(ShardSettlement::new("s", "b"))
+        .quietly()
+        .expecting(1_000);
+    let newcomer = tokio::spawn(async move {
+        taken.send(record("b", 0)).await.unwrap();
+        drop(taken);
+    });
+    tokio::task::yield_now().await;
+    assert!(!newcomer.is_finished());
+    assert!(rx.try_recv().is_some());
+    newcomer.await.unwrap();
+    assert!(!busy.is_finished(), "a waits for its batch");
+    // b's record is next in turn, ahead of a's 62 still queued.
+    assert_eq!(rx.try_recv().map(|d| payload(&d)).as_deref(), Some("b#0"));
+    drop(tx);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_taken_shard_keeps_its_turn_for_places_past_its_first_records() {
+    // Four busy shards fill the lane and wait for batches of places.
+    let (tx, mut rx) = channel(64);
+    let mut busy = Vec::new();
+    for b in 0..4 {
+        let key = format!("b{b}");
+        let mut quiet = tx
+            .feed(ShardSettlement::new("s", key.clone()))
+            .quietly()
+            .expecting(1_000);
+        for n in 0..16 {
+            assert!(matches!(quiet.try_send(record(&key, n)), Ok(TrySend::Sent)));
+        }
+        quiet.flush();
+        busy.push(tokio::spawn(async move {
+            for n in 16..1_000 {
+                quiet.send(record(&key, n)).await.unwrap();
+            }
+        }));
+    }
+    tokio::task::yield_now().await;
+    // A shard is taken with three records to send.
+    let mut taken = tx
+        .feed(ShardSettlement::new("s", "n"))
+        .quietly()
+        .expecting(3);
+    let newcomer = tokio::spawn(async move {
+        for n in 0..3 {
+            taken.send(record("n", n)).await.unwrap();
+        }
+    });
+    let mut handled = 0;
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        tokio::task::yield_now().await;
+        if let Some(d) = rx.try_recv() {
+            handled += 1;
+            let p = payload(&d);
+            if p.starts_with("n#") {
+                seen.push(p);
+            }
+        }
+        assert!(
+            handled <= 20,
+            "n's records after {handled} handled: {seen:?}"
+        );
+    }
+    assert_eq!(seen, ["n#0", "n#1", "n#2"]);
+    newcomer.await.unwrap();
+    for b in busy {
+        b.abort();
+    }
+}

@@ -268,9 +268,14 @@ impl Reader {
     ) -> Result<(), Stop> {
         let max_unsettled = self.context.config.max_unsettled;
         let mut quiet = self.feed.quietly();
+        let mut left = page.len();
         for record in page {
             at.records.clear();
             expand_into(record, self.hash_range, &self.kpl, &mut at.records);
+            left -= 1;
+            // What is still to come, for the feed to wait for places in batches: the rest of
+            // the page and this record's sub-records.
+            quiet.expect(left + at.records.len());
             let mut records = std::mem::take(&mut at.records);
             for record in records.drain(..) {
                 if let Some(skip) = &at.skip_upto {
