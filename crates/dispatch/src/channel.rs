@@ -377,7 +377,7 @@ pub enum TrySend {
 ///
 /// The other way round, when the channel is full: a feed told how many records it still has
 /// ([`expecting`](Self::expecting)) and whose shard already has records queued waits for a
-/// batch of places (up to a quarter of the lane), not one, so the loop wakes the reader once
+/// batch of places (a quarter of the lane; half of a small one, at most 4), not one, so the loop wakes the reader once
 /// per batch rather than once per record handled; a shard with nothing queued waits for one
 /// place, ahead of the busy ones, so a shard just taken is not held back by the batches.
 ///

@@ -9,7 +9,7 @@
 //! hop and a contended lock per record, the largest share of the broker's CPU above the raw
 //! SDK loop in `drain`. Here a sender that already has records queued in the lane (it is
 //! *busy*: the loop has its work in hand) waits for a *batch* of places, a quarter of the
-//! lane or what it still has to send, so it wakes once per batch while the loop works through
+//! lane (half of a small one, at most 4) or what it still has to send, so it wakes once per batch while the loop works through
 //! what is queued.
 //!
 //! Batching must not cost a taken shard its turn: a sender with nothing queued in the lane (a
@@ -87,9 +87,10 @@ impl Room {
 
     /// The places a busy sender waits for at most: a quarter of the lane, so the rest keeps
     /// the loop busy while the sender wakes and fills it (half the lane measured no better in
-    /// `drain` and worse for batch handlers in `dispatch_overhead`).
+    /// `drain` and worse for batch handlers in `dispatch_overhead`); in a small lane (the lanes
+    /// by key hold 8) up to half of it, at most 4, or a reader would wake every second record.
     pub(crate) fn batch(&self) -> usize {
-        (self.capacity / 4).max(1)
+        (self.capacity / 4).max((self.capacity / 2).min(4)).max(1)
     }
 
     /// Takes one place if one is free and nobody waits (a sender that finds the room full, or
@@ -458,6 +459,15 @@ mod tests {
         assert!(room.leave(b.unwrap(), NOW).is_empty());
         assert_eq!(room.free, 3);
         assert_eq!(first_count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn batches_are_a_quarter_of_the_lane_and_up_to_half_a_small_one() {
+        let batch = |capacity| Room::new(capacity).batch();
+        assert_eq!(
+            [1, 2, 4, 8, 16, 64, 100].map(batch),
+            [1, 1, 2, 4, 4, 16, 25]
+        );
     }
 
     #[test]
