@@ -375,6 +375,10 @@ pub enum TrySend {
 /// reader takes to number the rest of its page, or the channel's capacity, when that comes
 /// first.
 ///
+/// A feed told how many records it still has also takes places for them a batch at a time
+/// while they are free (a lane's share of them, by key, and at most a batch), not one lock per
+/// record against the loop taking from the lane.
+///
 /// The other way round, when the channel is full: a feed told how many records it still has
 /// ([`expecting`](Self::expecting)) and whose shard already has records queued waits for a
 /// batch of places (a quarter of the lane; half of a small one, at most 4), not one, so the loop wakes the reader once
@@ -425,15 +429,17 @@ impl QuietFeed {
             return Err(feed.refused(true));
         }
         let index = feed.lane_for(&record);
-        if self.spare[index] > 0 {
-            self.spare[index] -= 1;
-        } else {
-            match feed.lanes[index].try_place() {
-                Ok(true) => {}
-                Ok(false) => return Ok(TrySend::Full(record)),
+        if self.spare[index] == 0 {
+            // Places for what is still to come in one go (a lane's share of it, by key), not
+            // a lock per record against the loop taking from the lane.
+            let wanted = self.expected.div_ceil(feed.lanes.len());
+            match feed.lanes[index].try_places(wanted) {
+                Ok(0) => return Ok(TrySend::Full(record)),
+                Ok(taken) => self.spare[index] = taken,
                 Err(_) => return Err(feed.refused(false)),
             }
         }
+        self.spare[index] -= 1;
         self.hold(index, record);
         Ok(TrySend::Sent)
     }

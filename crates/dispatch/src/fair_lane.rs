@@ -235,7 +235,7 @@ impl LaneTx {
         make: impl FnOnce() -> Numbered,
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
-        if !self.try_place()? {
+        if self.try_places(1)? == 0 {
             self.places(turn, 1).await?;
         }
         match self.push_all(turn, std::iter::once(make())).pop() {
@@ -247,13 +247,14 @@ impl LaneTx {
         }
     }
 
-    /// Takes a place if one is free now and no sender waits: `Ok(false)` when not.
-    pub(crate) fn try_place(&self) -> Result<bool, LaneClosed> {
+    /// Takes up to `places` places (at least one asked for) if some are free now and no
+    /// sender waits: how many it took (`Ok(0)`: none).
+    pub(crate) fn try_places(&self, places: usize) -> Result<usize, LaneClosed> {
         let mut queue = self.lane.queue();
         if queue.closed {
             return Err(LaneClosed);
         }
-        Ok(queue.room.try_take())
+        Ok(queue.room.try_take(places))
     }
 
     /// Waits for places for a shard whose last turn in this lane is `turn` and that could use

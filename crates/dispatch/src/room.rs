@@ -93,15 +93,17 @@ impl Room {
         (self.capacity / 4).max((self.capacity / 2).min(4)).max(1)
     }
 
-    /// Takes one place if one is free and nobody waits (a sender that finds the room full, or
-    /// others waiting, waits its turn).
-    pub(crate) fn try_take(&mut self) -> bool {
-        if self.waiting.is_empty() && self.free > 0 {
-            self.free -= 1;
-            true
-        } else {
-            false
+    /// Takes up to `places` free places (at least one asked for, at most a batch: the rest
+    /// stays for others, and the loop is not left waiting on records held back) if nobody
+    /// waits (a sender that finds the room full, or others waiting, waits its turn): how many
+    /// it took.
+    pub(crate) fn try_take(&mut self, places: usize) -> usize {
+        if !self.waiting.is_empty() {
+            return 0;
         }
+        let taken = self.free.min(places.clamp(1, self.batch()));
+        self.free -= taken;
+        taken
     }
 
     /// What `want` gets while the turn being handed out is `now`: `Ready(n)`, places taken
@@ -314,7 +316,7 @@ mod tests {
     fn full() -> Room {
         let mut room = Room::new(64);
         for _ in 0..64 {
-            assert!(room.try_take());
+            assert_eq!(room.try_take(1), 1);
         }
         room
     }
@@ -426,7 +428,11 @@ mod tests {
         let mut ticket = None;
         assert_eq!(room.take_or_wait(&mut ticket, BUSY, NOW, &w), Poll::Pending);
         wake_all(room.give_back(5, NOW));
-        assert!(!room.try_take(), "five free, but a sender waits for them");
+        assert_eq!(
+            room.try_take(1),
+            0,
+            "five free, but a sender waits for them"
+        );
         let mut other = None;
         assert_eq!(
             room.take_or_wait(&mut other, BUSY, NOW, &w),
@@ -471,9 +477,18 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_takes_what_is_free_up_to_what_it_asks_and_a_batch() {
+        let mut room = Room::new(8);
+        assert_eq!(room.try_take(3), 3);
+        assert_eq!(room.try_take(0), 1, "at least one");
+        assert_eq!(room.try_take(100), 4, "a batch (4 of 8) at most");
+        assert_eq!(room.try_take(100), 0, "none left");
+    }
+
+    #[test]
     fn a_lane_of_one_place_serves_a_busy_sender_one_place() {
         let mut room = Room::new(1);
-        assert!(room.try_take());
+        assert_eq!(room.try_take(1), 1);
         let (_, w) = waker();
         let mut ticket = None;
         assert_eq!(room.take_or_wait(&mut ticket, BUSY, NOW, &w), Poll::Pending);

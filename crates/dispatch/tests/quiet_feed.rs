@@ -282,3 +282,25 @@ async fn a_taken_shard_keeps_its_turn_for_places_past_its_first_records() {
         b.abort();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_feed_takes_places_for_what_it_expects_and_gives_back_the_unused_at_the_flush() {
+    let (tx, _rx) = channel(20);
+    let mut a = tx
+        .feed(ShardSettlement::new("s", "a"))
+        .quietly()
+        .expecting(5);
+    let mut b = tx.feed(ShardSettlement::new("s", "b")).quietly();
+    assert!(matches!(a.try_send(record("a", 0)), Ok(TrySend::Sent)));
+    // a took five places in one go (a batch of a lane of 20 is 5): 15 are left for b.
+    for n in 0..15 {
+        assert!(matches!(b.try_send(record("b", n)), Ok(TrySend::Sent)));
+    }
+    assert!(matches!(b.try_send(record("b", 15)), Ok(TrySend::Full(_))));
+    // a's four unused places come back at its flush.
+    a.flush();
+    for n in 15..19 {
+        assert!(matches!(b.try_send(record("b", n)), Ok(TrySend::Sent)));
+    }
+    assert!(matches!(b.try_send(record("b", 19)), Ok(TrySend::Full(_))));
+}
