@@ -8,6 +8,7 @@ use crate::shared::{Exit, Held, Report};
 use crate::ShardInfo;
 use kinesis_dispatch::{CheckpointCursor, ShardSettlement};
 use kinesis_lease_core::{Holder, Lease};
+use kinesis_shard_reader::control::KeeperCmd;
 use kinesis_shard_reader::start::StartPlan;
 use kinesis_shard_reader::Reader;
 use std::sync::atomic::AtomicU64;
@@ -48,6 +49,9 @@ impl State {
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);
         let (cmd_tx, cmd_rx) = mpsc::channel(2);
+        // To tell the keeper to release when the reader panicked (the reader's own sender
+        // goes with it).
+        let release = cmd_tx.clone();
         let keeper = Keeper {
             shared: shared.clone(),
             key: lease.key.clone(),
@@ -107,14 +111,30 @@ impl State {
                 // wake-up of either (the reader's HTTP body arriving in chunks, a batch of
                 // places freed) polled the other too, and the keeper's `select!` of five
                 // branches ran a few hundred times a second for nothing (`drain`'s profile).
-                // The guard aborts the reader if this task is aborted.
+                // The guard aborts the reader if this task is aborted. A reader that panics (a
+                // bug here or in a library it calls) has the keeper release the shard with its
+                // due checkpoint, so it is taken and read again, here or elsewhere: its member
+                // row still renewed, no other instance would take the row, and a keeper left
+                // renewing it, or dropped with a panic, left the shard unread for as long as
+                // the process lived (`reader_panic.rs`). The handle wakes this task only when
+                // the reader ends.
                 let mut reading = AbortOnDrop(tokio::spawn(read.in_current_span()));
-                let exit = keeper.run(cmd_rx, ready_tx).await;
-                if let Err(error) = (&mut reading.0).await {
-                    if error.is_panic() {
-                        std::panic::resume_unwind(error.into_panic());
+                let keeping = keeper.run(cmd_rx, ready_tx);
+                tokio::pin!(keeping);
+                let exit = tokio::select! {
+                    exit = &mut keeping => {
+                        let _ = (&mut reading.0).await.map_err(|e| reader_failed(&e));
+                        exit
                     }
-                }
+                    ended = &mut reading.0 => {
+                        if let Err(error) = ended {
+                            reader_failed(&error);
+                            let _ = release.send(KeeperCmd::Release).await;
+                        }
+                        drop(release);
+                        keeping.await
+                    }
+                };
                 let last = {
                     let mut held = shared.held();
                     let gone = held.remove(&shard);
@@ -142,5 +162,13 @@ impl State {
             }
             .instrument(span),
         );
+    }
+}
+
+/// Logs a reader task that did not end by itself (a panic; or aborted, as the runtime shuts
+/// down).
+fn reader_failed(error: &tokio::task::JoinError) {
+    if error.is_panic() {
+        tracing::error!(error = %error, "the shard's reader panicked; releasing the lease with its due checkpoint, to be read again");
     }
 }
