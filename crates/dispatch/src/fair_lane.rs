@@ -116,9 +116,10 @@ impl Queue {
         loop {
             let Reverse(next) = self.heap.pop()?;
             self.now = next.turn;
-            self.vacant.push(next.slot);
-            // Every turn points at a record; were one missing, the next turn is taken.
+            // Every turn points at a record (only `push` fills a slot, only this empties one);
+            // were one missing, its slot is not freed twice and the next turn is taken.
             if let Some(record) = self.slots.get_mut(next.slot).and_then(Option::take) {
+                self.vacant.push(next.slot);
                 return Some(record);
             }
         }
