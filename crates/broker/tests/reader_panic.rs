@@ -5,7 +5,7 @@
 //! down with it and left the row unrenewed, which no other instance takes while the owner's
 //! member row lives, and which its own instance still counted as held: read by nobody either.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,15 +13,17 @@ use kinesis_broker::kinesis::{KinesisApi, PutEntry, PutOutcome, RecordsPage, Sha
 use kinesis_broker::lease::BoxFuture;
 use kinesis_broker::testing::MemoryStream;
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, ReaderError, StartAt};
-use tokio::time::Instant;
+use tokio::sync::{watch, Notify};
+use tokio::time::{timeout, Instant};
 
 const STREAM: &str = "s";
 
-/// A `MemoryStream` whose first GetRecords panics.
+/// A `MemoryStream` whose first GetRecords panics, saying so on `panicked`.
 #[derive(Debug, Clone)]
 struct Panicking {
     kinesis: MemoryStream,
-    panicked: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    panicked: Arc<Notify>,
 }
 
 impl KinesisApi for Panicking {
@@ -48,7 +50,8 @@ impl KinesisApi for Panicking {
         iterator: &'a str,
         limit: usize,
     ) -> BoxFuture<'a, Result<RecordsPage, ReaderError>> {
-        if !self.panicked.swap(true, Ordering::SeqCst) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            self.panicked.notify_one();
             panic!("a reader of {shard} hit a bug");
         }
         self.kinesis.get_records(stream, shard, iterator, limit)
@@ -63,15 +66,56 @@ impl KinesisApi for Panicking {
     }
 }
 
-/// A handler counting what it handled.
-fn counting(
-    handled: &Arc<AtomicUsize>,
-) -> impl Fn(Delivery) -> std::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static {
-    let handled = handled.clone();
-    move |_d: Delivery| {
-        handled.fetch_add(1, Ordering::SeqCst);
-        std::future::ready(Ok(()))
-    }
+/// A broker over `kinesis` whose first GetRecords panics, starting at `start` (the default when
+/// `None`): the running broker, the panic's notice and the count of records handled.
+async fn panicking_broker(
+    kinesis: &MemoryStream,
+    start: Option<StartAt>,
+) -> (
+    kinesis_broker::RunningBroker,
+    Arc<Notify>,
+    watch::Receiver<usize>,
+) {
+    let panicked = Arc::new(Notify::new());
+    let mut broker = Broker::builder()
+        .kinesis(Panicking {
+            kinesis: kinesis.clone(),
+            done: Arc::default(),
+            panicked: panicked.clone(),
+        })
+        .lease_store(MemoryLeaseStore::over(&MemoryLeaseTable::new()))
+        .build()
+        .unwrap();
+    let (count, handled) = watch::channel(0);
+    let count = Arc::new(count);
+    let subscription = broker.subscribe(STREAM);
+    let subscription = match start {
+        Some(start) => subscription.start_at(start),
+        None => subscription,
+    };
+    subscription
+        .handle(move |_d: Delivery| {
+            count.send_modify(|n| *n += 1);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        })
+        .unwrap();
+    (broker.start().await.unwrap(), panicked, handled)
+}
+
+/// Waits until `n` records were handled, at most `bound` from `since`; how long it took.
+async fn handled(
+    mut count: watch::Receiver<usize>,
+    n: usize,
+    since: Instant,
+    bound: Duration,
+) -> Duration {
+    let seen = timeout(bound, count.wait_for(|c| *c >= n)).await.is_ok();
+    assert!(
+        seen,
+        "{bound:?} after the reader panicked, {} of {n} handled: the shard is not read again",
+        *count.borrow()
+    );
+    since.elapsed()
 }
 
 #[tokio::test(start_paused = true)]
@@ -83,45 +127,33 @@ async fn a_reader_that_panics_has_its_shard_released_and_read_again() {
             .put(STREAM, &format!("k{n}"), format!("r{n}"))
             .unwrap();
     }
-    let table = MemoryLeaseTable::new();
-    let panicked = Arc::new(AtomicBool::new(false));
-    let mut broker = Broker::builder()
-        .kinesis(Panicking {
-            kinesis: kinesis.clone(),
-            panicked: panicked.clone(),
-        })
-        .lease_store(MemoryLeaseStore::over(&table))
-        .build()
-        .unwrap();
-    let handled = Arc::new(AtomicUsize::new(0));
-    broker
-        .subscribe(STREAM)
-        .start_at(StartAt::TrimHorizon)
-        .handle(counting(&handled))
-        .unwrap();
-    let running = broker.start().await.unwrap();
-    let waited = Instant::now();
-    while !panicked.load(Ordering::SeqCst) {
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "the reader never read"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let panic_at = Instant::now();
-    while handled.load(Ordering::SeqCst) < 10 {
-        assert!(
-            panic_at.elapsed() < Duration::from_secs(60),
-            "60 s after the reader panicked, {} of 10 handled: the shard is not read again",
-            handled.load(Ordering::SeqCst)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (running, panicked, count) = panicking_broker(&kinesis, Some(StartAt::TrimHorizon)).await;
+    timeout(Duration::from_secs(30), panicked.notified())
+        .await
+        .expect("the reader never read");
+    let took = handled(count, 10, Instant::now(), Duration::from_secs(60)).await;
     // Released at once and taken at the next take round, not after the lease.
-    assert!(
-        panic_at.elapsed() <= Duration::from_secs(5),
-        "read again after {:?}",
-        panic_at.elapsed()
-    );
+    assert!(took <= Duration::from_secs(5), "read again after {took:?}");
+    running.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_default_start_what_is_put_while_the_shard_is_released_is_read() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let (running, panicked, count) = panicking_broker(&kinesis, None).await;
+    timeout(Duration::from_secs(30), panicked.notified())
+        .await
+        .expect("the reader never read");
+    // Put between the panic and the shard's next take: at LATEST, a reader that started over
+    // from the tip would skip them.
+    let since = Instant::now();
+    for n in 0..10 {
+        kinesis
+            .put(STREAM, &format!("k{n}"), format!("r{n}"))
+            .unwrap();
+    }
+    let took = handled(count, 10, since, Duration::from_secs(60)).await;
+    assert!(took <= Duration::from_secs(5), "read again after {took:?}");
     running.shutdown().await;
 }
