@@ -125,6 +125,23 @@ impl Queue {
         }
     }
 
+    /// Takes the next record in turn and frees its place; the senders served by that place,
+    /// to wake once the lock is gone.
+    fn hand_out(&mut self) -> Option<(Numbered, Vec<Waker>)> {
+        let record = self.pop()?;
+        Some((record, self.give_back(1)))
+    }
+
+    /// `places` are free again: the senders served, to wake once the lock is gone.
+    fn give_back(&mut self, places: usize) -> Vec<Waker> {
+        self.room.give_back(places, self.now)
+    }
+
+    /// A sender stops waiting for places: the senders served, to wake once the lock is gone.
+    fn leave(&mut self, ticket: Ticket) -> Vec<Waker> {
+        self.room.leave(ticket, self.now)
+    }
+
     /// Takes every queued record out (none is handed out after).
     fn take_all(&mut self) -> Vec<Option<Numbered>> {
         self.heap.clear();
@@ -156,6 +173,11 @@ enum Wakers {
     Many(Vec<(u64, Waker)>),
 }
 
+/// Wakes the senders the room served (outside the lock).
+fn wake_senders(served: Vec<Waker>) {
+    served.into_iter().for_each(Waker::wake);
+}
+
 fn wake(wakers: Wakers) {
     match wakers {
         Wakers::None => {}
@@ -180,15 +202,7 @@ impl FairLane {
         let senders = queue.room.close();
         drop(queue);
         wake(wakers);
-        senders.into_iter().for_each(Waker::wake);
-    }
-
-    /// Takes the next record in turn and frees its place; the senders served by that place,
-    /// to wake once the lock is gone.
-    fn pop(queue: &mut Queue) -> Option<(Numbered, Vec<Waker>)> {
-        let record = queue.pop()?;
-        let now = queue.now;
-        Some((record, queue.room.give_back(1, now)))
+        wake_senders(senders);
     }
 }
 
@@ -276,11 +290,8 @@ impl LaneTx {
         if places == 0 {
             return;
         }
-        let mut queue = self.lane.queue();
-        let now = queue.now;
-        let served = queue.room.give_back(places, now);
-        drop(queue);
-        served.into_iter().for_each(Waker::wake);
+        let served = self.lane.queue().give_back(places);
+        wake_senders(served);
     }
 
     /// Queues `records` (each in a place taken before), in order and in their shard's turns
@@ -352,11 +363,8 @@ impl Future for Places<'_> {
 impl Drop for Places<'_> {
     fn drop(&mut self) {
         if let Some(ticket) = self.ticket.take() {
-            let mut queue = self.lane.queue();
-            let now = queue.now;
-            let served = queue.room.leave(ticket, now);
-            drop(queue);
-            served.into_iter().for_each(Waker::wake);
+            let served = self.lane.queue().leave(ticket);
+            wake_senders(served);
         }
     }
 }
@@ -388,9 +396,9 @@ impl LaneRx {
     /// nothing is queued.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Numbered>> {
         let mut queue = self.lane.queue();
-        if let Some((record, served)) = FairLane::pop(&mut queue) {
+        if let Some((record, served)) = queue.hand_out() {
             drop(queue);
-            served.into_iter().for_each(Waker::wake);
+            wake_senders(served);
             return Poll::Ready(Some(record));
         }
         if queue.closed || queue.orphaned {
@@ -411,8 +419,8 @@ impl LaneRx {
 
     /// A record if one is queued now.
     pub(crate) fn try_recv(&mut self) -> Option<Numbered> {
-        let (record, served) = FairLane::pop(&mut self.lane.queue())?;
-        served.into_iter().for_each(Waker::wake);
+        let (record, served) = self.lane.queue().hand_out()?;
+        wake_senders(served);
         Some(record)
     }
 
