@@ -303,7 +303,7 @@ impl KinesisApi for AwsKinesis {
                     }
                 })?;
                 records.push(Record {
-                    payload: bytes::Bytes::from(r.data.into_inner()),
+                    payload: r.data.into_bytes(),
                     partition_key: r.partition_key.unwrap_or_default(),
                     sequence,
                     arrival: r
