@@ -3,6 +3,7 @@
 //! Dependency-free on purpose: it must build in seconds on a fresh machine.
 
 mod bench;
+mod chaos;
 mod emulators;
 mod integ;
 mod integ_run;
@@ -23,6 +24,9 @@ jobs:
   sim --seed N       replay one seed of the fleet simulation, with its history on failure
   sim --seeds N [--from M]
                      run a campaign of N simulation seeds (release build)
+  chaos [--seed N] [--seeds K] [--minutes M] [--processes P] [--shards S]
+                     a chaos campaign of real consumer processes on the emulators:
+                     faults drawn from the seed, checked from the processes' logs
   layout             check the library crates' layout: no source file over 800 lines, no
                      import cycles between the files of a crate";
 
@@ -32,6 +36,7 @@ fn main() {
         Some("integ") => integ::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("sim") => sim::run(&args[1..]),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("layout") => layout::run(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
