@@ -146,9 +146,15 @@ fn schedule(seed: u64, minutes: f64, processes: usize) -> Vec<(Duration, Fault)>
                 down: secs(&mut rng, 1, 8),
                 same_owner: rng.bool(),
             },
+            // Half the freezes near the lease (10 s), where a frozen member's shards are
+            // taken while it may wake: the stop bound's edge.
             1 => Fault::Freeze {
                 slot,
-                frozen: secs(&mut rng, 1, 25),
+                frozen: if rng.bool() {
+                    secs(&mut rng, 9, 16)
+                } else {
+                    secs(&mut rng, 1, 25)
+                },
             },
             2 => Fault::Deploy {
                 slot,
@@ -160,10 +166,12 @@ fn schedule(seed: u64, minutes: f64, processes: usize) -> Vec<(Duration, Fault)>
                 latency: Duration::from_millis(rng.u64(200..=3_000)),
                 lasting: secs(&mut rng, 5, 20),
             },
+            // Long enough, often, for the process's leases to lapse while it cannot reach
+            // the store.
             4 => Fault::Down {
                 slot,
                 service: service(&mut rng),
-                lasting: secs(&mut rng, 2, 12),
+                lasting: secs(&mut rng, 2, 20),
             },
             _ => Fault::Errors {
                 slot,

@@ -1161,3 +1161,42 @@ async fn a_watcher_leaving_with_an_unconfirmed_burial_still_announces_it() {
         "a dead member's shards read again {after:?} after its last landed member renewal"
     );
 }
+
+/// a, c and e on six shards (c watches e); e crashes, and 6 s later d joins: d sorts between
+/// c and e, so from its join d watches e and c watches d. e's shards must still be read again
+/// within 13 s of e's last landed member renewal: c had been counting e's standing still all
+/// along, d only from its join.
+///
+/// Found by the chaos campaign (`cargo xtask chaos`, seed 1: a process killed and restarted 6 s
+/// later under a new owner id that sorted just before the dead one's; its shards were read again
+/// 17.5 s after the kill). Before the fix: 16.1 s here (d found e dead a lease after its own
+/// first reading).
+#[tokio::test(start_paused = true)]
+async fn a_member_joining_before_a_crashed_one_does_not_restart_its_count() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    let e = brokers.pop().unwrap();
+    let e_shards = held(&e);
+    assert_eq!(e_shards.len(), 2);
+    drop(e);
+    let e_store = stores.pop().unwrap();
+    sleep(Duration::from_secs(6)).await;
+    let d_store = Probe::new(&table, "d");
+    brokers.push(start(&kinesis, &d_store, &running).await);
+    stores.push(d_store);
+    let takers: Vec<&RunningBroker> = brokers.iter().collect();
+    let taken = taken_by(&takers, &e_shards, Duration::from_secs(40)).await;
+    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
+    eprintln!("crash, then a join before it: shards read again {after:?} after the last landed member renewal");
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    assert!(
+        within(&after, Duration::from_secs(13)),
+        "a crashed member's shards read again {after:?} after its last landed member renewal, a member having joined before it in the ring"
+    );
+}

@@ -14,6 +14,17 @@
 //! member rows ([`Link`]): the coordinator still lists the roster itself, after the rows, for
 //! every take round (the rule of `roster` needs that order).
 //!
+//! # A member joining before a watched one
+//!
+//! When a member joins between this instance and its successor, the newcomer watches that
+//! successor next and counts a lease from its own first reading. Had the successor crashed
+//! just before (a crashed process restarted at once under a new owner id, which may sort just
+//! before its old one), its shards would wait for that second count: 17 to 18 s from its last
+//! renewal instead of 10 to 13 (found by the chaos campaign). So this instance goes on watching
+//! its former successor, on its own count, until it is seen written after the change (then it
+//! was alive after the newcomer began to read it, and the newcomer's count holds), buried, or
+//! gone, for at most a lease and a list interval: one more read per list interval meanwhile.
+//!
 //! # Handing the watch on
 //!
 //! When this instance leaves, its predecessor in the ring watches its successor next, and
@@ -155,6 +166,11 @@ pub(super) struct Watcher {
     /// watch would stop reading it and the burial would never be announced; its row is read
     /// again at the next watch whatever the roster says.
     unconfirmed: Option<String>,
+    /// The successor this instance watched at its last watch.
+    successor: Option<String>,
+    /// A former successor still watched after a member joined between this instance and it
+    /// (see the module docs): who, and when this instance saw the ring change.
+    former: Option<(String, Instant)>,
 }
 
 impl Watcher {
@@ -170,6 +186,8 @@ impl Watcher {
             last_read: None,
             written_after: None,
             unconfirmed: None,
+            successor: None,
+            former: None,
         }
     }
 
@@ -274,11 +292,16 @@ impl Watcher {
             }
         }
         self.delete_departed().await;
-        let Some(watched) = self
-            .unconfirmed
-            .clone()
-            .or_else(|| roster::successor(&self.members, &config.owner).map(str::to_owned))
-        else {
+        let successor = roster::successor(&self.members, &config.owner).map(str::to_owned);
+        if let (Some(old), Some(new)) = (&self.successor, &successor) {
+            if old != new && self.members.contains(old) {
+                // A member joined between: the old successor stays watched for a while.
+                self.former = Some((old.clone(), now));
+            }
+        }
+        self.successor.clone_from(&successor);
+        self.watch_former().await;
+        let Some(watched) = self.unconfirmed.clone().or(successor) else {
             return;
         };
         let Ok(key) = member_key(&config.stream, &watched) else {
@@ -319,6 +342,57 @@ impl Watcher {
                 shared.bump_epoch("a member left").await;
                 self.list_roster().await;
             }
+        }
+    }
+
+    /// Goes on watching a former successor after a member joined between this instance and it,
+    /// until it is seen written since the change, buried, or gone, and for at most a lease and
+    /// a list interval: its new watcher counts its standing still from its own first reading
+    /// only, which may come long after its last renewal (see the module docs).
+    async fn watch_former(&mut self) {
+        let Some((member, changed)) = self.former.clone() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        if !self.members.contains(&member)
+            || self.successor.as_deref() == Some(member.as_str())
+            || Instant::now() >= changed + config.lease_duration + config.list_interval
+        {
+            self.former = None;
+            return;
+        }
+        let Ok(key) = member_key(&config.stream, &member) else {
+            self.former = None;
+            return;
+        };
+        let row = match bounded(&shared, "read", shared.store.read(&key)).await {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::warn!(%member, error = %ErrorChain(&error), "reading the former watched member failed");
+                return;
+            }
+        };
+        let now = Instant::now();
+        match row {
+            Some(row) if roster::is_present(&row) => {
+                let since = self.link.record(&row, now);
+                if since > changed {
+                    // Written since the change: alive then, so its new watcher's count, from
+                    // a reading no earlier than that write, is as good as this one.
+                    self.former = None;
+                } else if roster::is_dead(now.duration_since(since), config.lease_duration) {
+                    self.former = None;
+                    self.bury(&key, &member, row.counter).await;
+                } else {
+                    let dead_at = since + roster::dead_after(config.lease_duration);
+                    self.watch_at = self
+                        .watch_at
+                        .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+                }
+            }
+            // Buried by its new watcher, or gone.
+            _ => self.former = None,
         }
     }
 
