@@ -52,22 +52,28 @@ pub enum Fault {
     /// releases it from a live holder, or resets its checkpoint to `TRIM_HORIZON` or to an
     /// earlier sequence number (records are read again; none is skipped).
     OperatorMove,
+    /// An instance crashes and, 5 to 9 s later, a new one joins whose owner id sorts just
+    /// before the crashed one's: from its join the newcomer watches the crashed member, whose
+    /// shards must still be read again within the crash bound (found by the chaos campaign).
+    JoinBeforeCrashed,
 }
 
 impl Fault {
     /// Every kind, in a fixed order: the drawn ones, then those from the seed's bits.
-    pub const ALL: [Fault; 20] = {
-        let mut all = [Fault::OperatorMove; 20];
+    pub const ALL: [Fault; 21] = {
+        let mut all = [Fault::OperatorMove; 21];
         let mut i = 0;
         while i < Fault::DRAWN.len() {
             all[i] = Fault::DRAWN[i];
             i += 1;
         }
+        all[i + 1] = Fault::JoinBeforeCrashed;
         all
     };
 
     /// The kinds drawn from the plan's random stream, in the order they are drawn. Kinds added
-    /// later ([`Fault::OperatorMove`]) are drawn from the seed's bits instead, so that adding
+    /// later ([`Fault::OperatorMove`], [`Fault::JoinBeforeCrashed`]) are drawn from the
+    /// seed's bits instead, so that adding
     /// them left every earlier seed's plan as it was (the seeds that found defects replay their
     /// scenario).
     const DRAWN: [Fault; 19] = [
@@ -92,6 +98,23 @@ impl Fault {
         Fault::Deregister,
     ];
 
+    /// True for faults that extend the liveness bound while they last (store and Kinesis
+    /// faults, cut-offs, freezes, a deregistered consumer) or bring a bound of their own (a
+    /// watcher leaving).
+    fn delays(self) -> bool {
+        matches!(
+            self,
+            Fault::StoreDelay
+                | Fault::StoreFail
+                | Fault::LostResponse
+                | Fault::CutOff
+                | Fault::KinesisFaults
+                | Fault::Freeze
+                | Fault::Deregister
+                | Fault::WatcherLeaves
+        )
+    }
+
     /// True for faults after which a record may be handled twice (at least once): anything
     /// that ends a holding without a clean hand-over.
     pub fn is_unplanned(self) -> bool {
@@ -108,8 +131,18 @@ impl Fault {
                 | Fault::Freeze
                 | Fault::WatcherLeaves
                 | Fault::CrashRestart
+                | Fault::JoinBeforeCrashed
         )
     }
+}
+
+/// SplitMix64's finaliser: the seed's bits mixed, for choices that must not follow the
+/// seed's low bits.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Where the subscription starts.
@@ -205,6 +238,14 @@ impl Plan {
         // Operator moves in about a quarter of the seeds, from the seed's bits.
         if (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 60) & 3 == 0 {
             faults.insert(Fault::OperatorMove);
+        }
+        // A join before a crashed member in about a tenth of the seeds (from a hash of the seed,
+        // chosen so that no seed that found a defect changes), with nothing that excuses a
+        // stall beside it: the crash bound is then held tight, and the 17 s of a newcomer
+        // counting from its own first reading fail it.
+        if mix(seed ^ 0x9000) >> 61 == 0 {
+            faults.insert(Fault::JoinBeforeCrashed);
+            faults.retain(|f| !f.delays());
         }
         // Every fourth seed is calm: no unplanned fault, so no duplicate is allowed at all.
         if seed % 4 == 3 {

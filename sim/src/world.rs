@@ -79,6 +79,14 @@ struct IdLife {
     started_ms: u64,
 }
 
+/// The orphan's watcher before a join still counts: its clock goes on from when that watcher
+/// began, for each of its shards.
+fn continue_with_old(orphan: &Orphan, rec: &Recorder) {
+    for shard in &orphan.shards {
+        rec.hold_back(shard, orphan.since_ms);
+    }
+}
+
 /// A crashed member not yet buried: the shards it held, who watches it in the roster, and
 /// since when that watcher has watched it (the crash, or the watcher's change: a watcher that
 /// came later can only judge the row from its own first sight).
@@ -124,6 +132,8 @@ pub(crate) struct World {
     unburied: Arc<std::sync::atomic::AtomicBool>,
     /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
     kinesis_clear_at: Option<Instant>,
+    /// A join owed by [`Fault::JoinBeforeCrashed`]: when, and the newcomer's owner id.
+    join_before: Option<(Instant, String)>,
     /// Rows in the operator's hold, by shard: when the operator moved them (ms).
     evicted: BTreeMap<String, u64>,
     /// Per owner id: its member row's token at the last sample, and since when it carries it
@@ -198,6 +208,7 @@ impl World {
             leave_bound,
             orphans: BTreeMap::new(),
             kinesis_clear_at: None,
+            join_before: None,
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
             evicted: BTreeMap::new(),
@@ -272,6 +283,15 @@ impl World {
                 self.calm_down().await;
             }
             self.clear_kinesis_if_due();
+            if let Some((at, id)) = self.join_before.take() {
+                if now >= at {
+                    self.rec
+                        .note(format!("{id} joins, just before the crashed member"));
+                    self.start_new(Some(id)).await;
+                } else {
+                    self.join_before = Some((at, id));
+                }
+            }
             if now >= next_check {
                 self.monitor().await;
                 next_check = now + Duration::from_millis(250);
@@ -287,6 +307,7 @@ impl World {
             let wake = [next_put, next_check, next_event, produce_until]
                 .into_iter()
                 .chain(self.kinesis_clear_at)
+                .chain(self.join_before.as_ref().map(|(at, _)| *at))
                 .filter(|t| *t > now)
                 .min()
                 .unwrap_or(now + Duration::from_millis(10));
@@ -927,6 +948,7 @@ impl World {
             }
             Fault::Deregister => self.deregister().await,
             Fault::OperatorMove => self.operator_move().await,
+            Fault::JoinBeforeCrashed => self.join_before_crashed().await,
         }
         if self.live().is_empty() {
             self.start_new(None).await;
@@ -1131,6 +1153,52 @@ impl World {
         self.shutdown(watcher);
         self.crash(watched).await;
         self.count("watcher leaves");
+    }
+
+    /// An instance crashes; 5 to 9 s later (before its watcher can bury it) a new instance
+    /// joins whose owner id sorts just after the watcher's, so just before the crashed one's in
+    /// the ring: the newcomer watches the crashed member from its join on.
+    async fn join_before_crashed(&mut self) {
+        if self.join_before.is_some() || self.live().len() >= MAX_BROKERS {
+            return;
+        }
+        let mut live: Vec<(String, usize)> = self
+            .live()
+            .into_iter()
+            .map(|i| (self.instances[i].id.clone(), i))
+            .collect();
+        if live.len() < 2 {
+            return;
+        }
+        live.sort();
+        // A member holding shards (a crash of one holding none tests nothing here).
+        let holding: Vec<usize> = (0..live.len())
+            .filter(|k| {
+                self.instances[live[*k].1]
+                    .running
+                    .as_ref()
+                    .is_some_and(|r| !r.stats().shards(STREAM).is_empty())
+            })
+            .collect();
+        if holding.is_empty() {
+            return;
+        }
+        let k = holding[self.rng.usize(..holding.len())];
+        let (crashed, watcher) = (live[k].1, live[(k + live.len() - 1) % live.len()].0.clone());
+        let secs = self.rng.u64(5..=9);
+        self.rec.note(format!(
+            "{} crashes; in {secs} s an instance joins between its watcher {watcher} and it",
+            self.instances[crashed].id
+        ));
+        self.crash(crashed).await;
+        // Sorts after the watcher's id and before the crashed one's (ids are `b<n>`, and `!`
+        // sorts before every digit); numbered, so never an id used before.
+        self.next_id += 1;
+        self.join_before = Some((
+            Instant::now() + Duration::from_secs(secs),
+            format!("{watcher}!{}", self.next_id),
+        ));
+        self.count("join before a crashed one");
     }
 
     /// Faults stop: connections heal, no more events; at least one broker runs.
@@ -1357,8 +1425,28 @@ impl World {
                         .and_then(|r| r.token.clone());
                     ((*w).to_owned(), token, !crashed.contains(*w))
                 });
-            // The clock runs only while a live process watches it, from when that one began.
+            // The clock runs only while a live process watches it, from when that one began. A
+            // watcher whose successor changed because a member joined between goes on counting
+            // on its own (`ring_watch`: former successors), so while that same process is
+            // still a live member the clock goes on too.
             let alive = watcher.as_ref().is_some_and(|(_, _, alive)| *alive);
+            let still_counting = orphan
+                .watcher
+                .as_ref()
+                .is_some_and(|(w, token, was_alive)| {
+                    *was_alive
+                        && !crashed.contains(w)
+                        && present.contains(w.as_str())
+                        && rows
+                            .iter()
+                            .find(|r| r.key.shard() == w.as_str())
+                            .and_then(|r| r.token.clone())
+                            == *token
+                });
+            if still_counting && orphan.watcher != watcher {
+                continue_with_old(orphan, &self.rec);
+                continue;
+            }
             if !alive || (orphan.watcher.is_some() && orphan.watcher != watcher) {
                 orphan.since_ms = now;
             }

@@ -14,7 +14,142 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kinesis_broker::lease::LeaseStore;
 use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
+use kinesis_lease_core::{
+    BoxFuture, Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take,
+};
+
+/// The DynamoDB store, with every checkpoint write that landed logged (`CKPT`, the shard,
+/// the checkpoint, and when the write was sent): the runner checks that no checkpoint passed
+/// a record not yet handled when it was sent.
+#[derive(Debug, Clone)]
+struct CheckpointLog {
+    inner: Arc<DynamoLeaseStore>,
+    file: Arc<Mutex<std::fs::File>>,
+}
+
+impl CheckpointLog {
+    fn note(
+        &self,
+        key: &LeaseKey,
+        checkpoint: Option<&Checkpoint>,
+        sent: u128,
+        out: &LeaseResult<Outcome>,
+    ) {
+        let (Some(checkpoint), Ok(Outcome::Written(_))) = (checkpoint, out) else {
+            return;
+        };
+        let line = format!(
+            "CKPT\t{}\t{checkpoint}\t-\t-\t{sent}\t{}\n",
+            key.shard(),
+            unix_ms()
+        );
+        if let Ok(mut f) = self.file.lock() {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+}
+
+impl LeaseStore for CheckpointLog {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.create(row)
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.take(key, holder, take)
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = unix_ms();
+            let out = self.inner.renew(key, holder, ttl, checkpoint).await;
+            self.note(key, checkpoint, sent, &out);
+            out
+        })
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = unix_ms();
+            let out = self.inner.checkpoint(key, holder, checkpoint).await;
+            self.note(key, Some(checkpoint), sent, &out);
+            out
+        })
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = unix_ms();
+            let out = self.inner.release(key, holder, checkpoint).await;
+            self.note(key, checkpoint, sent, &out);
+            out
+        })
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.request(key, asker, holder)
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = unix_ms();
+            let out = self.inner.hand_over(key, holder, to, ttl, checkpoint).await;
+            self.note(key, checkpoint, sent, &out);
+            out
+        })
+    }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.delete(key, observed)
+    }
+    fn evict<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        observed: u64,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.evict(key, observed, checkpoint)
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        self.inner.bump_epoch(stream)
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        self.inner.epoch(stream)
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.inner.read(key)
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        self.inner.list(stream)
+    }
+}
 
 fn unix_ms() -> u128 {
     std::time::SystemTime::now()
@@ -54,7 +189,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ));
     let mut broker = Broker::builder()
         .sdk_config(&config)
-        .lease_store(DynamoLeaseStore::new(&config, table.as_str()))
+        .lease_store(CheckpointLog {
+            inner: Arc::new(DynamoLeaseStore::new(&config, table.as_str())),
+            file: file.clone(),
+        })
         .owner_id(owner.as_str())
         .poll_interval(Duration::from_millis(200))
         .build()?;

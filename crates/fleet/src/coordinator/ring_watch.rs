@@ -23,7 +23,9 @@
 //! renewal instead of 10 to 13 (found by the chaos campaign). So this instance goes on watching
 //! its former successor, on its own count, until it is seen written after the change (then it
 //! was alive after the newcomer began to read it, and the newcomer's count holds), buried, or
-//! gone, for at most a lease and a list interval: one more read per list interval meanwhile.
+//! gone, for at most a lease and a list interval after the change: one more read per list
+//! interval meanwhile, per member that joined so. A watcher that leaves meanwhile goes on
+//! watching them as it goes on watching its successor (below).
 //!
 //! # Handing the watch on
 //!
@@ -168,9 +170,10 @@ pub(super) struct Watcher {
     unconfirmed: Option<String>,
     /// The successor this instance watched at its last watch.
     successor: Option<String>,
-    /// A former successor still watched after a member joined between this instance and it
-    /// (see the module docs): who, and when this instance saw the ring change.
-    former: Option<(String, Instant)>,
+    /// Former successors still watched after members joined between this instance and them
+    /// (see the module docs): who, and when this instance saw the ring change. Several when
+    /// members join one after the other (a crashed newcomer replaced by another).
+    formers: HashMap<String, Instant>,
 }
 
 impl Watcher {
@@ -187,7 +190,7 @@ impl Watcher {
             written_after: None,
             unconfirmed: None,
             successor: None,
-            former: None,
+            formers: HashMap::new(),
         }
     }
 
@@ -200,6 +203,7 @@ impl Watcher {
                 left_at = &mut left => {
                     if let Ok(left_at) = left_at {
                         self.hand_on(left_at).await;
+                        self.finish_formers().await;
                     }
                     return;
                 }
@@ -296,11 +300,11 @@ impl Watcher {
         if let (Some(old), Some(new)) = (&self.successor, &successor) {
             if old != new && self.members.contains(old) {
                 // A member joined between: the old successor stays watched for a while.
-                self.former = Some((old.clone(), now));
+                self.formers.entry(old.clone()).or_insert(now);
             }
         }
         self.successor.clone_from(&successor);
-        self.watch_former().await;
+        self.watch_formers().await;
         let Some(watched) = self.unconfirmed.clone().or(successor) else {
             return;
         };
@@ -345,32 +349,39 @@ impl Watcher {
         }
     }
 
-    /// Goes on watching a former successor after a member joined between this instance and it,
-    /// until it is seen written since the change, buried, or gone, and for at most a lease and
-    /// a list interval: its new watcher counts its standing still from its own first reading
-    /// only, which may come long after its last renewal (see the module docs).
-    async fn watch_former(&mut self) {
-        let Some((member, changed)) = self.former.clone() else {
-            return;
-        };
+    /// Goes on watching former successors after members joined between this instance and
+    /// them, each until it is seen written since the change, buried, or gone, and for at most
+    /// a lease and a list interval after the change (judged after a last reading): its new
+    /// watcher counts its standing still from its own first reading only, which may come long
+    /// after its last renewal (see the module docs).
+    async fn watch_formers(&mut self) {
+        let mut formers: Vec<(String, Instant)> =
+            self.formers.iter().map(|(m, c)| (m.clone(), *c)).collect();
+        formers.sort();
+        for (member, changed) in formers {
+            if self.watch_former(&member, changed).await {
+                self.formers.remove(&member);
+            }
+        }
+    }
+
+    /// One reading of the former successor `member` (the ring changed at `changed`): true
+    /// once it need not be watched any longer.
+    async fn watch_former(&mut self, member: &str, changed: Instant) -> bool {
         let shared = self.shared.clone();
         let config = &shared.config;
-        if !self.members.contains(&member)
-            || self.successor.as_deref() == Some(member.as_str())
-            || Instant::now() >= changed + config.lease_duration + config.list_interval
-        {
-            self.former = None;
-            return;
+        if !self.members.contains(member) || self.successor.as_deref() == Some(member) {
+            return true;
         }
-        let Ok(key) = member_key(&config.stream, &member) else {
-            self.former = None;
-            return;
+        let Ok(key) = member_key(&config.stream, member) else {
+            return true;
         };
+        let expired = |now: Instant| now >= changed + config.lease_duration + config.list_interval;
         let row = match bounded(&shared, "read", shared.store.read(&key)).await {
             Ok(row) => row,
             Err(error) => {
-                tracing::warn!(%member, error = %ErrorChain(&error), "reading the former watched member failed");
-                return;
+                tracing::warn!(%member, error = %ErrorChain(&error), "reading a former watched member failed");
+                return expired(Instant::now());
             }
         };
         let now = Instant::now();
@@ -380,19 +391,32 @@ impl Watcher {
                 if since > changed {
                     // Written since the change: alive then, so its new watcher's count, from
                     // a reading no earlier than that write, is as good as this one.
-                    self.former = None;
+                    true
                 } else if roster::is_dead(now.duration_since(since), config.lease_duration) {
-                    self.former = None;
-                    self.bury(&key, &member, row.counter).await;
+                    self.bury(&key, member, row.counter).await;
+                    true
                 } else {
                     let dead_at = since + roster::dead_after(config.lease_duration);
                     self.watch_at = self
                         .watch_at
                         .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+                    expired(now)
                 }
             }
             // Buried by its new watcher, or gone.
-            _ => self.former = None,
+            _ => true,
+        }
+    }
+
+    /// After the hand-on of a leave: the former successors still watched are watched to the
+    /// end, every take interval.
+    async fn finish_formers(&mut self) {
+        while !self.formers.is_empty() {
+            self.watch_formers().await;
+            if self.formers.is_empty() {
+                return;
+            }
+            sleep(self.shared.config.take_interval).await;
         }
     }
 
@@ -428,6 +452,7 @@ impl Watcher {
             .unwrap_or(left_at);
         let until = left_at + config.lease_duration + config.list_interval;
         loop {
+            self.watch_formers().await;
             let handed_on = self
                 .written_after
                 .as_ref()
