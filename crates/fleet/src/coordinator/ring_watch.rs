@@ -170,6 +170,9 @@ pub(super) struct Watcher {
     unconfirmed: Option<String>,
     /// The successor this instance watched at its last watch.
     successor: Option<String>,
+    /// The members at its last watch (`None` before the first): those not among them joined
+    /// since.
+    seen_members: Option<HashSet<String>>,
     /// Former successors still watched after members joined between this instance and them
     /// (see the module docs): who, and when this instance saw the ring change. Several when
     /// members join one after the other (a crashed newcomer replaced by another).
@@ -190,6 +193,7 @@ impl Watcher {
             written_after: None,
             unconfirmed: None,
             successor: None,
+            seen_members: None,
             formers: HashMap::new(),
         }
     }
@@ -297,12 +301,24 @@ impl Watcher {
         }
         self.delete_departed().await;
         let successor = roster::successor(&self.members, &config.owner).map(str::to_owned);
-        if let (Some(old), Some(new)) = (&self.successor, &successor) {
-            if old != new && self.members.contains(old) {
-                // A member joined between: the old successor stays watched for a while.
-                self.formers.entry(old.clone()).or_insert(now);
+        // The successor this instance would watch had nobody joined since its last watch: when
+        // members joined between, it stays watched for a while. (Not only the last successor:
+        // a burial and a join within one watch make the member after the buried one this
+        // instance's to watch without its ever being the successor at a watch.)
+        if let Some(seen) = &self.seen_members {
+            let without_joins: HashSet<String> = self
+                .members
+                .iter()
+                .filter(|m| seen.contains(*m))
+                .cloned()
+                .collect();
+            if let Some(old) = roster::successor(&without_joins, &config.owner) {
+                if Some(old) != successor.as_deref() && self.members.contains(old) {
+                    self.formers.entry(old.to_owned()).or_insert(now);
+                }
             }
         }
+        self.seen_members = Some(self.members.clone());
         self.successor.clone_from(&successor);
         self.watch_formers().await;
         let Some(watched) = self.unconfirmed.clone().or(successor) else {
