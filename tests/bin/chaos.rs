@@ -829,7 +829,21 @@ impl Checks<'_> {
                     *slot = e;
                 }
             }
-            let bound = TAKEOVER_BOUND.as_millis();
+            // A later fault that keeps processes from the table (a DynamoDB proxy down, slow or
+            // failing, a freeze) within the window extends it by its own time.
+            let mut bound = TAKEOVER_BOUND.as_millis();
+            for g in self.fired {
+                let (from, to) = match g {
+                    Fired::Proxy { what, from, to, .. } if what.starts_with("dynamodb") => {
+                        (*from, *to)
+                    }
+                    Fired::Frozen { from, to, .. } => (*from, *to),
+                    _ => continue,
+                };
+                if from > at && from < at + bound {
+                    bound += to - from;
+                }
+            }
             for (shard, e) in last_by_shard {
                 if e.process != *process {
                     continue;
@@ -842,15 +856,22 @@ impl Checks<'_> {
                 if !waiting {
                     continue;
                 }
+                // Taken over: another process (or the restarted one) took the shard or handled
+                // one of its records. A later fault on the taker (its Kinesis proxy down, say)
+                // delays the first record legitimately, not the take.
                 let next = self
-                    .handled()
+                    .events
+                    .iter()
                     .filter(|x| x.shard == shard && x.began > at)
+                    .filter(|x| {
+                        x.kind == Kind::Handled || (x.kind == Kind::Take && x.process != *process)
+                    })
                     .filter(|x| !others_only || x.process != *process)
                     .map(|x| x.began)
                     .min();
                 if next.is_none_or(|n| n > at + bound) {
                     out.push(format!(
-                        "takeover: {shard} of {process} not handled within {:.0} s of the fault at {} (next at {})",
+                        "takeover: {shard} of {process} neither taken nor handled within {:.0} s of the fault at {} (next at {})",
                         bound as f64 / 1e3,
                         self.rel(at),
                         next.map_or("never".to_owned(), |n| self.rel(n))

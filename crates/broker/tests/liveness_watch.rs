@@ -1280,3 +1280,41 @@ async fn a_watcher_leaving_after_a_join_still_watches_its_former_successor() {
         "a crashed member's shards read again {after:?} after its last landed member renewal, its old watcher leaving after a join"
     );
 }
+
+/// c and e crash together and c restarts at once under its own id (a container restart keeping
+/// its hostname): a buries c, and the restarted c takes its member row again within a renewal.
+/// e, after c in the ring, must then be a's to watch on a's own count (e stood still since the
+/// crash), not the restarted c's from its first reading: a buries e at its first watch after
+/// c's burial, 16.1 s after e's last landed member renewal (a lease, two list intervals and a
+/// take tick); before the fix 22.1 and 23.1 s (the restarted c counted e from its own first
+/// reading). Found by the review of the join fix: the burial left c among the members a had
+/// seen, so c's return did not count as a join.
+#[tokio::test(start_paused = true)]
+async fn a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_the_next() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    let e = brokers.pop().unwrap();
+    let c = brokers.pop().unwrap();
+    let e_shards = held(&e);
+    assert_eq!(e_shards.len(), 2);
+    drop(e);
+    drop(c);
+    let e_store = stores.pop().unwrap();
+    let c_again = Probe::new(&table, "c");
+    brokers.push(start(&kinesis, &c_again, &running).await);
+    let takers: Vec<&RunningBroker> = brokers.iter().collect();
+    let taken = taken_by(&takers, &e_shards, Duration::from_secs(60)).await;
+    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
+    eprintln!("two neighbours crash, the first restarts under its id: the second's shards read again {after:?} after its last landed member renewal");
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    assert!(
+        within(&after, Duration::from_secs(17)),
+        "the second crashed neighbour's shards read again {after:?} after its last landed member renewal"
+    );
+}

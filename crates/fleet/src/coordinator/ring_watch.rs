@@ -96,7 +96,10 @@ impl Link {
                 token: row.token.clone(),
                 since: now,
             });
-        if entry.counter != row.counter || entry.token != row.token {
+        // A newer holding, or the same one written since. An older counter of the same holding
+        // (a listing sent before a read but recorded after it) says nothing new: counting it
+        // as a write would put off the verdict on a dead member for as long again.
+        if entry.token != row.token || row.counter > entry.counter {
             *entry = Sighting {
                 counter: row.counter,
                 token: row.token.clone(),
@@ -541,6 +544,11 @@ impl Watcher {
         shared.metrics.member_found_dead();
         // Once per burial: it is not watched again, even if the listing below fails.
         self.members.remove(member);
+        // Should it come back under the same id (a restart keeping its hostname), it counts as
+        // a member that joined: the one after it in the ring stays this instance's to watch.
+        if let Some(seen) = &mut self.seen_members {
+            seen.remove(member);
+        }
         self.announce(key).await;
     }
 
