@@ -1162,6 +1162,59 @@ async fn a_watcher_leaving_with_an_unconfirmed_burial_still_announces_it() {
     );
 }
 
+/// Members a, c and e on six shards (c watches e), 7 s in, e then crashed (dropped).
+struct ECrashed {
+    kinesis: MemoryStream,
+    table: MemoryLeaseTable,
+    running: Arc<Running>,
+    /// a's and c's brokers.
+    brokers: Vec<RunningBroker>,
+    /// The shards e held.
+    e_shards: BTreeSet<String>,
+    e_store: Probe,
+}
+
+async fn e_crashed() -> ECrashed {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    let e = brokers.pop().unwrap();
+    let e_shards = held(&e);
+    assert_eq!(e_shards.len(), 2);
+    drop(e);
+    ECrashed {
+        kinesis,
+        table,
+        running,
+        brokers,
+        e_shards,
+        e_store: stores.pop().unwrap(),
+    }
+}
+
+impl ECrashed {
+    /// How long after e's last landed member renewal each of its shards was held by one of
+    /// `takers` (within `limit`), printed under `what`.
+    async fn read_again(
+        &self,
+        takers: &[&RunningBroker],
+        limit: Duration,
+        what: &str,
+    ) -> Vec<Option<Duration>> {
+        let taken = taken_by(takers, &self.e_shards, limit).await;
+        let after = delays(
+            &self.e_shards,
+            &taken,
+            self.e_store.last_landed_member_renewal(),
+        );
+        eprintln!("{what}: e's shards read again {after:?} after its last landed member renewal");
+        after
+    }
+}
+
 /// a, c and e on six shards (c watches e); e crashes, and 6 s later d joins: d sorts between
 /// c and e, so from its join d watches e and c watches d. e's shards must still be read again
 /// within 13 s of e's last landed member renewal: c had been counting e's standing still all
@@ -1173,27 +1226,25 @@ async fn a_watcher_leaving_with_an_unconfirmed_burial_still_announces_it() {
 /// its own first reading). After: 10.1 s, c burying e on its own count.
 #[tokio::test(start_paused = true)]
 async fn a_member_joining_before_a_crashed_one_does_not_restart_its_count() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
-    sleep(Duration::from_secs(7)).await;
-    let e = brokers.pop().unwrap();
-    let e_shards = held(&e);
-    assert_eq!(e_shards.len(), 2);
-    drop(e);
-    let e_store = stores.pop().unwrap();
+    let mut fleet = e_crashed().await;
     sleep(Duration::from_secs(6)).await;
-    let d_store = Probe::new(&table, "d");
-    brokers.push(start(&kinesis, &d_store, &running).await);
-    stores.push(d_store);
-    let takers: Vec<&RunningBroker> = brokers.iter().collect();
-    let taken = taken_by(&takers, &e_shards, Duration::from_secs(40)).await;
-    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
-    eprintln!("crash, then a join before it: shards read again {after:?} after the last landed member renewal");
-    let buried_by = member_row_owner(&table, "e").await;
-    for broker in brokers {
+    let d = start(
+        &fleet.kinesis,
+        &Probe::new(&fleet.table, "d"),
+        &fleet.running,
+    )
+    .await;
+    fleet.brokers.push(d);
+    let takers: Vec<&RunningBroker> = fleet.brokers.iter().collect();
+    let after = fleet
+        .read_again(
+            &takers,
+            Duration::from_secs(40),
+            "crash, then a join before it",
+        )
+        .await;
+    let buried_by = member_row_owner(&fleet.table, "e").await;
+    for broker in fleet.brokers {
         broker.shutdown().await;
     }
     assert!(
@@ -1213,29 +1264,33 @@ async fn a_member_joining_before_a_crashed_one_does_not_restart_its_count() {
 /// 13 s of its last landed member renewal.
 #[tokio::test(start_paused = true)]
 async fn two_members_joining_in_turn_before_a_crashed_one_do_not_restart_its_count() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
-    sleep(Duration::from_secs(7)).await;
-    let e = brokers.pop().unwrap();
-    let e_shards = held(&e);
-    assert_eq!(e_shards.len(), 2);
-    drop(e);
-    let e_store = stores.pop().unwrap();
+    let mut fleet = e_crashed().await;
     sleep(Duration::from_secs(4)).await;
-    let d = start(&kinesis, &Probe::new(&table, "d"), &running).await;
+    let d = start(
+        &fleet.kinesis,
+        &Probe::new(&fleet.table, "d"),
+        &fleet.running,
+    )
+    .await;
     sleep(Duration::from_secs(2)).await;
     drop(d);
-    let cz_store = Probe::new(&table, "cz");
-    brokers.push(start(&kinesis, &cz_store, &running).await);
-    let takers: Vec<&RunningBroker> = brokers.iter().collect();
-    let taken = taken_by(&takers, &e_shards, Duration::from_secs(40)).await;
-    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
-    eprintln!("crash, then two joins before it: shards read again {after:?} after the last landed member renewal");
-    let buried_by = member_row_owner(&table, "e").await;
-    for broker in brokers {
+    let cz = start(
+        &fleet.kinesis,
+        &Probe::new(&fleet.table, "cz"),
+        &fleet.running,
+    )
+    .await;
+    fleet.brokers.push(cz);
+    let takers: Vec<&RunningBroker> = fleet.brokers.iter().collect();
+    let after = fleet
+        .read_again(
+            &takers,
+            Duration::from_secs(40),
+            "crash, then two joins before it",
+        )
+        .await;
+    let buried_by = member_row_owner(&fleet.table, "e").await;
+    for broker in fleet.brokers {
         broker.shutdown().await;
     }
     assert!(
@@ -1251,27 +1306,25 @@ async fn two_members_joining_in_turn_before_a_crashed_one_do_not_restart_its_cou
 /// (Found by the review of the fix above: the hand-on watched only the successor.)
 #[tokio::test(start_paused = true)]
 async fn a_watcher_leaving_after_a_join_still_watches_its_former_successor() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
-    sleep(Duration::from_secs(7)).await;
-    let e = brokers.pop().unwrap();
-    let e_shards = held(&e);
-    assert_eq!(e_shards.len(), 2);
-    drop(e);
-    let e_store = stores.pop().unwrap();
+    let mut fleet = e_crashed().await;
     sleep(Duration::from_secs(4)).await;
-    let d_store = Probe::new(&table, "d");
-    let d = start(&kinesis, &d_store, &running).await;
+    let d = start(
+        &fleet.kinesis,
+        &Probe::new(&fleet.table, "d"),
+        &fleet.running,
+    )
+    .await;
     sleep(Duration::from_secs(2)).await;
-    let c = brokers.pop().unwrap();
+    let c = fleet.brokers.pop().unwrap();
     let leaving = tokio::spawn(c.shutdown());
-    let a = brokers.pop().unwrap();
-    let taken = taken_by(&[&a, &d], &e_shards, Duration::from_secs(40)).await;
-    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
-    eprintln!("crash, a join before it, its old watcher leaving: shards read again {after:?} after the last landed member renewal");
+    let a = fleet.brokers.pop().unwrap();
+    let after = fleet
+        .read_again(
+            &[&a, &d],
+            Duration::from_secs(40),
+            "crash, a join before it, its old watcher leaving",
+        )
+        .await;
     leaving.await.unwrap();
     a.shutdown().await;
     d.shutdown().await;
@@ -1292,26 +1345,25 @@ async fn a_watcher_leaving_after_a_join_still_watches_its_former_successor() {
 /// seen, so c's return did not count as a join.
 #[tokio::test(start_paused = true)]
 async fn a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_the_next() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, mut stores) = start_all(&kinesis, &table, &["a", "c", "e"], &running).await;
-    sleep(Duration::from_secs(7)).await;
-    let e = brokers.pop().unwrap();
-    let c = brokers.pop().unwrap();
-    let e_shards = held(&e);
-    assert_eq!(e_shards.len(), 2);
-    drop(e);
-    drop(c);
-    let e_store = stores.pop().unwrap();
-    let c_again = Probe::new(&table, "c");
-    brokers.push(start(&kinesis, &c_again, &running).await);
-    let takers: Vec<&RunningBroker> = brokers.iter().collect();
-    let taken = taken_by(&takers, &e_shards, Duration::from_secs(60)).await;
-    let after = delays(&e_shards, &taken, e_store.last_landed_member_renewal());
-    eprintln!("two neighbours crash, the first restarts under its id: the second's shards read again {after:?} after its last landed member renewal");
-    for broker in brokers {
+    let mut fleet = e_crashed().await;
+    // c crashes at the same moment as e, and restarts at once under its own id.
+    drop(fleet.brokers.pop().unwrap());
+    let c_again = start(
+        &fleet.kinesis,
+        &Probe::new(&fleet.table, "c"),
+        &fleet.running,
+    )
+    .await;
+    fleet.brokers.push(c_again);
+    let takers: Vec<&RunningBroker> = fleet.brokers.iter().collect();
+    let after = fleet
+        .read_again(
+            &takers,
+            Duration::from_secs(60),
+            "two neighbours crash, the first restarts under its id",
+        )
+        .await;
+    for broker in fleet.brokers {
         broker.shutdown().await;
     }
     assert!(
