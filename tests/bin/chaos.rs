@@ -10,9 +10,10 @@
 //! - per-key order within each holding of a shard (serial and by-key processes);
 //! - no checkpoint passes a record not yet handled (at each snapshot of the table);
 //! - checkpoints never move back;
-//! - every shard of a killed process, or of one frozen for longer than the bound, handled
-//!   again (by another process, for a freeze) within the crash-takeover bound (13 s) and 4 s of
-//!   slack for a loaded machine, while it had records to read;
+//! - every shard of a killed process, or of one frozen for longer than the bound, taken or
+//!   handled again (by another process, for a freeze) within the crash-takeover bound (13 s)
+//!   and 4 s of slack for a loaded machine, while it had records to read; later faults that
+//!   keep processes from the table extend that window by their own time;
 //! - no duplicate across a planned deploy (SIGTERM): nothing a process handled before it was
 //!   told to stop is handled again;
 //! - every process told to stop exits within its deadline (20 s), and none exits untold.
