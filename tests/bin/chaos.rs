@@ -14,8 +14,9 @@
 //!   handled again (by another process, for a freeze) within the crash-takeover bound (13 s)
 //!   and 4 s of slack for a loaded machine, while it had records to read; later faults that
 //!   keep processes from the table extend that window by their own time;
-//! - no duplicate across a planned deploy (SIGTERM): nothing a process handled before it was
-//!   told to stop is handled again;
+//! - no duplicate across a planned deploy (SIGTERM): nothing a process handled on the shards
+//!   it held when told to stop is handled again by one that took them after (unless its own
+//!   DynamoDB proxy was faulty within a lease of it);
 //! - every process told to stop exits within its deadline (20 s), and none exits untold.
 //!
 //! A violation prints the seed, the schedule and the events around it, and the run exits 1.
