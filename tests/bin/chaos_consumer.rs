@@ -6,9 +6,10 @@
 //! nothing it settled), and each take and loss of a shard as `TAKE` or `LOST`, the shard, and
 //! the time. Runs until SIGTERM (graceful shutdown) or SIGKILL.
 //!
-//! Usage: `chaos-consumer ACCOUNT TABLE STREAM OWNER OUTFILE MODE [SLOW_KEY FLAKY_KEY]`;
-//! endpoints from the environment. A record of SLOW_KEY takes its handler 30 ms; a record of
-//! FLAKY_KEY fails its first attempt (and is retried). `-` for neither.
+//! Usage: `chaos-consumer ACCOUNT TABLE STREAM OWNER OUTFILE MODE [SLOW_KEY FLAKY_KEY
+//! FAN_OUT]`; endpoints from the environment. A record of SLOW_KEY takes its handler 30 ms; a
+//! record of FLAKY_KEY fails its first attempt (and is retried); with FAN_OUT, the process
+//! reads by enhanced fan-out through that stream consumer instead of polling. `-` for none.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -165,13 +166,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         [a, t, s, o, f, m, ..] => (a, t, s, o, f, m.as_str()),
         _ => {
             eprintln!(
-                "usage: chaos-consumer ACCOUNT TABLE STREAM OWNER OUTFILE MODE [SLOW_KEY FLAKY_KEY]"
+                "usage: chaos-consumer ACCOUNT TABLE STREAM OWNER OUTFILE MODE [SLOW_KEY FLAKY_KEY FAN_OUT]"
             );
             std::process::exit(2);
         }
     };
     let slow = args.get(6).filter(|k| *k != "-").cloned();
     let flaky = args.get(7).filter(|k| *k != "-").cloned();
+    let fan_out = args.get(8).filter(|k| *k != "-").cloned();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -199,6 +201,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let subscription = broker
         .subscribe(stream.as_str())
         .start_at(StartAt::TrimHorizon);
+    let subscription = match fan_out {
+        Some(consumer) => subscription.fan_out(consumer),
+        None => subscription,
+    };
     let subscription = match mode {
         "serial" => subscription,
         "workers" => subscription.workers(4),
