@@ -3,7 +3,7 @@
 //! handler settled to OUTFILE as
 //! `shard<TAB>sequence<TAB>subsequence<TAB>key<TAB>payload<TAB>began-ms<TAB>ended-ms`
 //! (unix milliseconds, written to the kernel before the handler returns, so a SIGKILL loses
-//! nothing it settled), and each take and loss of a shard as `TAKE` or `LOST`, the shard, and
+//! nothing it settled), each failed attempt the same after `FAIL`, and each take and loss of a shard as `TAKE` or `LOST`, the shard, and
 //! the time. Runs until SIGTERM (graceful shutdown) or SIGKILL.
 //!
 //! Usage: `chaos-consumer ACCOUNT TABLE STREAM OWNER OUTFILE MODE [SLOW_KEY FLAKY_KEY
@@ -243,16 +243,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if slow.as_deref() == Some(d.partition_key()) {
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
-            if flaky.as_deref() == Some(d.partition_key())
+            let fails = flaky.as_deref() == Some(d.partition_key())
                 && attempts
                     .lock()
                     .map_err(|_| std::io::Error::other("poisoned"))?
-                    .insert(d.sequence_text().to_owned())
-            {
-                return Err(std::io::Error::other("flaky key: first attempt fails"));
-            }
+                    .insert(d.sequence_text().to_owned());
+            // A failed attempt is logged too (`FAIL`, then the same fields): a handler began.
             let line = format!(
-                "{}\t{}\t{}\t{}\t{}\t{began}\t{}\n",
+                "{}{}\t{}\t{}\t{}\t{}\t{began}\t{}\n",
+                if fails { "FAIL\t" } else { "" },
                 d.shard(),
                 d.sequence().number(),
                 d.subsequence().map_or("-".to_owned(), |s| s.to_string()),
@@ -262,7 +261,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             file.lock()
                 .map_err(|_| std::io::Error::other("poisoned"))?
-                .write_all(line.as_bytes())
+                .write_all(line.as_bytes())?;
+            if fails {
+                return Err(std::io::Error::other("flaky key: first attempt fails"));
+            }
+            Ok(())
         }
     })?;
     let running = broker.start().await?;

@@ -1,5 +1,5 @@
 //! `cargo xtask chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--seeds K]`: the
-//! chaos campaign of real processes on the emulators (see `tests/bin/chaos.rs` for the faults
+//! chaos campaign of real processes on the emulators (see `tests/bin/chaos/` for the faults
 //! and the checks).
 //!
 //! Builds the runner and the consumer (`kinesis-integ`'s `chaos` and `chaos-consumer`

@@ -470,10 +470,12 @@ fn at_position(error: &ReaderError) -> bool {
     )
 }
 
-/// True when `last_delivered` is the shard's last record: at (or past) `ending`, the ending
-/// sequence number of a closed shard. A sub-record of a KPL aggregate at the ending sequence
-/// number is no proof (more sub-records of it may follow); neither is an ending sequence
-/// number that is not one (kinesis-local gives `i64::MAX`, which no record reaches anyway).
+/// True when `last_delivered` is the shard's last record: at `ending`, the ending sequence
+/// number of a closed shard. A sub-record of a KPL aggregate at the ending sequence number is
+/// no proof (more sub-records of it may follow); neither is a record past the ending number:
+/// no record of a shard lies past its real ending, so that ending is not one (kinesis-local
+/// gives `i64::MAX`, below every sequence number it hands out), and taking it for the end would
+/// finish the shard with records unread.
 fn read_to_end(ending: Option<&str>, last_delivered: Option<&SequenceNumber>) -> bool {
     let (Some(ending), Some(last)) = (ending, last_delivered) else {
         return false;
@@ -482,5 +484,44 @@ fn read_to_end(ending: Option<&str>, last_delivered: Option<&SequenceNumber>) ->
         return false;
     };
     let record = SequenceNumber::new(last.number(), None).unwrap_or_else(|_| last.clone());
-    record > ending || (record == ending && last.subsequence().is_none())
+    record == ending && last.subsequence().is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORD: &str = "49680771137534649747445830373881049489836951356531802114";
+
+    fn seq(number: &str, subsequence: Option<u64>) -> SequenceNumber {
+        SequenceNumber::new(number, subsequence).expect("a sequence number")
+    }
+
+    #[test]
+    fn the_last_record_at_the_ending_number_is_the_end() {
+        assert!(read_to_end(Some(RECORD), Some(&seq(RECORD, None))));
+    }
+
+    #[test]
+    fn a_record_before_the_ending_number_is_not_the_end() {
+        let ending = "49680771137534649747445830373881049489836951356531802115";
+        assert!(!read_to_end(Some(ending), Some(&seq(RECORD, None))));
+        assert!(!read_to_end(Some(ending), None));
+    }
+
+    #[test]
+    fn a_sub_record_at_the_ending_number_is_not_the_end() {
+        assert!(!read_to_end(Some(RECORD), Some(&seq(RECORD, Some(0)))));
+    }
+
+    /// kinesis-local closes shards with an ending number of `i64::MAX`, below every real
+    /// sequence number: a record past the ending is no proof the shard was read to its end
+    /// (a refused read there ended the shard with records unread).
+    #[test]
+    fn a_record_past_an_ending_number_that_is_not_one_is_not_the_end() {
+        assert!(!read_to_end(
+            Some("9223372036854775807"),
+            Some(&seq(RECORD, None))
+        ));
+    }
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::events::{
-    checkpoint_place, numeric, record_place, seq_key, split_checkpoint, Event, Kind,
+    checkpoint_place, numeric, record_place, seq_key, split_checkpoint, Event, Kind, SHARD_END,
 };
 use crate::fired::Fired;
 use crate::writer::Put;
@@ -87,7 +87,7 @@ impl Checks<'_> {
         for e in self
             .events
             .iter()
-            .filter(|e| matches!(e.kind, Kind::Take | Kind::Handled))
+            .filter(|e| matches!(e.kind, Kind::Take | Kind::Handled | Kind::Failed))
         {
             by_shard.entry(e.shard.as_str()).or_default().push(e);
         }
@@ -135,7 +135,7 @@ impl Checks<'_> {
             if !self.ordered.contains(&e.process) {
                 continue;
             }
-            if e.kind == Kind::Checkpoint {
+            if matches!(e.kind, Kind::Checkpoint | Kind::Failed) {
                 continue;
             }
             if e.kind != Kind::Handled {
@@ -164,35 +164,82 @@ impl Checks<'_> {
     }
 
     /// Checkpoints never move back: a sequence number is followed by a higher or equal one or
-    /// by `SHARD_END`, never by a lower one or a start position (nothing here resets).
+    /// by `SHARD_END`, never by a lower one or a start position (nothing here resets), and
+    /// `SHARD_END` is final. Checked over every checkpoint write that landed, per shard in the
+    /// order they were sent (a holder's writes are sent one at a time, and a later holder's
+    /// after its take, so two that landed out of that order moved the row back), and over the
+    /// table's snapshots.
     fn checkpoints_forward(&self) -> Vec<String> {
+        let mut writes: Vec<&Event> = self
+            .events
+            .iter()
+            .filter(|e| e.kind == Kind::Checkpoint)
+            .collect();
+        writes.sort_by_key(|e| (e.began, e.ended));
+        let written = writes.iter().map(|e| {
+            let cp = match e.subsequence {
+                Some(sub) => format!("{}/{sub}", e.sequence),
+                None => e.sequence.clone(),
+            };
+            (
+                e.began,
+                e.shard.as_str(),
+                cp,
+                format!(" (written by {})", e.process),
+            )
+        });
+        let snapshots = self.checkpoints.iter().flat_map(|(at, rows)| {
+            rows.iter().map(move |(shard, cp)| {
+                (
+                    *at,
+                    shard.as_str(),
+                    cp.clone(),
+                    " (in the table)".to_owned(),
+                )
+            })
+        });
+        let mut out = self.forward(written);
+        out.extend(self.forward(snapshots));
+        out
+    }
+
+    /// The forward rule over one series of (time, shard, checkpoint, where): the first
+    /// violation per shard.
+    fn forward<'s>(
+        &self,
+        series: impl Iterator<Item = (u128, &'s str, String, String)>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
-        let mut last: HashMap<&str, &str> = HashMap::new();
+        let mut last: HashMap<&str, String> = HashMap::new();
+        let mut reported: HashSet<&str> = HashSet::new();
         // A sequence number, with its place in an aggregate (`sequence/subsequence`).
         let number = |c: &str| numeric(split_checkpoint(c).0);
-        let place = |c| {
-            let (s, sub) = split_checkpoint(c);
-            checkpoint_place(s, sub)
-        };
-        for (at, rows) in self.checkpoints {
-            for (shard, cp) in rows {
-                if let Some(prev) = last.get(shard.as_str()) {
-                    let back = if number(cp) {
-                        number(prev) && place(cp) < place(prev)
-                    } else {
-                        number(prev) && cp != "SHARD_END"
-                    };
-                    if back {
-                        out.push(format!(
-                            "checkpoint moved back: {shard} from {prev} to {cp} at {}",
-                            self.rel(*at)
-                        ));
-                    }
+        fn lower(a: &str, b: &str) -> bool {
+            let ((s, sub), (t, tub)) = (split_checkpoint(a), split_checkpoint(b));
+            checkpoint_place(s, sub) < checkpoint_place(t, tub)
+        }
+        for (at, shard, cp, source) in series {
+            if let Some(prev) = last.get(shard) {
+                let back = if prev == SHARD_END {
+                    cp != SHARD_END
+                } else if number(&cp) {
+                    number(prev) && lower(&cp, prev)
+                } else {
+                    number(prev) && cp != SHARD_END
+                };
+                if back && reported.insert(shard) {
+                    out.push(format!(
+                        "checkpoint moved back: {shard} from {prev} to {cp} at {}{source}",
+                        self.rel(at)
+                    ));
                 }
-                // A marker after a number is reported above; the number stays the reference.
-                if number(cp) || last.get(shard.as_str()).is_none_or(|p| !number(p)) {
-                    last.insert(shard, cp);
-                }
+            }
+            // A marker after a number is reported above; the number stays the reference.
+            let keep = number(&cp)
+                || cp == SHARD_END
+                || last.get(shard).is_none_or(|p| !number(p) && p != SHARD_END);
+            if keep {
+                last.insert(shard, cp);
             }
         }
         out
@@ -244,7 +291,15 @@ impl Checks<'_> {
                     .puts
                     .iter()
                     .any(|p| p.shard == shard && p.at > at && p.at + 2_000 < at + bound);
-                if !waiting {
+                // A shard finished within the window needs no taker (a put to a parent before
+                // its split can be acknowledged after the parent ended).
+                let finished = self.events.iter().any(|x| {
+                    x.kind == Kind::Checkpoint
+                        && x.shard == shard
+                        && x.sequence == SHARD_END
+                        && x.began < at + bound
+                });
+                if !waiting || finished {
                     continue;
                 }
                 // Taken over: another process (or the restarted one) took the shard or handled
@@ -361,10 +416,12 @@ impl Checks<'_> {
         }
         // The first acknowledged record of `shard` at or below the checkpoint that was not
         // handled by `by`.
+        // `SHARD_END` covers every record of the shard.
         let unsettled = |shard: &str, sequence: &str, subsequence: Option<u64>, by: u128| {
+            let end = sequence == SHARD_END;
             let cp = checkpoint_place(sequence, subsequence);
             puts.get(shard).into_iter().flatten().copied().find(|p| {
-                record_place(&p.sequence, p.subsequence) <= cp
+                (end || record_place(&p.sequence, p.subsequence) <= cp)
                     && ended
                         .get(&(p.shard.as_str(), p.sequence.as_str(), p.subsequence))
                         .is_none_or(|t| *t > by)
@@ -376,11 +433,9 @@ impl Checks<'_> {
         };
         // Each checkpoint write that landed, as its process sent it: every record up to it
         // handled before the send (both times from this machine's clock, to the ms).
-        for w in self
-            .events
-            .iter()
-            .filter(|e| e.kind == Kind::Checkpoint && numeric(&e.sequence))
-        {
+        for w in self.events.iter().filter(|e| {
+            e.kind == Kind::Checkpoint && (numeric(&e.sequence) || e.sequence == SHARD_END)
+        }) {
             if let Some(p) = unsettled(&w.shard, &w.sequence, w.subsequence, w.began + 5) {
                 return vec![format!(
                     "checkpoint before settlement: {} wrote {}{} on {} at {} while {} (key {}) was not handled yet",
@@ -397,7 +452,7 @@ impl Checks<'_> {
         for (at, rows) in self.checkpoints {
             for (shard, cp) in rows {
                 let (sequence, subsequence) = split_checkpoint(cp);
-                if !numeric(sequence) {
+                if !numeric(sequence) && sequence != SHARD_END {
                     continue;
                 }
                 if let Some(p) = unsettled(shard, sequence, subsequence, *at + 200) {
@@ -419,11 +474,18 @@ impl Checks<'_> {
         // Per shard: when its last record was first handled, and when its first record began.
         let mut first_done: HashMap<(&str, &str, Option<u64>), u128> = HashMap::new();
         let mut first_began: HashMap<&str, &Event> = HashMap::new();
-        for e in self.handled() {
-            let t = first_done
-                .entry((e.shard.as_str(), e.sequence.as_str(), e.subsequence))
-                .or_insert(e.ended);
-            *t = (*t).min(e.ended);
+        for e in self
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::Handled | Kind::Failed))
+        {
+            if e.kind == Kind::Handled {
+                let t = first_done
+                    .entry((e.shard.as_str(), e.sequence.as_str(), e.subsequence))
+                    .or_insert(e.ended);
+                *t = (*t).min(e.ended);
+            }
+            // A failed attempt began a handler too.
             let b = first_began.entry(e.shard.as_str()).or_insert(e);
             if e.began < b.began {
                 *b = e;

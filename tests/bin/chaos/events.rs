@@ -24,6 +24,8 @@ pub(crate) enum Kind {
     Lost,
     /// A checkpoint write that landed: `sequence` is the checkpoint, `began` when it was sent.
     Checkpoint,
+    /// A handler attempt that failed (the record is retried): a handler began on it.
+    Failed,
 }
 
 pub(crate) fn read_events(path: &Path, process: &str) -> Vec<Event> {
@@ -31,18 +33,24 @@ pub(crate) fn read_events(path: &Path, process: &str) -> Vec<Event> {
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
-            let p: Vec<&str> = l.split('\t').collect();
+            let mut p: Vec<&str> = l.split('\t').collect();
+            // A failed attempt is logged as a handled record is, after `FAIL`.
+            let failed = p.first() == Some(&"FAIL");
+            if failed {
+                p.remove(0);
+            }
             if p.len() < 7 {
                 return None;
             }
             let (kind, shard) = match p[0] {
+                _ if failed => (Kind::Failed, p[0]),
                 "TAKE" => (Kind::Take, p[1]),
                 "LOST" => (Kind::Lost, p[1]),
                 "CKPT" => (Kind::Checkpoint, p[1]),
                 shard => (Kind::Handled, shard),
             };
             let (sequence, subsequence) = match kind {
-                Kind::Handled => (p[1].to_owned(), p[2].parse().ok()),
+                Kind::Handled | Kind::Failed => (p[1].to_owned(), p[2].parse().ok()),
                 // A checkpoint is written `sequence[/subsequence]`.
                 Kind::Checkpoint => match p[2].split_once('/') {
                     Some((s, sub)) => (s.to_owned(), sub.parse().ok()),
@@ -82,6 +90,9 @@ pub(crate) fn record_place(sequence: &str, subsequence: Option<u64>) -> Place<'_
 pub(crate) fn checkpoint_place(sequence: &str, subsequence: Option<u64>) -> Place<'_> {
     (seq_key(sequence), subsequence.unwrap_or(u64::MAX))
 }
+
+/// The marker of a finished shard.
+pub(crate) const SHARD_END: &str = "SHARD_END";
 
 /// Whether a checkpoint is a sequence number rather than a marker (`SHARD_END`, ...).
 pub(crate) fn numeric(checkpoint: &str) -> bool {

@@ -1,15 +1,19 @@
 //! The chaos campaign's runner (`cargo xtask chaos` starts the emulators and runs it): real
-//! consumer processes (`chaos-consumer`) on the emulators, each behind fault proxies of its
-//! own, a writer putting records all the while, and faults drawn from a seed; then checks,
-//! from the processes' logs of handled records and from snapshots of the lease table:
+//! consumer processes (`chaos-consumer`, polling or by fan-out) on the emulators, each behind
+//! fault proxies of its own, a writer putting records (some KPL-aggregated) all the while,
+//! faults and reshards drawn from a seed (`schedule`, `reshard`); then checks (`checks`), from
+//! the processes' logs of handled records, failed attempts, takes, losses and checkpoint
+//! writes, from snapshots of the lease table and from the stream's shards at the end:
 //!
 //! - nothing lost: every record the writer had acknowledged was handled;
-//! - no two processes handling one shard at once: no process handles a shard's records while
-//!   another, which took the shard after it, is handling them too (a frozen process is
-//!   allowed its handler in flight and 250 ms after it is thawed);
+//! - no two processes handling one shard at once (a frozen process is allowed its handler in
+//!   flight and 250 ms after it is thawed);
 //! - per-key order within each holding of a shard (serial and by-key processes);
-//! - no checkpoint passes a record not yet handled (at each snapshot of the table);
-//! - checkpoints never move back;
+//! - no checkpoint passes a record not yet handled (as each write was sent, and at each
+//!   snapshot of the table);
+//! - checkpoints never move back, and `SHARD_END` is final;
+//! - parents first: no record of a child shard entered a handler before every record of its
+//!   ancestors was handled;
 //! - every shard of a killed process, or of one frozen for longer than the bound, taken or
 //!   handled again (by another process, for a freeze) within the crash-takeover bound (13 s)
 //!   and 4 s of slack for a loaded machine, while it had records to read; later faults that
@@ -19,9 +23,9 @@
 //!   DynamoDB proxy was faulty within a lease of it);
 //! - every process told to stop exits within its deadline (20 s), and none exits untold.
 //!
-//! A violation prints the seed, the schedule and the events around it, and the run exits 1.
+//! A violation prints the seed, the schedule and the faults as they fired, and the run fails.
 //! The same seed draws the same schedule (times relative to the start); the report says when
-//! each fault fired.
+//! each fault fired, and which shard each reshard took (the one furthest behind then).
 //!
 //! Usage: `chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--dir DIR]`;
 //! endpoints from the environment (127.0.0.1 only).
@@ -117,6 +121,17 @@ struct Slot {
     child: Option<Child>,
     dynamo: FaultProxy,
     kinesis: FaultProxy,
+}
+
+impl Drop for Slot {
+    /// A runner that fails on its way out leaves no consumer behind (SIGKILL ends a frozen
+    /// process too).
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 struct Campaign {
@@ -489,7 +504,11 @@ async fn run(args: Args) -> i32 {
             }
         })
     };
-    // The resharding runs on its own timeline, faults going on meanwhile.
+    // The resharding runs on its own timeline, faults going on meanwhile. A reshard that
+    // failed (or the task's panic) is reported as a violation: the seed checked less than it
+    // drew.
+    let resharded: Arc<Mutex<Vec<Fired>>> = Arc::default();
+    let runner_failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let resharder = {
         let (client, stream, puts, dir) = (
             client.clone(),
@@ -497,19 +516,28 @@ async fn run(args: Args) -> i32 {
             puts.clone(),
             args.dir.clone(),
         );
+        let (fired, failures) = (resharded.clone(), runner_failures.clone());
         tokio::spawn(async move {
-            let mut fired = Vec::new();
             for (at, drawn) in resharding {
                 tokio::time::sleep_until(tokio::time::Instant::from_std(began + at)).await;
-                let behind = behind(&puts.lock().expect("puts"), &dir);
-                let what = reshard::reshard(&client, &stream, &drawn, &behind).await;
+                let acknowledged = puts.lock().expect("puts").clone();
+                let behind = behind(&acknowledged, &dir);
+                let what = match reshard::reshard(&client, &stream, &drawn, &behind).await {
+                    Ok(what) => what,
+                    Err(e) => {
+                        failures
+                            .lock()
+                            .expect("failures")
+                            .push(format!("runner: {e}"));
+                        format!("reshard FAILED: {e}")
+                    }
+                };
                 println!("  {:>5.1} s: {what}", began.elapsed().as_secs_f64());
-                fired.push(Fired::Resharded {
+                fired.lock().expect("fired").push(Fired::Resharded {
                     what,
                     at: unix_ms(),
                 });
             }
-            fired
         })
     };
     for (at, fault) in &plan {
@@ -527,10 +555,16 @@ async fn run(args: Args) -> i32 {
     let _ = stop_tx.send(true);
     let _ = writing.await;
     // The last reshard was drawn 20 s before the end.
-    if let Ok(fired) = resharder.await {
-        campaign.fired.extend(fired);
-        campaign.fired.sort_by_key(Fired::at);
+    if let Err(e) = resharder.await {
+        runner_failures
+            .lock()
+            .expect("failures")
+            .push(format!("runner: the resharding task failed: {e}"));
     }
+    campaign
+        .fired
+        .extend(resharded.lock().expect("fired").drain(..));
+    campaign.fired.sort_by_key(Fired::at);
     // Drain: every acknowledged record handled, or 60 s.
     let all: Vec<Put> = puts.lock().expect("puts").clone();
     let names: Vec<String> = campaign
@@ -611,6 +645,12 @@ async fn run(args: Args) -> i32 {
         start,
     }
     .run();
+    let violations: Vec<String> = runner_failures
+        .lock()
+        .expect("failures")
+        .drain(..)
+        .chain(violations)
+        .collect();
     println!("fired:");
     for f in &campaign.fired {
         println!("  {}", f.describe(start));

@@ -2,6 +2,7 @@
 //! for the parents-first check.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use aws_sdk_kinesis::types::Shard;
 
@@ -57,19 +58,32 @@ fn hash_range(shard: &Shard) -> Option<(u128, u128)> {
     ))
 }
 
-/// Splits or merges as drawn, and says what it did (or why it could not): the open shard
-/// furthest `behind` (acknowledged records not handled yet), among equals the drawn one; a
-/// merge takes it with its neighbour.
+/// How long a split or merge, with the wait for the stream to be ACTIVE again, may take.
+const RESHARD_LIMIT: Duration = Duration::from_secs(60);
+
+/// Splits or merges as drawn: the open shard furthest `behind` (acknowledged records not
+/// handled yet), among equals the drawn one; a merge takes it with its neighbour, on its right
+/// (on its left for the last). `Ok` says what was done, or why nothing could be (no shard wide
+/// enough); `Err` is a call that failed or took over a minute: the runner reports it as a
+/// violation, since the seed then checked less than it drew.
 pub(crate) async fn reshard(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
     drawn: &Reshard,
     behind: &HashMap<String, usize>,
-) -> String {
-    let shards = match all_shards(client, stream).await {
-        Ok(s) => s,
-        Err(e) => return format!("no reshard: {e}"),
-    };
+) -> Result<String, String> {
+    tokio::time::timeout(RESHARD_LIMIT, reshard_now(client, stream, drawn, behind))
+        .await
+        .map_err(|_| format!("a reshard of {stream} took over {RESHARD_LIMIT:?}"))?
+}
+
+async fn reshard_now(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    drawn: &Reshard,
+    behind: &HashMap<String, usize>,
+) -> Result<String, String> {
+    let shards = all_shards(client, stream).await?;
     // Open shards tile the hash space: sorted by their first hash key, neighbours are adjacent.
     let mut open: Vec<(u128, u128, String)> = shards
         .iter()
@@ -84,7 +98,7 @@ pub(crate) async fn reshard(
         .collect();
     open.sort();
     if open.is_empty() {
-        return "no reshard: no open shard".to_owned();
+        return Err(format!("{stream} lists no open shard"));
     }
     let split = (drawn.split || open.len() < 2) && open.len() < MOST_OPEN;
     // The shard furthest behind; among equals, the drawn one or the next after it.
@@ -101,7 +115,7 @@ pub(crate) async fn reshard(
                 )
             })
         else {
-            return "no reshard: no open shard wide enough to split".to_owned();
+            return Ok("no reshard: no open shard wide enough to split".to_owned());
         };
         let (start, end, id) = &open[i];
         let at = start + (end - start) / 2 + 1;
@@ -142,11 +156,27 @@ pub(crate) async fn reshard(
             })
             .map_err(|e| format!("merge of {a} and {b}: {e}"))
     };
-    match done {
-        Ok(what) => {
-            kinesis_integ::wait_active(client, stream).await;
-            what
+    let what = done?;
+    wait_active(client, stream).await?;
+    Ok(what)
+}
+
+/// Waits for the stream to be ACTIVE again after a split or merge (bounded by the caller).
+async fn wait_active(client: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), String> {
+    loop {
+        let out = client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .map_err(|e| format!("DescribeStreamSummary of {stream}: {e}"))?;
+        let active = out
+            .stream_description_summary()
+            .is_some_and(|d| *d.stream_status() == aws_sdk_kinesis::types::StreamStatus::Active);
+        if active {
+            return Ok(());
         }
-        Err(e) => format!("no reshard: {e}"),
+        // Orchestration: the emulator's status is polled.
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
