@@ -10,6 +10,42 @@ use crate::fired::Fired;
 use crate::writer::Put;
 use crate::{EXIT_DEADLINE, TAKEOVER_BOUND, THAW_GRACE};
 
+/// A check that failed: what it says, and the shard and time (unix ms) it is about, for the
+/// window of events the report prints around it.
+#[derive(Debug, Clone)]
+pub(crate) struct Violation {
+    pub(crate) text: String,
+    pub(crate) shard: Option<String>,
+    pub(crate) at: u128,
+}
+
+impl Violation {
+    fn on(shard: &str, at: u128, text: String) -> Self {
+        Violation {
+            text,
+            shard: Some(shard.to_owned()),
+            at,
+        }
+    }
+
+    fn at(at: u128, text: String) -> Self {
+        Violation {
+            text,
+            shard: None,
+            at,
+        }
+    }
+
+    /// A failure of the runner itself (a reshard it could not make, ...).
+    pub(crate) fn runner(text: String) -> Self {
+        Violation {
+            text,
+            shard: None,
+            at: 0,
+        }
+    }
+}
+
 pub(crate) struct Checks<'a> {
     pub(crate) events: &'a [Event],
     pub(crate) puts: &'a [Put],
@@ -22,7 +58,7 @@ pub(crate) struct Checks<'a> {
 }
 
 impl Checks<'_> {
-    pub(crate) fn run(&self) -> Vec<String> {
+    pub(crate) fn run(&self) -> Vec<Violation> {
         let mut v = Vec::new();
         v.extend(self.nothing_lost());
         v.extend(self.one_handler_at_a_time());
@@ -44,7 +80,7 @@ impl Checks<'_> {
         self.events.iter().filter(|e| e.kind == Kind::Handled)
     }
 
-    fn nothing_lost(&self) -> Vec<String> {
+    fn nothing_lost(&self) -> Vec<Violation> {
         let seen: HashSet<(&str, &str, Option<u64>)> = self
             .handled()
             .map(|e| (e.shard.as_str(), e.sequence.as_str(), e.subsequence))
@@ -56,7 +92,7 @@ impl Checks<'_> {
             .collect();
         match lost.first() {
             None => Vec::new(),
-            Some(first) => vec![format!(
+            Some(first) => vec![Violation::on(&first.shard, first.at, format!(
                 "lost: {} of {} acknowledged records never handled; first {} {} (key {}, put at {})",
                 lost.len(),
                 self.puts.len(),
@@ -64,7 +100,7 @@ impl Checks<'_> {
                 first.sequence,
                 first.key,
                 self.rel(first.at)
-            )],
+            ))],
         }
     }
 
@@ -81,7 +117,7 @@ impl Checks<'_> {
 
     /// Per shard: once a process took a shard after another process handled it, the other
     /// handles none of its records after that take (beyond a thawed process's grace).
-    fn one_handler_at_a_time(&self) -> Vec<String> {
+    fn one_handler_at_a_time(&self) -> Vec<Violation> {
         let mut out = Vec::new();
         let mut by_shard: HashMap<&str, Vec<&Event>> = HashMap::new();
         for e in self
@@ -109,13 +145,13 @@ impl Checks<'_> {
                     .max_by_key(|(_, at)| **at)
                 {
                     if !self.frozen_covers(&e.process, e.began, e.ended) {
-                        out.push(format!(
+                        out.push(Violation::on(shard, e.began, format!(
                             "two handlers: {} handled {shard} {} at {} after {other} took the shard at {}",
                             e.process,
                             e.sequence,
                             self.rel(e.began),
                             self.rel(*at)
-                        ));
+                        )));
                         break;
                     }
                 }
@@ -126,7 +162,7 @@ impl Checks<'_> {
 
     /// Within each holding of a shard by an ordered process (from its take), each key's
     /// records are handled in sequence order.
-    fn key_order(&self) -> Vec<String> {
+    fn key_order(&self) -> Vec<Violation> {
         let mut out = Vec::new();
         let mut last: HashMap<(&str, &str, &str), (&str, Option<u64>)> = HashMap::new();
         let mut sorted: Vec<&Event> = self.events.iter().collect();
@@ -146,7 +182,10 @@ impl Checks<'_> {
             let now = (e.sequence.as_str(), e.subsequence);
             if let Some(prev) = last.get(&k) {
                 if (seq_key(now.0), now.1) <= (seq_key(prev.0), prev.1) {
-                    out.push(format!(
+                    out.push(Violation::on(
+                        &e.shard,
+                        e.began,
+                        format!(
                         "key order: {} handled key {} of {} at {} ({}) after {} within one holding",
                         e.process,
                         e.key,
@@ -154,6 +193,7 @@ impl Checks<'_> {
                         now.0,
                         self.rel(e.began),
                         prev.0
+                    ),
                     ));
                     break;
                 }
@@ -169,7 +209,7 @@ impl Checks<'_> {
     /// order they were sent (a holder's writes are sent one at a time, and a later holder's
     /// after its take, so two that landed out of that order moved the row back), and over the
     /// table's snapshots.
-    fn checkpoints_forward(&self) -> Vec<String> {
+    fn checkpoints_forward(&self) -> Vec<Violation> {
         let mut writes: Vec<&Event> = self
             .events
             .iter()
@@ -208,7 +248,7 @@ impl Checks<'_> {
     fn forward<'s>(
         &self,
         series: impl Iterator<Item = (u128, &'s str, String, String)>,
-    ) -> Vec<String> {
+    ) -> Vec<Violation> {
         let mut out = Vec::new();
         let mut last: HashMap<&str, String> = HashMap::new();
         let mut reported: HashSet<&str> = HashSet::new();
@@ -228,9 +268,13 @@ impl Checks<'_> {
                     number(prev) && cp != SHARD_END
                 };
                 if back && reported.insert(shard) {
-                    out.push(format!(
-                        "checkpoint moved back: {shard} from {prev} to {cp} at {}{source}",
-                        self.rel(at)
+                    out.push(Violation::on(
+                        shard,
+                        at,
+                        format!(
+                            "checkpoint moved back: {shard} from {prev} to {cp} at {}{source}",
+                            self.rel(at)
+                        ),
                     ));
                 }
             }
@@ -247,7 +291,7 @@ impl Checks<'_> {
 
     /// After a kill or a freeze, each shard the process was the last to handle is handled
     /// again within the bound (plus the freeze's own time), when it had records to read.
-    fn takeover_bound(&self) -> Vec<String> {
+    fn takeover_bound(&self) -> Vec<Violation> {
         let mut out = Vec::new();
         for f in self.fired {
             // A kill: anyone (the restarted process too) handles the shards again in time. A
@@ -316,19 +360,19 @@ impl Checks<'_> {
                     .map(|x| x.began)
                     .min();
                 if next.is_none_or(|n| n > at + bound) {
-                    out.push(format!(
+                    out.push(Violation::on(shard, at, format!(
                         "takeover: {shard} of {process} neither taken nor handled within {:.0} s of the fault at {} (next at {})",
                         bound as f64 / 1e3,
                         self.rel(at),
                         next.map_or("never".to_owned(), |n| self.rel(n))
-                    ));
+                    )));
                 }
             }
         }
         out
     }
 
-    fn no_duplicate_on_deploy(&self) -> Vec<String> {
+    fn no_duplicate_on_deploy(&self) -> Vec<Violation> {
         let mut out = Vec::new();
         for f in self.fired {
             let Fired::Termed { process, at, .. } = f else {
@@ -385,14 +429,14 @@ impl Checks<'_> {
                     && taken_after.contains(&(e.process.as_str(), e.shard.as_str()))
                     && before.contains(&(e.shard.as_str(), e.sequence.as_str(), e.subsequence))
             }) {
-                out.push(format!(
+                out.push(Violation::on(&dup.shard, dup.began, format!(
                     "duplicate across a deploy: {} {} handled by {process} and again by {} at {} (SIGTERM at {})",
                     dup.shard,
                     dup.sequence,
                     dup.process,
                     self.rel(dup.began),
                     self.rel(*at)
-                ));
+                )));
             }
         }
         out
@@ -401,7 +445,7 @@ impl Checks<'_> {
     /// No checkpoint passes a record that was not handled: at each snapshot of the table,
     /// every acknowledged record of the shard up to its checkpoint had been handled (its
     /// handler ended) by then.
-    fn checkpoints_settled(&self) -> Vec<String> {
+    fn checkpoints_settled(&self) -> Vec<Violation> {
         // When each record was first handled.
         let mut ended: HashMap<(&str, &str, Option<u64>), u128> = HashMap::new();
         for e in self.handled() {
@@ -437,7 +481,7 @@ impl Checks<'_> {
             e.kind == Kind::Checkpoint && (numeric(&e.sequence) || e.sequence == SHARD_END)
         }) {
             if let Some(p) = unsettled(&w.shard, &w.sequence, w.subsequence, w.began + 5) {
-                return vec![format!(
+                return vec![Violation::on(&w.shard, w.began, format!(
                     "checkpoint before settlement: {} wrote {}{} on {} at {} while {} (key {}) was not handled yet",
                     w.process,
                     w.sequence,
@@ -446,7 +490,7 @@ impl Checks<'_> {
                     self.rel(w.began),
                     shown(p),
                     p.key
-                )];
+                ))];
             }
         }
         for (at, rows) in self.checkpoints {
@@ -456,12 +500,12 @@ impl Checks<'_> {
                     continue;
                 }
                 if let Some(p) = unsettled(shard, sequence, subsequence, *at + 200) {
-                    return vec![format!(
+                    return vec![Violation::on(shard, *at, format!(
                         "checkpoint before settlement: {shard} checkpointed at {cp} at {} while {} (key {}) was not handled yet",
                         self.rel(*at),
                         shown(p),
                         p.key
-                    )];
+                    ))];
                 }
             }
         }
@@ -470,7 +514,7 @@ impl Checks<'_> {
 
     /// Parents first: no record of a child shard entered a handler before every record of
     /// each of its ancestors (parents, theirs, ...) was handled, in every mode.
-    fn parents_first(&self) -> Vec<String> {
+    fn parents_first(&self) -> Vec<Violation> {
         // Per shard: when its last record was first handled, and when its first record began.
         let mut first_done: HashMap<(&str, &str, Option<u64>), u128> = HashMap::new();
         let mut first_began: HashMap<&str, &Event> = HashMap::new();
@@ -514,13 +558,13 @@ impl Checks<'_> {
             for ancestor in ancestors {
                 if let Some((t, (sequence, _))) = done.get(ancestor) {
                     if first.began < *t {
-                        out.push(format!(
+                        out.push(Violation::on(child, first.began, format!(
                             "parents first: {} handled {child} {} at {} before {ancestor} {sequence} (an ancestor's record) was handled at {}",
                             first.process,
                             first.sequence,
                             self.rel(first.began),
                             self.rel(*t)
-                        ));
+                        )));
                     }
                 }
             }
@@ -528,7 +572,7 @@ impl Checks<'_> {
         out
     }
 
-    fn exits(&self) -> Vec<String> {
+    fn exits(&self) -> Vec<Violation> {
         self.fired
             .iter()
             .filter_map(|f| match f {
@@ -536,17 +580,23 @@ impl Checks<'_> {
                     process,
                     at,
                     status,
-                } => Some(format!(
-                    "exit: {process} exited on its own at {} ({status})",
-                    self.rel(*at)
+                } => Some(Violation::at(
+                    *at,
+                    format!(
+                        "exit: {process} exited on its own at {} ({status})",
+                        self.rel(*at)
+                    ),
                 )),
                 Fired::Termed {
                     process,
                     at,
                     exited: None,
-                } => Some(format!(
-                    "exit: {process} did not exit within {EXIT_DEADLINE:?} of SIGTERM at {}",
-                    self.rel(*at)
+                } => Some(Violation::at(
+                    *at,
+                    format!(
+                        "exit: {process} did not exit within {EXIT_DEADLINE:?} of SIGTERM at {}",
+                        self.rel(*at)
+                    ),
                 )),
                 _ => None,
             })

@@ -35,6 +35,7 @@ mod events;
 mod fired;
 mod reshard;
 mod schedule;
+mod window;
 mod writer;
 
 use std::collections::{BTreeMap, HashSet};
@@ -49,7 +50,7 @@ use kinesis_integ::{
     create_stream, endpoint, kinesis_client, unique_account, unique_name, FaultProxy, Service,
 };
 
-use crate::checks::Checks;
+use crate::checks::{Checks, Violation};
 use crate::events::{read_events, Event, Kind};
 use crate::fired::Fired;
 use crate::schedule::{fan_out, reshards, schedule, Fault};
@@ -508,7 +509,7 @@ async fn run(args: Args) -> i32 {
     // failed (or the task's panic) is reported as a violation: the seed checked less than it
     // drew.
     let resharded: Arc<Mutex<Vec<Fired>>> = Arc::default();
-    let runner_failures: Arc<Mutex<Vec<String>>> = Arc::default();
+    let runner_failures: Arc<Mutex<Vec<Violation>>> = Arc::default();
     let resharder = {
         let (client, stream, puts, dir) = (
             client.clone(),
@@ -528,7 +529,7 @@ async fn run(args: Args) -> i32 {
                         failures
                             .lock()
                             .expect("failures")
-                            .push(format!("runner: {e}"));
+                            .push(Violation::runner(format!("runner: {e}")));
                         format!("reshard FAILED: {e}")
                     }
                 };
@@ -559,7 +560,9 @@ async fn run(args: Args) -> i32 {
         runner_failures
             .lock()
             .expect("failures")
-            .push(format!("runner: the resharding task failed: {e}"));
+            .push(Violation::runner(format!(
+                "runner: the resharding task failed: {e}"
+            )));
     }
     campaign
         .fired
@@ -628,11 +631,13 @@ async fn run(args: Args) -> i32 {
     let parents = match reshard::all_shards(&client, &stream).await {
         Ok(shards) => reshard::parents(&shards),
         Err(e) => {
-            println!(
-                "VIOLATION (seed {}): cannot list the shards: {e}",
-                args.seed
-            );
-            return 1;
+            runner_failures
+                .lock()
+                .expect("failures")
+                .push(Violation::runner(format!(
+                    "runner: cannot check parents first: {e}"
+                )));
+            Default::default()
         }
     };
     let violations = Checks {
@@ -645,7 +650,7 @@ async fn run(args: Args) -> i32 {
         start,
     }
     .run();
-    let violations: Vec<String> = runner_failures
+    let violations: Vec<Violation> = runner_failures
         .lock()
         .expect("failures")
         .drain(..)
@@ -664,8 +669,14 @@ async fn run(args: Args) -> i32 {
         campaign.fired.len(),
         violations.len()
     );
-    for v in &violations {
-        println!("VIOLATION (seed {}): {v}", args.seed);
+    // The first few with the window of events around them.
+    for (i, v) in violations.iter().enumerate() {
+        println!("VIOLATION (seed {}): {}", args.seed, v.text);
+        if i < 3 {
+            for line in window::window(v, &events, &campaign.fired, start) {
+                println!("    {line}");
+            }
+        }
     }
     i32::from(!violations.is_empty())
 }
