@@ -30,6 +30,8 @@
 //! Usage: `chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--dir DIR]`;
 //! endpoints from the environment (127.0.0.1 only).
 
+#[cfg(test)]
+mod check_tests;
 mod checks;
 mod events;
 mod fired;
