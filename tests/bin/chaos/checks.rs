@@ -80,6 +80,18 @@ impl Checks<'_> {
         self.events.iter().filter(|e| e.kind == Kind::Handled)
     }
 
+    /// When each record (shard, sequence, subsequence) was first handled: its handler ended.
+    fn first_handled(&self) -> HashMap<(&str, &str, Option<u64>), u128> {
+        let mut ended = HashMap::new();
+        for e in self.handled() {
+            let t = ended
+                .entry((e.shard.as_str(), e.sequence.as_str(), e.subsequence))
+                .or_insert(e.ended);
+            *t = (*t).min(e.ended);
+        }
+        ended
+    }
+
     fn nothing_lost(&self) -> Vec<Violation> {
         let seen: HashSet<(&str, &str, Option<u64>)> = self
             .handled()
@@ -446,14 +458,7 @@ impl Checks<'_> {
     /// every acknowledged record of the shard up to its checkpoint had been handled (its
     /// handler ended) by then.
     fn checkpoints_settled(&self) -> Vec<Violation> {
-        // When each record was first handled.
-        let mut ended: HashMap<(&str, &str, Option<u64>), u128> = HashMap::new();
-        for e in self.handled() {
-            let t = ended
-                .entry((e.shard.as_str(), e.sequence.as_str(), e.subsequence))
-                .or_insert(e.ended);
-            *t = (*t).min(e.ended);
-        }
+        let ended = self.first_handled();
         let mut puts: HashMap<&str, Vec<&Put>> = HashMap::new();
         for p in self.puts {
             puts.entry(p.shard.as_str()).or_default().push(p);
@@ -516,20 +521,14 @@ impl Checks<'_> {
     /// each of its ancestors (parents, theirs, ...) was handled, in every mode.
     fn parents_first(&self) -> Vec<Violation> {
         // Per shard: when its last record was first handled, and when its first record began.
-        let mut first_done: HashMap<(&str, &str, Option<u64>), u128> = HashMap::new();
+        let first_done = self.first_handled();
         let mut first_began: HashMap<&str, &Event> = HashMap::new();
+        // A failed attempt began a handler too.
         for e in self
             .events
             .iter()
             .filter(|e| matches!(e.kind, Kind::Handled | Kind::Failed))
         {
-            if e.kind == Kind::Handled {
-                let t = first_done
-                    .entry((e.shard.as_str(), e.sequence.as_str(), e.subsequence))
-                    .or_insert(e.ended);
-                *t = (*t).min(e.ended);
-            }
-            // A failed attempt began a handler too.
             let b = first_began.entry(e.shard.as_str()).or_insert(e);
             if e.began < b.began {
                 *b = e;
