@@ -1,5 +1,6 @@
-//! The checks, each shown to fail on a history that breaks its rule and to pass one that keeps
-//! it: a checker is only as good as the bugs it catches.
+//! Checks shown to fail on histories that break their rules (settlement, `SHARD_END`, the
+//! order of checkpoint writes, parents first, loss) and to pass ones that keep them, and the
+//! report's window: a checker is only as good as the bugs it catches.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
