@@ -3,7 +3,8 @@
 //! and the checks).
 //!
 //! Builds the runner and the consumer (`kinesis-integ`'s `chaos` and `chaos-consumer`
-//! binaries, with the feature set of `cargo test --workspace --all-features`, as `integ` does),
+//! binaries, with the feature set of `cargo test --workspace --all-features`, as `integ` does,
+//! so nothing builds twice),
 //! starts kinesis-local and moto on free ports of 127.0.0.1 (or uses `AWS_ENDPOINT_URL`), and
 //! runs the runner once per seed: `--seed N` alone replays one seed; `--seeds K` runs K seeds
 //! from N (or from a random one). Logs go to `target/chaos/<seed>/`. Stops the emulators by
@@ -47,10 +48,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(&cargo)
         .current_dir(root())
+        // `--workspace` so that features unify as in `cargo test --workspace --all-features`
+        // and `integ`: with `--package` alone the AWS SDK's crates resolve to another feature
+        // set and build again (about 2.5 minutes of a cold CI run).
         .args([
             "build",
-            "--package",
-            "kinesis-integ",
+            "--workspace",
             "--all-features",
             "--bin",
             "chaos",
