@@ -3,8 +3,7 @@
 //! and the checks).
 //!
 //! Builds the runner and the consumer (`kinesis-integ`'s `chaos` and `chaos-consumer`
-//! binaries, with the feature set of `cargo test --workspace --all-features`, as `integ` does,
-//! so nothing builds twice),
+//! binaries, with `--workspace --all-features`),
 //! starts kinesis-local and moto on free ports of 127.0.0.1 (or uses `AWS_ENDPOINT_URL`), and
 //! runs the runner once per seed: `--seed N` alone replays one seed; `--seeds K` runs K seeds
 //! from N (or from a random one). Logs go to `target/chaos/<seed>/`. Stops the emulators by
@@ -48,9 +47,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(&cargo)
         .current_dir(root())
-        // `--workspace` so that features unify as in `cargo test --workspace --all-features`
-        // and `integ`: with `--package` alone the AWS SDK's crates resolve to another feature
-        // set and build again (about 2.5 minutes of a cold CI run).
+        // `--workspace`, closer to the feature set of `cargo test --workspace --all-features`.
+        // The AWS SDK's crates still build a second time in a cold CI run (about a minute):
+        // `cargo test` also turns on features its dev-dependencies ask for.
         .args([
             "build",
             "--workspace",
