@@ -366,3 +366,63 @@ async fn a_missing_region_is_a_usage_error_naming_it() {
     assert!(stderr.contains("no AWS region configured"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// `migrate-index` on a table of the release before paged indexes (its single index row
+/// written raw, as that release wrote it): the stream's shards move into pages and are listed
+/// by `leases` as before; a second run reports both indexes already paged.
+#[tokio::test]
+async fn migrate_index_moves_a_previous_releases_index_into_pages() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let account = unique_account();
+    let config = sdk_config_for(&account).await;
+    let cli = Cli {
+        account,
+        table: unique_name("migrate"),
+        stream: "orders".into(),
+    };
+    let store = DynamoLeaseStore::new(&config, &cli.table);
+    store.ensure_table().await.expect("ensure_table");
+    let raw = aws_sdk_dynamodb::Client::new(&config);
+    let shards: Vec<String> = (0..3).map(|n| format!("shardId-{n:012}")).collect();
+    raw.put_item()
+        .table_name(&cli.table)
+        .item("lease_key", AttributeValue::S("orders:*".into()))
+        .item("shards", AttributeValue::Ss(shards.clone()))
+        .send()
+        .await
+        .expect("a legacy index row");
+    for shard in &shards {
+        raw.put_item()
+            .table_name(&cli.table)
+            .item("lease_key", AttributeValue::S(format!("orders:{shard}")))
+            .item("lease_counter", AttributeValue::N("1".into()))
+            .item("lease_expiry", AttributeValue::N("0".into()))
+            .send()
+            .await
+            .expect("a legacy row");
+    }
+    let before = cli.json("leases", &["--no-lag"]).await;
+    assert_eq!(before.len(), 3);
+
+    let moved = cli.json("migrate-index", &[]).await;
+    assert_eq!(field(&moved, "index"), ["orders", "orders@members"]);
+    assert_eq!(field(&moved, "moved"), [3, 0]);
+    assert_eq!(field(&moved, "already_paged"), [false, true]);
+    let header = raw
+        .get_item()
+        .table_name(&cli.table)
+        .key("lease_key", AttributeValue::S("orders:*".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert!(!header.contains_key("shards"), "{header:?}");
+    assert_eq!(cli.json("leases", &["--no-lag"]).await.len(), 3);
+
+    let again = cli.json("migrate-index", &[]).await;
+    assert_eq!(field(&again, "already_paged"), [true, true]);
+    let (text, _) = cli.expect(0, "migrate-index", &[]).await;
+    assert!(text.contains("already paged"), "{text}");
+}

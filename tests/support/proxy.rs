@@ -26,6 +26,12 @@ struct ErrorRule {
     share: f64,
     /// `true`: HTTP 400 ProvisionedThroughputExceededException; `false`: HTTP 500.
     throttle: bool,
+    /// Only calls whose body contains every one of these.
+    body_has: Vec<String>,
+    /// Instead: HTTP 400 with this error type and message.
+    answer: Option<(String, String)>,
+    /// How many more calls it applies to (`None`: every one).
+    left: Option<u64>,
 }
 
 /// Which calls to forward and then leave unanswered.
@@ -178,6 +184,24 @@ impl FaultProxy {
             target: target.to_owned(),
             share,
             throttle,
+            body_has: Vec::new(),
+            answer: None,
+            left: None,
+        });
+    }
+
+    /// Answers the next `times` calls whose `X-Amz-Target` contains `target` and whose body
+    /// contains each of `body_has` with HTTP 400 `kind` and `message`, as the service refuses
+    /// a request for what it holds (DynamoDB's `ValidationException` for an item past 400 KB,
+    /// which the emulator does not enforce).
+    pub fn refuse(&self, target: &str, body_has: &[&str], kind: &str, message: &str, times: u64) {
+        self.state.rules.lock().expect("rules").push(ErrorRule {
+            target: target.to_owned(),
+            share: 1.0,
+            throttle: false,
+            body_has: body_has.iter().map(|b| (*b).to_owned()).collect(),
+            answer: Some((kind.to_owned(), message.to_owned())),
+            left: Some(times),
         });
     }
 
@@ -271,6 +295,20 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn refusal(kind: &str, message: &str) -> Vec<u8> {
+    let body =
+        format!(r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{kind}","message":"{message}"}}"#);
+    format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-ErrorType: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 fn error_response(throttle: bool, target: &str) -> Vec<u8> {
     let (status, kind, message) = if throttle {
         (
@@ -313,14 +351,28 @@ async fn serve(
             .rules
             .lock()
             .expect("rules")
-            .iter()
-            .find(|r| target.contains(&r.target) && fastrand::f64() < r.share)
-            .cloned();
+            .iter_mut()
+            .find(|r| {
+                target.contains(&r.target)
+                    && r.left != Some(0)
+                    && r.body_has
+                        .iter()
+                        .all(|needle| contains(&body, needle.as_bytes()))
+                    && fastrand::f64() < r.share
+            })
+            .map(|r| {
+                if let Some(left) = &mut r.left {
+                    *left -= 1;
+                }
+                r.clone()
+            });
         if let Some(rule) = rule {
             state.faulted.fetch_add(1, Ordering::SeqCst);
-            client
-                .write_all(&error_response(rule.throttle, &target))
-                .await?;
+            let response = match &rule.answer {
+                Some((kind, message)) => refusal(kind, message),
+                None => error_response(rule.throttle, &target),
+            };
+            client.write_all(&response).await?;
             return client.shutdown().await;
         }
         let drop_response = state

@@ -1338,11 +1338,12 @@ async fn a_watcher_leaving_after_a_join_still_watches_its_former_successor() {
 /// its hostname): a buries c, and the restarted c takes its member row again within a renewal.
 /// e, after c in the ring, must then be a's to watch on a's own count (e stood still since the
 /// crash), not the restarted c's from its first reading: a buries e at its first watch after
-/// c's burial, and e's shards are read again 16.1 to 17.1 s after e's last landed member
-/// renewal (a lease, two list intervals, and one or two take ticks: the taker may take the two
-/// shards in two rounds); before the fix 22.1 and 23.1 s (the restarted c counted e from its own first
-/// reading). Found by the review of the join fix: the burial left c among the members a had
-/// seen, so c's return did not count as a join.
+/// c's burial, counting from its last glance at e (the member after its successor, read once a
+/// lease), and e's shards are read again 14.1 and 15.1 s after e's last landed member renewal
+/// (one or two take ticks apart: the taker may take the two shards in two rounds); before the
+/// fix 22.1 and 23.1 s (the restarted c counted e from its own first reading). Found by the
+/// review of the join fix: the burial left c among the members a had seen, so c's return did
+/// not count as a join. Without the glance (the roster no longer listed every lease) 20.1 s.
 #[tokio::test(start_paused = true)]
 async fn a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_the_next() {
     let mut fleet = e_crashed().await;

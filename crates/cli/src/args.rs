@@ -48,6 +48,12 @@ pub enum Command {
     /// nothing.
     #[command(name = "import-kcl")]
     ImportKcl(ImportKclArgs),
+    /// Moves the stream's lease-table index (and its roster's) out of the single index row a
+    /// release before paged indexes wrote into pages, so no item of the table grows with the
+    /// stream. Run it once every instance runs a release with paged indexes: older ones read
+    /// the single row only. Safe while instances run; a second run changes nothing.
+    #[command(name = "migrate-index")]
+    MigrateIndex(MigrateIndexArgs),
 }
 
 /// The lease table and the stream every command names.
@@ -73,6 +79,14 @@ pub struct LeasesArgs {
     /// Do not ask Kinesis how far each checkpoint is behind the tip.
     #[arg(long)]
     pub no_lag: bool,
+}
+
+/// `migrate-index`.
+#[derive(Debug, Clone, Args)]
+pub struct MigrateIndexArgs {
+    /// The table and stream.
+    #[command(flatten)]
+    pub table: TableArgs,
 }
 
 /// `members`.

@@ -15,7 +15,7 @@ use kinesis_lease_dynamo::DynamoLeaseStore;
 use kinesis_stream_core::{KinesisApi, ReaderError, StartAt};
 use tokio::time::Instant;
 
-use crate::args::{LeasesArgs, MembersArgs, ReleaseArgs, ResetArgs, TableArgs};
+use crate::args::{LeasesArgs, MembersArgs, MigrateIndexArgs, ReleaseArgs, ResetArgs, TableArgs};
 use crate::error::CliError;
 use crate::lag::probe_all;
 use crate::render::{self, ChangeLine};
@@ -281,6 +281,32 @@ pub async fn members<O: Write, E: Write>(
     }
     let lines = render::member_lines(&verdicts, &holdings(&shards));
     print(io, &args.table, &lines, || render::members_table(&lines))
+}
+
+/// `migrate-index`: the stream's index and its roster's moved into pages.
+pub async fn migrate_index<O: Write, E: Write>(
+    ctx: &Context,
+    args: &MigrateIndexArgs,
+    io: &mut Io<'_, O, E>,
+) -> Result<(), CliError> {
+    let stream = &args.table.stream;
+    let dynamo = ctx.dynamo.as_ref().ok_or_else(|| CliError::Invalid {
+        what: "command".into(),
+        reason: "migrate-index moves a DynamoDB lease table's index; this table is not one".into(),
+    })?;
+    let mut lines = Vec::new();
+    for index in [stream.clone(), view::members_stream(stream)] {
+        let done = dynamo
+            .migrate_index(&index)
+            .await
+            .map_err(|e| ctx.store_error(stream, e))?;
+        lines.push(render::MigrationLine {
+            index,
+            already_paged: done.already_paged,
+            moved: done.moved,
+        });
+    }
+    print(io, &args.table, &lines, || render::migration_table(&lines))
 }
 
 fn change(before: &Lease, after: &Lease, result: &'static str, note: String) -> ChangeLine {

@@ -85,6 +85,7 @@ pub async fn run_with<O: Write, E: Write>(
             let kcl = kinesis_kcl_import::KclImport::dynamo(aws, args.kcl_table.clone());
             import::import_kcl(ctx, kcl, args, &mut io).await
         }
+        Command::MigrateIndex(args) => commands::migrate_index(ctx, args, &mut io).await,
     }
 }
 
@@ -103,6 +104,7 @@ pub async fn run<O: Write, E: Write>(cli: &Cli, out: &mut O, err: &mut E) -> Res
         Command::Release(a) => &a.table.table,
         Command::Reset(a) => &a.table.table,
         Command::ImportKcl(a) => &a.table.table,
+        Command::MigrateIndex(a) => &a.table.table,
     };
     let ctx = aws::connect(cli.region.clone(), table).await?;
     run_with(cli, &ctx, out, err).await

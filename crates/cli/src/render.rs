@@ -231,6 +231,35 @@ pub fn members_table(lines: &[MemberLine]) -> String {
     t.to_string()
 }
 
+/// What `migrate-index` did to one index (the stream's, or its roster's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigrationLine {
+    /// The stream (or the roster's pseudo-stream, `stream@members`) whose index it was.
+    pub index: String,
+    /// True when it was already paged: nothing moved.
+    pub already_paged: bool,
+    /// Shard (or owner) ids moved from the single index row into pages.
+    pub moved: usize,
+}
+
+/// `migrate-index`'s lines as an aligned table.
+pub fn migration_table(lines: &[MigrationLine]) -> String {
+    let mut t = table(&["INDEX", "RESULT", "MOVED"]);
+    for line in lines {
+        let result = if line.already_paged {
+            "already paged"
+        } else {
+            "paged"
+        };
+        t.add_row(vec![
+            line.index.clone(),
+            result.to_owned(),
+            line.moved.to_string(),
+        ]);
+    }
+    t.to_string()
+}
+
 /// What a write command did to one row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChangeLine {

@@ -21,7 +21,10 @@ pub fn check(cli: &Cli) -> Result<(), CliError> {
     match &cli.command {
         Command::Release(args) => shard_key(&args.table.stream, &args.shard).map(drop),
         Command::Reset(args) => reset(args),
-        Command::Leases(_) | Command::Members(_) | Command::ImportKcl(_) => Ok(()),
+        Command::Leases(_)
+        | Command::Members(_)
+        | Command::ImportKcl(_)
+        | Command::MigrateIndex(_) => Ok(()),
     }
 }
 

@@ -148,6 +148,7 @@ impl Member {
         shared.member.send_modify(|state| {
             state.incarnation += 1;
             state.deadline = sent + config.keep_for();
+            state.announced = false;
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
         let bump = Some(Self::bump_aside(shared, key.stream()));
@@ -160,7 +161,8 @@ impl Member {
     }
 
     /// Bumps the roster's epoch (so the others list the roster again) in a task of its own,
-    /// bounded by a lease; a failed bump is owed and tried again after the next renewal.
+    /// bounded by a lease; a failed bump is owed and tried again after the next renewal. Once
+    /// one lands, the incarnation it was sent under is announced and may take shards.
     ///
     /// Never on the renewal path: the member row must be renewed within `lease - renew` of the
     /// last renewal sent, or every keeper stops. A bump awaited there delayed the next renewal
@@ -170,9 +172,18 @@ impl Member {
     /// renew interval of 1 s: `an_instance_on_a_slow_lease_table_still_gets_its_share`).
     fn bump_aside(shared: &Arc<Shared>, stream: &str) -> AbortOnDrop {
         let (shared, stream) = (shared.clone(), stream.to_owned());
+        let incarnation = shared.member.borrow().incarnation;
         let bump = async move {
             let bound = shared.config.lease_duration;
-            if let Err(error) = shared.bump_within(&stream, bound).await {
+            let bumped = shared.bump_within(&stream, bound).await;
+            if bumped.is_ok() {
+                shared.member.send_if_modified(|state| {
+                    let announce = state.incarnation == incarnation && !state.announced;
+                    state.announced |= announce;
+                    announce
+                });
+            }
+            if let Err(error) = bumped {
                 tracing::warn!(error = %ErrorChain(&error), "could not bump the roster's epoch; retrying after the next renewal");
                 shared
                     .roster_bump_owed

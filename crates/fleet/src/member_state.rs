@@ -11,6 +11,10 @@ pub(crate) struct MemberState {
     pub(crate) incarnation: u64,
     /// Keepers of this incarnation may go on until then.
     pub(crate) deadline: Instant,
+    /// The roster's epoch bump after this incarnation's join landed: every other instance
+    /// lists the roster, so this one is watched and buried should it die. Only then may it
+    /// take shards (the others no longer list the roster on a timer, see `ring_watch`).
+    pub(crate) announced: bool,
 }
 
 impl MemberState {
@@ -19,11 +23,17 @@ impl MemberState {
         Self {
             incarnation: 0,
             deadline: Instant::now(),
+            announced: false,
         }
     }
 
     /// True while keepers of this incarnation may go on.
     pub(crate) fn is_live(&self) -> bool {
         self.incarnation != 0 && Instant::now() < self.deadline
+    }
+
+    /// True while this instance may take shards: live, and its join announced.
+    pub(crate) fn may_take(&self) -> bool {
+        self.is_live() && self.announced
     }
 }

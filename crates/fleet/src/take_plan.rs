@@ -185,6 +185,16 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
                     {
                         Rank::Expired
                     }
+                    // Handed to a member seen standing still for a lease: every keeper of it
+                    // has stopped, and nobody reads a row that carries no token. Its
+                    // recipient may never take it, nor be buried soon: one that joined again
+                    // and died before the others listed it is not watched.
+                    Liveness::Member
+                        if row.token.is_none()
+                            && row.owner.as_deref().is_some_and(|o| view.stale.contains(o)) =>
+                    {
+                        Rank::Expired
+                    }
                     Liveness::Legacy
                     | Liveness::Member
                     | Liveness::Free
@@ -544,6 +554,12 @@ mod tests {
         assert!(
             !names(&member).iter().any(|(_, s)| s == "shard-04"),
             "handed to b, a member: b's to take"
+        );
+        fixture.stale.insert("b".into());
+        let stale = super::plan(readable(&rows, |_| false), &fixture.view("a"));
+        assert!(
+            names(&stale).contains(&(Rank::Expired, "shard-04".to_owned())),
+            "handed to b, a member seen standing still for a lease: anyone's, though not buried"
         );
     }
 

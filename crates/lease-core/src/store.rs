@@ -248,7 +248,10 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Bumps `stream`'s epoch: rows were freed or moved.
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>>;
 
-    /// Reads `stream`'s epoch (strongly consistent; 0 before the first bump).
+    /// Reads `stream`'s epoch (0 before the first bump). It may be eventually consistent (the
+    /// DynamoDB store reads it so, at half the price): the epoch only tells brokers when to
+    /// list, and no write is conditioned on it, so a read that misses a bump by a replica's
+    /// lag costs at most that lag; callers compare epochs for equality, never for order.
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>>;
 
     /// Reads one row (strongly consistent), `None` when it does not exist.

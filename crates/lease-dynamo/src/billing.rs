@@ -9,17 +9,19 @@
 //! | call | requests | billed |
 //! | --- | --- | --- |
 //! | `read` | consistent GetItem of the row | size / 4 KB rounded up, 1 RCU at least |
-//! | `list` | consistent GetItem of the index row, consistent BatchGetItem of every row | the index row's units, plus each row's own, each rounded up to 4 KB |
-//! | `epoch` | consistent GetItem of the epoch row | 1 (a small item of its own) |
+//! | `list` | consistent GetItem of the index header, consistent BatchGetItem of its pages, then of every row | each item's own units, rounded up to 4 KB |
+//! | `epoch` | eventually consistent GetItem of the epoch row | 0.5 (a small item of its own, read at half price) |
 //! | `take`, `renew`, `checkpoint`, `release`, `request`, `hand_over` | conditional UpdateItem | the row's size / 1 KB rounded up, written or not (a failed condition is billed too) |
-//! | `create` | UpdateItem of the index row (ADD), PutItem of the row, UpdateItem of the index row again | each item's size / 1 KB rounded up |
+//! | `create` | UpdateItem of the shard's page (ADD; and of the header, when this store has not seen the page named), PutItem of the row, UpdateItem of the page again | each item's size / 1 KB rounded up; the header's first read, once per store and stream |
 //! | `bump_epoch` | UpdateItem of the epoch row | 1 |
-//! | `delete` | TransactWriteItems: conditional Delete of the row, Update of the index row (DELETE) | twice each item's size / 1 KB rounded up (a transaction bills two units per KB; the index only when the row went) |
+//! | `delete` | TransactWriteItems: conditional Delete of the row, Update of its page (DELETE) | twice each item's size / 1 KB rounded up (a transaction bills two units per KB; the page only when the row went) |
 //!
 //! Retries are not counted: a throttled request is not billed, and the decorator cannot see a
-//! lost response. The index row's size follows the shard ids the decorated stores created.
+//! lost response. The index is billed as a table this release created lays it out (a paged
+//! header, see the crate docs); its items' sizes follow the shard ids the decorated stores
+//! created.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,9 +30,10 @@ use kinesis_lease_core::{
 };
 
 use crate::item::{
-    CHECKPOINT, COUNTER, EPOCH, EXPIRY, KEY, OWNER, PARENTS, REPOSITIONED, SHARDS, SUBSEQUENCE,
-    TOKEN, WANTED_BY, WRITE_ID,
+    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS,
+    REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
+use crate::pages::{page_key, page_of, PAGED_FORMAT};
 
 /// Read and write units and item counts, as DynamoDB would bill them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -40,7 +43,7 @@ pub struct Bill {
     pub read_units: f64,
     /// Write capacity units (1 per 1 KB of each item written or conditionally refused).
     pub write_units: f64,
-    /// Items read (an index row, each row of a list, a row read).
+    /// Items read (an index header or page, each row of a list, a row read).
     pub items_read: u64,
     /// Read requests (GetItem, BatchGetItem).
     pub read_requests: u64,
@@ -53,8 +56,8 @@ pub struct Bill {
 #[derive(Debug, Default)]
 struct Meter {
     bill: Bill,
-    /// Per stream, the shard ids its index row lists.
-    index: HashMap<String, BTreeSet<String>>,
+    /// Per stream, its index's pages (named in the header) and the shard ids each lists.
+    index: HashMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Per stream, the epoch counter's value (its size counts).
     epochs: HashMap<String, u64>,
 }
@@ -90,6 +93,33 @@ pub struct Billed {
 pub struct BilledStore {
     inner: Arc<dyn LeaseStore>,
     meter: Arc<Mutex<Meter>>,
+    /// What this store, as one process's `DynamoLeaseStore`, has seen of index headers.
+    seen: Arc<Mutex<Seen>>,
+}
+
+/// Streams whose header a store read, and pages it saw named.
+#[derive(Debug, Default)]
+struct Seen {
+    streams: HashSet<String>,
+    pages: HashSet<(String, String)>,
+}
+
+impl Seen {
+    /// Every page `stream`'s header names now, as a read of it tells the store.
+    fn saw_header(&mut self, meter: &Meter, stream: &str) {
+        let named = meter.index.get(stream).into_iter().flat_map(|p| p.keys());
+        self.pages
+            .extend(named.map(|page| (stream.to_owned(), page.clone())));
+    }
+
+    /// Bills the header's first read by this store (`DynamoLeaseStore` reads it once, to learn
+    /// its format and pages).
+    fn first_header_read(&mut self, meter: &mut Meter, stream: &str) {
+        if self.streams.insert(stream.to_owned()) {
+            meter.read_header(stream);
+            self.saw_header(meter, stream);
+        }
+    }
 }
 
 impl Billed {
@@ -103,6 +133,7 @@ impl Billed {
         BilledStore {
             inner,
             meter: self.meter.clone(),
+            seen: Arc::default(),
         }
     }
 
@@ -111,7 +142,7 @@ impl Billed {
         self.meter.lock().unwrap_or_else(|p| p.into_inner()).bill
     }
 
-    /// The size of `stream`'s index row now, in bytes.
+    /// The size of the largest item of `stream`'s index now (its header or a page), in bytes.
     pub fn index_size(&self, stream: &str) -> usize {
         let meter = self.meter.lock().unwrap_or_else(|p| p.into_inner());
         meter.index_size(stream)
@@ -164,13 +195,32 @@ fn write_units(size: usize) -> f64 {
 }
 
 impl Meter {
-    fn index_size(&self, stream: &str) -> usize {
-        let shards = self.index.get(stream);
-        let mut size = string(KEY, &format!("{stream}:*"));
-        if let Some(shards) = shards.filter(|s| !s.is_empty()) {
+    fn header_size(&self, stream: &str) -> usize {
+        let mut size = string(KEY, &index_key(stream)) + number(FORMAT, PAGED_FORMAT);
+        if let Some(pages) = self.index.get(stream).filter(|p| !p.is_empty()) {
+            size += PAGES.len() + pages.keys().map(String::len).sum::<usize>();
+        }
+        size
+    }
+
+    fn page_size(&self, stream: &str, page: &str) -> usize {
+        let mut size = string(KEY, &page_key(stream, page));
+        if let Some(shards) = self
+            .index
+            .get(stream)
+            .and_then(|p| p.get(page))
+            .filter(|s| !s.is_empty())
+        {
             size += SHARDS.len() + shards.iter().map(String::len).sum::<usize>();
         }
         size
+    }
+
+    fn index_size(&self, stream: &str) -> usize {
+        let pages = self.index.get(stream).into_iter().flat_map(|p| p.keys());
+        pages
+            .map(|page| self.page_size(stream, page))
+            .fold(self.header_size(stream), usize::max)
     }
 
     fn epoch_size(&self, stream: &str) -> usize {
@@ -184,24 +234,56 @@ impl Meter {
         self.bill.largest_item = self.bill.largest_item.max(size);
     }
 
+    /// An eventually consistent read: half the units of a consistent one.
+    fn read_item_eventually(&mut self, size: usize) {
+        self.read_item(size);
+        self.bill.read_units -= read_units(size) / 2.0;
+    }
+
     fn write_item(&mut self, size: usize) {
         self.bill.write_units += write_units(size);
         self.bill.write_requests += 1;
         self.bill.largest_item = self.bill.largest_item.max(size);
     }
 
+    /// A listing's reads of the index: the header, then every page it names.
     fn read_index(&mut self, stream: &str) {
-        let size = self.index_size(stream);
+        let header = self.header_size(stream);
+        self.bill.read_requests += 1;
+        self.read_item(header);
+        let pages: Vec<String> = self
+            .index
+            .get(stream)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        self.bill.read_requests += pages.len().div_ceil(100) as u64;
+        for page in pages {
+            let size = self.page_size(stream, &page);
+            self.read_item(size);
+        }
+    }
+
+    /// The header's first read by a store (`DynamoLeaseStore` learns the format once).
+    fn read_header(&mut self, stream: &str) {
+        let size = self.header_size(stream);
         self.bill.read_requests += 1;
         self.read_item(size);
     }
 
-    fn add_to_index(&mut self, key: &LeaseKey) {
+    /// Adds `key`'s shard to its page (writing the header first when `name_page`).
+    fn add_to_index(&mut self, key: &LeaseKey, name_page: bool) {
+        let page = page_of(key.shard());
         self.index
             .entry(key.stream().to_owned())
             .or_default()
+            .entry(page.clone())
+            .or_default()
             .insert(key.shard().to_owned());
-        let size = self.index_size(key.stream());
+        if name_page {
+            let size = self.header_size(key.stream());
+            self.write_item(size);
+        }
+        let size = self.page_size(key.stream(), &page);
         self.write_item(size);
     }
 }
@@ -209,6 +291,21 @@ impl Meter {
 impl BilledStore {
     fn meter(&self) -> std::sync::MutexGuard<'_, Meter> {
         self.meter.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bills what `DynamoLeaseStore::index_add` sends for `key`.
+    fn bill_index_add(&self, key: &LeaseKey) {
+        let mut meter = self.meter();
+        let mut seen = self.seen();
+        seen.first_header_read(&mut meter, key.stream());
+        let named = seen
+            .pages
+            .insert((key.stream().to_owned(), page_of(key.shard())));
+        meter.add_to_index(key, named);
     }
 
     /// Bills one conditional UpdateItem of `key`'s row: the row as written, or as it stands
@@ -254,11 +351,17 @@ impl LeaseStore for BilledStore {
                 let row = before.as_ref().map_or(0, row_size);
                 meter.write_item(row);
                 meter.write_item(row);
+                self.seen().first_header_read(&mut meter, key.stream());
                 if *deleted {
-                    if let Some(shards) = meter.index.get_mut(key.stream()) {
+                    let page = page_of(key.shard());
+                    if let Some(shards) = meter
+                        .index
+                        .get_mut(key.stream())
+                        .and_then(|p| p.get_mut(&page))
+                    {
                         shards.remove(key.shard());
                     }
-                    let size = meter.index_size(key.stream());
+                    let size = meter.page_size(key.stream(), &page);
                     meter.write_item(size);
                     meter.write_item(size);
                 }
@@ -271,13 +374,12 @@ impl LeaseStore for BilledStore {
         Box::pin(async move {
             let created = self.inner.create(row).await;
             if created.is_ok() {
-                let mut meter = self.meter();
-                meter.add_to_index(&row.key);
+                self.bill_index_add(&row.key);
                 let mut fresh = row.clone();
                 fresh.counter = 1;
-                meter.write_item(row_size(&fresh));
+                self.meter().write_item(row_size(&fresh));
                 if *created.as_ref().unwrap_or(&false) {
-                    meter.add_to_index(&row.key);
+                    self.bill_index_add(&row.key);
                 }
             }
             created
@@ -294,7 +396,7 @@ impl LeaseStore for BilledStore {
             let outcome = self.inner.take(key, holder, take).await;
             self.bill_update(key, &outcome).await;
             if matches!(&outcome, Ok(Outcome::Written(row)) if row.counter == 1) {
-                self.meter().add_to_index(key);
+                self.bill_index_add(key);
             }
             outcome
         })
@@ -388,7 +490,7 @@ impl LeaseStore for BilledStore {
                 let mut meter = self.meter();
                 let size = meter.epoch_size(stream);
                 meter.bill.read_requests += 1;
-                meter.read_item(size);
+                meter.read_item_eventually(size);
             }
             epoch
         })
@@ -412,6 +514,11 @@ impl LeaseStore for BilledStore {
             if let Ok(rows) = &rows {
                 let mut meter = self.meter();
                 meter.read_index(stream);
+                // The listing's header read tells the store every page named there.
+                let mut seen = self.seen();
+                seen.streams.insert(stream.to_owned());
+                seen.saw_header(&meter, stream);
+                drop(seen);
                 meter.bill.read_requests += rows.len().div_ceil(100) as u64;
                 for row in rows {
                     meter.read_item(row_size(row));

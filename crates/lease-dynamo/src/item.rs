@@ -20,18 +20,22 @@ pub(crate) const REPOSITIONED: &str = "repositioned";
 pub(crate) const WRITE_ID: &str = "write_id";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
-/// The index row's set of shard ids.
+/// A page's set of shard ids (and a legacy header's, see `pages`).
 pub(crate) const SHARDS: &str = "shards";
+/// The index header's set of page names.
+pub(crate) const PAGES: &str = "pages";
+/// The index header's format (absent before paged indexes; see `pages`).
+pub(crate) const FORMAT: &str = "index_format";
 
 pub(crate) type Item = HashMap<String, AttributeValue>;
 
-/// The key of a stream's index row.
+/// The key of a stream's index header.
 pub(crate) fn index_key(stream: &str) -> String {
     format!("{stream}:*")
 }
 
 /// The key of a stream's epoch row: a small item of its own, so reading the epoch costs one
-/// read unit however many shards the index row lists.
+/// read unit however many shards the index lists.
 pub(crate) fn epoch_key(stream: &str) -> String {
     format!("{stream}:*epoch")
 }

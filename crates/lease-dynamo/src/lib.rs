@@ -18,17 +18,20 @@
 //! | `repositioned` | S | the marker of the reposition applied to the row, written by the take that applied it (or when the row was created under it), so a reposition applies once per subscription |
 //! | `write_id` | S | a random id stamped by every conditional write, so a retried write whose first attempt landed recognises itself |
 //!
-//! Each stream also has one *index row*, keyed `stream:*`, whose `shards` (SS) names every shard
-//! row of that stream, so [`list`](kinesis_lease_core::LeaseStore::list) reads one stream's
-//! rows (a consistent GetItem of the index, then consistent BatchGetItem of its rows) without
-//! scanning the others; and one *epoch row*, keyed `stream:*epoch`, whose `epoch` (N) counts
+//! Each stream also has an *index*, so [`list`](kinesis_lease_core::LeaseStore::list) reads one
+//! stream's rows without scanning the others: a header keyed `stream:*` whose `pages` (SS)
+//! names its pages, and pages keyed `stream:*p<page>` whose `shards` (SS) name its rows, at
+//! most 128 Kinesis shard ids (about 3 KB) each, so no item grows with the stream (see
+//! [`migrate_index`](DynamoLeaseStore::migrate_index) for headers written by earlier releases,
+//! which listed every shard in one `shards` set). Listing reads the header, its pages, then its
+//! rows, all consistently. And one *epoch row*, keyed `stream:*epoch`, whose `epoch` (N) counts
 //! writes that freed rows. The epoch has an item of its own because DynamoDB bills a read by
-//! the whole item: an epoch read costs one read unit whatever the stream's size. `*` is never
-//! a shard id, so neither row collides with a lease.
+//! the whole item: an epoch read costs half a read unit (eventually consistent) whatever the
+//! stream's size. `*` is never a shard id, so none of these rows collides with a lease.
 //!
 //! # Writes
 //!
-//! [`create`](kinesis_lease_core::LeaseStore::create) adds the shard to the index row, then
+//! [`create`](kinesis_lease_core::LeaseStore::create) adds the shard to the index, then
 //! writes the row with one `PutItem` conditioned on `attribute_not_exists(lease_key)` (counter
 //! 1, no owner). Every other write of a shard row is one conditional `UpdateItem` that also
 //! bumps `lease_counter` and sets `write_id`, with `ReturnValues = ALL_NEW` and
@@ -53,7 +56,7 @@
 //!
 //! [`delete`](kinesis_lease_core::LeaseStore::delete) is one `TransactWriteItems`: a
 //! `Delete` of the row conditioned on `lease_counter = :observed` and an `Update` that takes
-//! the shard out of the index row (`DELETE shards :shard`), so no create can land between them
+//! the shard out of its index page (`DELETE shards :shard`), so no create can land between them
 //! and leave a row the index does not name. `create` adds the shard to the index again after
 //! its put, for a delete of an earlier row that landed between its first add and the put.
 //!
@@ -79,6 +82,7 @@ mod condition;
 mod error;
 mod index;
 mod item;
+mod pages;
 mod retry;
 mod store;
 mod table;
@@ -86,5 +90,6 @@ mod update;
 
 pub use billing::{Bill, Billed, BilledStore};
 pub use error::DynamoLeaseError;
+pub use index::IndexMigration;
 pub use retry::is_transient_sdk_error;
 pub use store::{DynamoCalls, DynamoLeaseStore};

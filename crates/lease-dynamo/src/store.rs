@@ -23,6 +23,7 @@ use crate::item::{
     index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
     REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
+use crate::pages::{page_key, page_of, Format};
 use crate::retry::{retrying, RetryPolicy};
 use crate::update::Expr;
 use crate::{table, DynamoLeaseError};
@@ -52,6 +53,9 @@ pub struct DynamoLeaseStore {
     pub(crate) calls: Arc<Counters>,
     endpoint: Arc<str>,
     credentials: bool,
+    /// Per stream, what this process knows of its index header (see `index`).
+    pub(crate) headers:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, crate::pages::Known>>>,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +103,7 @@ impl DynamoLeaseStore {
             calls: Arc::default(),
             endpoint: "the client's own endpoint".into(),
             credentials: true,
+            headers: Arc::default(),
         }
     }
 
@@ -309,31 +314,44 @@ impl LeaseStore for DynamoLeaseStore {
                 .expression_attribute_values(":observed", n(observed))
                 .build()
                 .map_err(|e| refused("TransactWriteItems", &resource, e))?;
-            let unlist = Update::builder()
-                .table_name(&*self.table)
-                .key(KEY, s(index_key(key.stream())))
-                .update_expression(format!("DELETE {SHARDS} :shard"))
-                .expression_attribute_values(
-                    ":shard",
-                    AttributeValue::Ss(vec![key.shard().to_owned()]),
+            let shard = AttributeValue::Ss(vec![key.shard().to_owned()]);
+            let unlist = |index: String| {
+                Update::builder()
+                    .table_name(&*self.table)
+                    .key(KEY, s(index))
+                    .update_expression(format!("DELETE {SHARDS} :shard"))
+                    .expression_attribute_values(":shard", shard.clone())
+                    .build()
+                    .map_err(|e| refused("TransactWriteItems", &resource, e))
+            };
+            let mut unlists = vec![unlist(page_key(key.stream(), &page_of(key.shard())))?];
+            // A legacy header lists the shard itself too (see `pages`).
+            if self.format(key.stream(), false).await? == Format::Legacy {
+                unlists.push(unlist(index_key(key.stream()))?);
+            }
+            let out =
+                retrying(
+                    self.retry,
+                    &self.table,
+                    "TransactWriteItems",
+                    &resource,
+                    || {
+                        self.count(&self.calls.writes);
+                        self.client
+                            .transact_write_items()
+                            .set_transact_items(Some(
+                                std::iter::once(
+                                    TransactWriteItem::builder().delete(delete.clone()).build(),
+                                )
+                                .chain(unlists.iter().map(|u| {
+                                    TransactWriteItem::builder().update(u.clone()).build()
+                                }))
+                                .collect(),
+                            ))
+                            .send()
+                    },
                 )
-                .build()
-                .map_err(|e| refused("TransactWriteItems", &resource, e))?;
-            let out = retrying(
-                self.retry,
-                &self.table,
-                "TransactWriteItems",
-                &resource,
-                || {
-                    self.count(&self.calls.writes);
-                    self.client
-                        .transact_write_items()
-                        .transact_items(TransactWriteItem::builder().delete(delete.clone()).build())
-                        .transact_items(TransactWriteItem::builder().update(unlist.clone()).build())
-                        .send()
-                },
-            )
-            .await?;
+                .await?;
             match out {
                 Ok(_) => Ok(true),
                 // The condition failed (the row was written since, or is gone): nothing done.

@@ -361,6 +361,10 @@ impl State {
             }
         }
         self.sync_shards().await;
+        // Takes wait for the join's roster bump (`MemberState::may_take`); once it lands, the
+        // take round runs at once rather than at the next tick (a start was a second later).
+        let mut membership = shared.member.subscribe();
+        let mut may_take = membership.borrow_and_update().may_take();
         loop {
             tokio::select! {
                 biased;
@@ -378,6 +382,14 @@ impl State {
                 }
                 _ = sync.tick() => self.sync_shards().await,
                 _ = take.tick() => self.tick().await,
+                Ok(()) = membership.changed() => {
+                    let now = membership.borrow_and_update().may_take();
+                    if now && !may_take {
+                        self.relist_now();
+                        self.tick().await;
+                    }
+                    may_take = now;
+                }
             }
             // Reap finished shard tasks, so the set holds live ones only.
             while self.tasks.try_join_next().is_some() {}

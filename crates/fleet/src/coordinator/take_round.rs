@@ -38,9 +38,10 @@ impl State {
             self.relist_now();
             return;
         }
-        if !shared.member.borrow().is_live() {
-            // Not a member now (joining again after being found dead, or renewals failing):
-            // take nothing until the membership is back.
+        if !shared.member.borrow().may_take() {
+            // Not a member now (joining again after being found dead, or renewals failing), or
+            // the others may not have listed this instance yet (its join's roster bump has not
+            // landed): take nothing until then.
             self.relist_by(now + config.take_interval);
             return;
         }
