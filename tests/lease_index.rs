@@ -224,10 +224,7 @@ async fn a_table_of_the_previous_release_stays_readable_by_both_until_migrated()
     assert_eq!(t.listed().await, names([1, 2, 7, 9, 200, 300]));
     // A second migration moves the straggler and is otherwise a no-op.
     assert_eq!(t.store.migrate_index(STREAM).await.unwrap().moved, 1);
-    assert_eq!(
-        t.store.migrate_index(STREAM).await.unwrap().already_paged,
-        true
-    );
+    assert!(t.store.migrate_index(STREAM).await.unwrap().already_paged);
     assert_eq!(t.listed().await, names([1, 2, 7, 9, 200, 300]));
 }
 

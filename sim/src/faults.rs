@@ -71,6 +71,8 @@ struct FaultState {
     hang: bool,
     /// Delays, failures and lost responses stop then.
     faults_until: Option<Instant>,
+    /// Until then, every bump of a roster's epoch (`stream@members`) fails.
+    roster_bumps_fail_until: Option<Instant>,
 }
 
 impl StoreFaults {
@@ -89,6 +91,19 @@ impl StoreFaults {
         let mut s = self.lock();
         s.cut_until = Some(until);
         s.hang = hang;
+    }
+
+    /// Every bump of a roster's epoch fails until `until` (the member's join is never
+    /// announced meanwhile).
+    pub fn fail_roster_bumps(&self, until: Instant) {
+        self.lock().roster_bumps_fail_until = Some(until);
+    }
+
+    /// True while roster bumps fail.
+    fn roster_bumps_fail(&self) -> bool {
+        self.lock()
+            .roster_bumps_fail_until
+            .is_some_and(|u| u > Instant::now())
     }
 
     /// Back to a healthy connection.
@@ -292,6 +307,12 @@ impl LeaseStore for FaultyStore {
         faulty!(self, "delete", true, self.inner.delete(key, observed))
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        if stream.ends_with("@members") && self.faults.roster_bumps_fail() {
+            return Box::pin(async move {
+                self.injected.fetch_add(1, Ordering::SeqCst);
+                Err(injected("bump_epoch", "the roster's bump fails"))
+            });
+        }
         faulty!(self, "bump_epoch", true, self.inner.bump_epoch(stream))
     }
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {

@@ -56,18 +56,23 @@ pub enum Fault {
     /// before the crashed one's: from its join the newcomer watches the crashed member, whose
     /// shards must still be read again within the crash bound (found by the chaos campaign).
     JoinBeforeCrashed,
+    /// An instance joins while every roster bump of its store fails, and crashes 4 to 12 s
+    /// later: nobody lists the roster for its join, so nobody watches it. It must take nothing
+    /// meanwhile, or its shards wait for an unrelated roster change.
+    UnannouncedJoin,
 }
 
 impl Fault {
     /// Every kind, in a fixed order: the drawn ones, then those from the seed's bits.
-    pub const ALL: [Fault; 21] = {
-        let mut all = [Fault::OperatorMove; 21];
+    pub const ALL: [Fault; 22] = {
+        let mut all = [Fault::OperatorMove; 22];
         let mut i = 0;
         while i < Fault::DRAWN.len() {
             all[i] = Fault::DRAWN[i];
             i += 1;
         }
         all[i + 1] = Fault::JoinBeforeCrashed;
+        all[i + 2] = Fault::UnannouncedJoin;
         all
     };
 
@@ -132,6 +137,7 @@ impl Fault {
                 | Fault::WatcherLeaves
                 | Fault::CrashRestart
                 | Fault::JoinBeforeCrashed
+                | Fault::UnannouncedJoin
         )
     }
 }
@@ -245,6 +251,12 @@ impl Plan {
         // counting from its own first reading fail it.
         if mix(seed ^ 0x9000) >> 61 == 0 {
             faults.insert(Fault::JoinBeforeCrashed);
+            faults.retain(|f| !f.delays());
+        }
+        // An unannounced join in about a tenth of the seeds (from another hash of the seed, so
+        // no earlier seed's plan changes), with nothing that excuses a stall beside it.
+        if mix(seed ^ 0xa000) >> 61 == 0 {
+            faults.insert(Fault::UnannouncedJoin);
             faults.retain(|f| !f.delays());
         }
         // Every fourth seed is calm: no unplanned fault, so no duplicate is allowed at all.

@@ -134,6 +134,14 @@ pub(crate) struct World {
     kinesis_clear_at: Option<Instant>,
     /// A join owed by [`Fault::JoinBeforeCrashed`]: when, and the newcomer's owner id.
     join_before: Option<(Instant, String)>,
+    /// A crash owed by [`Fault::UnannouncedJoin`]: when, and the owner id.
+    unannounced: Option<(Instant, String)>,
+    /// The next instance started has its roster bumps fail for this long.
+    next_unannounced: Option<Duration>,
+    /// Owner ids of instances whose roster bumps fail (until the faults stop): nobody is told
+    /// of their join, so they must hold no shard, and once crashed their member row waits for
+    /// the next roster change to be buried.
+    unannounced_ids: BTreeSet<String>,
     /// Rows in the operator's hold, by shard: when the operator moved them (ms).
     evicted: BTreeMap<String, u64>,
     /// Per owner id: its member row's token at the last sample, and since when it carries it
@@ -209,6 +217,9 @@ impl World {
             orphans: BTreeMap::new(),
             kinesis_clear_at: None,
             join_before: None,
+            unannounced: None,
+            next_unannounced: None,
+            unannounced_ids: BTreeSet::new(),
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
             evicted: BTreeMap::new(),
@@ -292,6 +303,17 @@ impl World {
                     self.join_before = Some((at, id));
                 }
             }
+            if let Some((at, id)) = self.unannounced.take() {
+                if now >= at {
+                    let live = self.live();
+                    if let Some(i) = live.into_iter().find(|i| self.instances[*i].id == id) {
+                        self.rec.note(format!("{id} (never announced) crashes"));
+                        self.crash(i).await;
+                    }
+                } else {
+                    self.unannounced = Some((at, id));
+                }
+            }
             if now >= next_check {
                 self.monitor().await;
                 next_check = now + Duration::from_millis(250);
@@ -308,6 +330,7 @@ impl World {
                 .into_iter()
                 .chain(self.kinesis_clear_at)
                 .chain(self.join_before.as_ref().map(|(at, _)| *at))
+                .chain(self.unannounced.as_ref().map(|(at, _)| *at))
                 .filter(|t| *t > now)
                 .min()
                 .unwrap_or(now + Duration::from_millis(10));
@@ -485,6 +508,10 @@ impl World {
             0
         };
         let faults = Arc::new(StoreFaults::default());
+        let muted = self.next_unannounced.take();
+        if let Some(mute) = muted {
+            faults.fail_roster_bumps(Instant::now() + mute);
+        }
         let freeze = Arc::new(Freeze::default());
         let seed = self.plan.seed ^ (self.next_id as u64) << 32 ^ self.rng.u64(..);
         let clock = self.clock.skewed(skew);
@@ -506,6 +533,11 @@ impl World {
             Ok(running) => {
                 self.rec
                     .note(format!("{id} started (clock skew {skew} ms)"));
+                if muted.is_none() {
+                    // Started again with the id of an unannounced one that crashed: its join
+                    // is announced (and it takes the old member row over).
+                    self.unannounced_ids.remove(&id);
+                }
                 let now = self.rec.now_ms();
                 self.with_id(&id, |l| {
                     l.live += 1;
@@ -949,6 +981,7 @@ impl World {
             Fault::Deregister => self.deregister().await,
             Fault::OperatorMove => self.operator_move().await,
             Fault::JoinBeforeCrashed => self.join_before_crashed().await,
+            Fault::UnannouncedJoin => self.unannounced_join().await,
         }
         if self.live().is_empty() {
             self.start_new(None).await;
@@ -1201,12 +1234,44 @@ impl World {
         self.count("join before a crashed one");
     }
 
+    /// A new instance joins while every roster bump of its store fails, and crashes 4 to 12 s
+    /// later, before any bump landed: it must have taken nothing (nobody watches it).
+    async fn unannounced_join(&mut self) {
+        if self.unannounced.is_some() || self.live().len() >= MAX_BROKERS {
+            return;
+        }
+        self.next_unannounced = Some(Duration::from_secs(60));
+        self.unannounced_ids
+            .insert(format!("b{}", self.next_id + 1));
+        self.start_new(None).await;
+        let id = format!("b{}", self.next_id);
+        let secs = self.rng.u64(4..=12);
+        self.rec.note(format!(
+            "{id} joins with every roster bump failing, and crashes in {secs} s"
+        ));
+        self.unannounced = Some((Instant::now() + Duration::from_secs(secs), id));
+        // While it lives it cannot take: should every other instance leave
+        // meanwhile, the shards wait for it to crash and another to start.
+        self.rec.delaying_fault(secs * 1_000);
+        self.count("unannounced join");
+    }
+
     /// Faults stop: connections heal, no more events; at least one broker runs.
     async fn calm_down(&mut self) {
         self.faults_on = false;
         for instance in &self.instances {
             instance.faults.heal();
         }
+        // The live ones' bumps land from now on: watched as any member. Crashed ones stay
+        // unknown until the next roster change (a join or a leave) shows their rows.
+        let live: BTreeSet<String> = self
+            .live()
+            .into_iter()
+            .map(|i| self.instances[i].id.clone())
+            .collect();
+        self.unannounced_ids.retain(|id| !live.contains(id));
+        // Its crash is called off: announced from its next renewal, it may take like any.
+        self.unannounced = None;
         self.sim_kinesis.set_latency(0);
         self.kinesis.clear_faults();
         self.rec.note("faults stop");
@@ -1247,6 +1312,15 @@ impl World {
                         instance.id, shard.shard, shard.window
                     ));
                 }
+            }
+            if !held.is_empty() && self.unannounced_ids.contains(&instance.id) {
+                self.rec.violate_once(
+                    &format!("unannounced {}", instance.id),
+                    format!(
+                        "{} holds {held:?} though no roster bump of its join landed: nobody watches it",
+                        instance.id
+                    ),
+                );
             }
             if held != instance.held {
                 self.rec.note(format!("{} holds {:?}", instance.id, held));
@@ -1345,7 +1419,9 @@ impl World {
             .find(|(_, l)| l.live > 0)
             .is_some_and(|(_, l)| now.saturating_sub(l.started_ms) <= MEMBER_ROW_GRACE_MS);
         let allowed = ids
-            .values()
+            .iter()
+            .filter(|(id, _)| !self.unannounced_ids.contains(*id))
+            .map(|(_, l)| l)
             .filter(|l| {
                 l.live > 0
                     || janitor_young
@@ -1455,14 +1531,22 @@ impl World {
                 self.rec.hold_back(shard, orphan.since_ms);
             }
         }
-        if rows.len() > allowed {
+        let counted = rows
+            .iter()
+            .filter(|r| !self.unannounced_ids.contains(r.key.shard()))
+            .count();
+        if counted > allowed {
             self.rec.violate(format!(
                 "{} member rows, but only {allowed} instances live or departed within {} s: {:?}",
-                rows.len(),
+                counted,
                 MEMBER_ROW_GRACE_MS / 1000,
                 rows.iter().map(|r| r.key.shard()).collect::<Vec<_>>()
             ));
         }
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|r| !self.unannounced_ids.contains(r.key.shard()))
+            .collect();
         for row in &rows {
             let id = row.key.shard();
             let present = row.owner.as_deref() == Some(id) && row.token.is_some();

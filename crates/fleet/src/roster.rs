@@ -109,10 +109,41 @@ pub(crate) fn is_dead(still: Duration, lease: Duration) -> bool {
     still >= dead_after(lease)
 }
 
+/// Reads a second of one epoch item the whole fleet may send: 2,000 eventually consistent
+/// reads are 1,000 RCU/s, a third of DynamoDB's limit per partition (3,000), so the stream's
+/// epoch and the roster's together stay within it should they share a partition.
+const EPOCH_READS_PER_SECOND: f64 = 2_000.0;
+
+/// How often each of `members` instances reads an epoch it would read every `every`: every
+/// `every` up to 2,000 reads a second in all (2,000 instances at 1 s), then less often, so the
+/// item's reads stay at 2,000 a second however large the fleet (5 s at 10,000 instances).
+/// Noticing a freed row takes as long; below 2,000 instances nothing changes.
+pub(crate) fn epoch_interval(every: Duration, members: usize) -> Duration {
+    every.max(Duration::from_secs_f64(
+        members as f64 / EPOCH_READS_PER_SECOND,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kinesis_lease_core::LeaseKey;
+
+    #[test]
+    fn epoch_reads_of_the_whole_fleet_stay_within_a_partitions_limit() {
+        let second = Duration::from_secs(1);
+        assert_eq!(epoch_interval(second, 3), second);
+        assert_eq!(epoch_interval(second, 2_000), second);
+        assert_eq!(
+            epoch_interval(Duration::from_secs(2), 100),
+            Duration::from_secs(2)
+        );
+        for members in [2_001, 10_000, 100_000] {
+            let per_second = members as f64 / epoch_interval(second, members).as_secs_f64();
+            assert!(per_second <= 2_000.0 + 1e-6, "{members}: {per_second}");
+        }
+        assert_eq!(epoch_interval(second, 10_000), Duration::from_secs(5));
+    }
 
     fn member(id: &str, owner: Option<&str>, token: Option<&str>) -> Lease {
         let mut row = Lease::new(LeaseKey::new("s@members", id).unwrap(), Vec::new());

@@ -33,6 +33,13 @@ impl State {
         let now = Instant::now();
         let due = self.relist_at.is_some_and(|at| now >= at)
             || self.next_expiry.is_some_and(|at| now >= at);
+        // Every take interval, less often in a fleet of thousands (`roster::epoch_interval`:
+        // the epoch is one item every instance reads).
+        if !due && self.epoch.is_some() && now < self.epoch_at {
+            return;
+        }
+        self.epoch_at =
+            now + crate::roster::epoch_interval(shared.config.take_interval, self.link.members());
         let epoch = match bounded(&shared, "epoch", shared.store.epoch(&shared.config.stream)).await
         {
             Ok(epoch) => Some(epoch),

@@ -206,6 +206,7 @@ impl Coordinator {
             pending: HashMap::new(),
             sync_failed: false,
             epoch: None,
+            epoch_at: Instant::now(),
             relist_at: Some(Instant::now()),
             members: HashSet::new(),
             link: Arc::default(),
@@ -277,6 +278,8 @@ struct State {
     sync_failed: bool,
     /// The stream's epoch at the last listing.
     epoch: Option<u64>,
+    /// When the stream's epoch is read next (see `listing`).
+    epoch_at: Instant,
     /// When the rows are to be listed again regardless of the epoch (`None`: only when the
     /// epoch moves).
     relist_at: Option<Instant>,

@@ -149,6 +149,11 @@ impl Link {
         self.relist.swap(false, Ordering::SeqCst)
     }
 
+    /// How many members the latest roster listing showed present.
+    pub(super) fn members(&self) -> usize {
+        self.present.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// True when the latest roster listing shows a present member not among `members`.
     fn shows_others(&self, members: &HashSet<String>) -> bool {
         self.present
@@ -195,6 +200,9 @@ pub(super) struct Watcher {
     formers: HashMap<String, Instant>,
     /// When the member after the watched one is glanced at next (see [`Watcher::glance`]).
     glance_at: Instant,
+    /// When the roster's epoch is read next: every list interval, less often in a fleet of
+    /// thousands (`roster::epoch_interval`).
+    epoch_at: Instant,
 }
 
 impl Watcher {
@@ -213,6 +221,7 @@ impl Watcher {
             seen_members: None,
             formers: HashMap::new(),
             glance_at: Instant::now(),
+            epoch_at: Instant::now(),
         }
     }
 
@@ -305,7 +314,13 @@ impl Watcher {
         // an instance takes shards only once its join's bump has landed (`MemberState`). Should
         // a row be handed to it meanwhile, the take round the hand-over's bump sets off lists
         // the roster, and the watch learns of the member from it (`Link::present`).
-        match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
+        let epoch = if now >= self.epoch_at {
+            self.epoch_at = now + roster::epoch_interval(config.list_interval, self.link.members());
+            Some(bounded(&shared, "epoch", shared.store.epoch(&members)).await)
+        } else {
+            None
+        };
+        match epoch.unwrap_or(Ok(self.roster_epoch.unwrap_or_default())) {
             Ok(epoch) if Some(epoch) != self.roster_epoch => {
                 if self.list_roster().await {
                     self.roster_epoch = Some(epoch);
