@@ -34,12 +34,15 @@ impl State {
         let due = self.relist_at.is_some_and(|at| now >= at)
             || self.next_expiry.is_some_and(|at| now >= at);
         // Every take interval, less often in a fleet of thousands (`roster::epoch_interval`:
-        // the epoch is one item every instance reads).
-        if !due && self.epoch.is_some() && now < self.epoch_at {
+        // the epoch is one item every instance reads). Only then is a tick skipped, with half
+        // a take interval of slack: ticks run on a fixed grid and this one may have run late.
+        let take_interval = shared.config.take_interval;
+        let every = crate::roster::epoch_interval(take_interval, self.link.members());
+        let spaced = every > take_interval;
+        if spaced && !due && self.epoch.is_some() && now < self.epoch_at {
             return;
         }
-        self.epoch_at =
-            now + crate::roster::epoch_interval(shared.config.take_interval, self.link.members());
+        self.epoch_at = now + every - take_interval / 2;
         let epoch = match bounded(&shared, "epoch", shared.store.epoch(&shared.config.stream)).await
         {
             Ok(epoch) => Some(epoch),

@@ -314,8 +314,12 @@ impl Watcher {
         // an instance takes shards only once its join's bump has landed (`MemberState`). Should
         // a row be handed to it meanwhile, the take round the hand-over's bump sets off lists
         // the roster, and the watch learns of the member from it (`Link::present`).
-        let epoch = if now >= self.epoch_at {
-            self.epoch_at = now + roster::epoch_interval(config.list_interval, self.link.members());
+        // Every list interval, less often in a fleet of thousands (`roster::epoch_interval`),
+        // with half a list interval of slack (a watch may run late).
+        let every = roster::epoch_interval(config.list_interval, self.link.members());
+        let spaced = every > config.list_interval;
+        let epoch = if !spaced || now >= self.epoch_at || self.roster_epoch.is_none() {
+            self.epoch_at = now + every - config.list_interval / 2;
             Some(bounded(&shared, "epoch", shared.store.epoch(&members)).await)
         } else {
             None
