@@ -55,6 +55,9 @@ impl Freeze {
 #[derive(Debug, Default)]
 pub struct StoreFaults {
     state: Mutex<FaultState>,
+    /// Epoch reads fail (3 in 10) or answer up to 2 s late, for the whole run
+    /// (`Fault::EpochFaults`); healing leaves them.
+    epoch_faults: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -97,6 +100,11 @@ impl StoreFaults {
     /// announced meanwhile).
     pub fn fail_roster_bumps(&self, until: Instant) {
         self.lock().roster_bumps_fail_until = Some(until);
+    }
+
+    /// Epoch reads fail or answer late from now on (see `Fault::EpochFaults`).
+    pub fn fail_epoch_reads(&self) {
+        self.epoch_faults.store(true, Ordering::Relaxed);
     }
 
     /// True while roster bumps fail.
@@ -306,6 +314,9 @@ impl LeaseStore for FaultyStore {
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
         faulty!(self, "delete", true, self.inner.delete(key, observed))
     }
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        faulty!(self, "poke", true, self.inner.poke(member))
+    }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         if stream.ends_with("@members") && self.faults.roster_bumps_fail() {
             return Box::pin(async move {
@@ -316,6 +327,18 @@ impl LeaseStore for FaultyStore {
         faulty!(self, "bump_epoch", true, self.inner.bump_epoch(stream))
     }
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        if self.faults.epoch_faults.load(Ordering::Relaxed) {
+            return Box::pin(async move {
+                if self.draw(10) < 3 {
+                    self.injected.fetch_add(1, Ordering::Relaxed);
+                    return Err(injected("epoch", "an epoch read failed"));
+                }
+                let read = self.inner.epoch(stream).await;
+                tokio::time::sleep(Duration::from_millis(self.draw(2_001))).await;
+                self.freeze.wait().await;
+                read
+            });
+        }
         faulty!(self, "epoch", false, self.inner.epoch(stream))
     }
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {

@@ -60,12 +60,15 @@ pub enum Fault {
     /// later: nobody lists the roster for its join, so nobody watches it. It must take nothing
     /// meanwhile, or its shards wait for an unrelated roster change.
     UnannouncedJoin,
+    /// Epoch reads fail (3 in 10) or answer up to 2 s late, all run long: the reads that tell
+    /// instances to list the rows, and (with quiet idle shards) nothing a keeper relies on.
+    EpochFaults,
 }
 
 impl Fault {
     /// Every kind, in a fixed order: the drawn ones, then those from the seed's bits.
-    pub const ALL: [Fault; 22] = {
-        let mut all = [Fault::OperatorMove; 22];
+    pub const ALL: [Fault; 23] = {
+        let mut all = [Fault::OperatorMove; 23];
         let mut i = 0;
         while i < Fault::DRAWN.len() {
             all[i] = Fault::DRAWN[i];
@@ -73,6 +76,7 @@ impl Fault {
         }
         all[i + 1] = Fault::JoinBeforeCrashed;
         all[i + 2] = Fault::UnannouncedJoin;
+        all[i + 3] = Fault::EpochFaults;
         all
     };
 
@@ -117,6 +121,7 @@ impl Fault {
                 | Fault::Freeze
                 | Fault::Deregister
                 | Fault::WatcherLeaves
+                | Fault::EpochFaults
         )
     }
 
@@ -174,6 +179,18 @@ pub struct Import {
     pub trimmed_parent: bool,
 }
 
+/// Which instances run with quiet idle shards (`quiet_idle_shards()`: a held row written
+/// only when its checkpoint moves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quiet {
+    /// None: the default, every held row renewed every renew interval.
+    Off,
+    /// Every instance.
+    On,
+    /// Every other instance started (by the order of starts), the others renewing.
+    Mixed,
+}
+
 /// How records reach handlers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -226,6 +243,9 @@ pub struct Plan {
     pub hooks: bool,
     /// The fleet starts from a table the KCL import wrote (about a quarter of the seeds).
     pub import: Option<Import>,
+    /// Quiet idle shards: off, on or mixed, a third of the seeds each (from a hash of the
+    /// seed, so no other part of any seed's plan changes).
+    pub quiet: Quiet,
 }
 
 impl Plan {
@@ -244,6 +264,10 @@ impl Plan {
         // Operator moves in about a quarter of the seeds, from the seed's bits.
         if (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 60) & 3 == 0 {
             faults.insert(Fault::OperatorMove);
+        }
+        // Epoch reads failing or late in about a sixth of the seeds.
+        if mix(seed ^ 0xc000).is_multiple_of(6) {
+            faults.insert(Fault::EpochFaults);
         }
         // A join before a crashed member in about a tenth of the seeds (from a hash of the seed,
         // chosen so that no seed that found a defect changes), with nothing that excuses a
@@ -297,6 +321,11 @@ impl Plan {
                     trimmed_parent: (bits >> 3) & 1 == 1,
                 })
             },
+            quiet: match mix(seed ^ 0xb000) % 3 {
+                0 => Quiet::Off,
+                1 => Quiet::On,
+                _ => Quiet::Mixed,
+            },
         }
     }
 
@@ -324,7 +353,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}{}, start {:?}, mode {:?}{}{}{}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}{}, start {:?}, mode {:?}{}{}{}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -351,6 +380,11 @@ impl fmt::Display for Plan {
             if self.kpl { ", KPL aggregates" } else { "" },
             if self.fan_out { ", fan-out" } else { "" },
             if self.hooks { ", hooks" } else { "" },
+            match self.quiet {
+                Quiet::Off => "",
+                Quiet::On => ", quiet idle shards",
+                Quiet::Mixed => ", quiet idle shards on every other instance",
+            },
             self.faults,
             if self.is_calm() { " [calm]" } else { "" }
         )

@@ -128,6 +128,8 @@ pub(crate) struct World {
     orphans: BTreeMap<String, Orphan>,
     /// Who held each shard at the last sample.
     last_holders: BTreeMap<String, String>,
+    /// Shards two running, unfrozen instances both read at the last sample, and since when.
+    double_held: BTreeMap<String, Instant>,
     /// True while a crashed member is not buried (the monitor's last sample).
     unburied: Arc<std::sync::atomic::AtomicBool>,
     /// Kinesis faults not consumed by then are cleared: an episode lasts [`KINESIS_EPISODE`].
@@ -222,6 +224,7 @@ impl World {
             unannounced_ids: BTreeSet::new(),
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
+            double_held: BTreeMap::new(),
             evicted: BTreeMap::new(),
             joins: BTreeMap::new(),
         }
@@ -321,6 +324,15 @@ impl World {
             if now >= next_put && now >= put_from {
                 self.put_one();
                 next_put = now + Duration::from_millis(self.rng.u64(50..300));
+                // Quiet idle shards: puts in bursts of 10 s every 30 s, so rows go idle (no
+                // checkpoint moves, no write) for 20 s at a time, and faults and operator moves
+                // meet idle rows.
+                if self.plan.quiet != crate::plan::Quiet::Off {
+                    let into = next_put.duration_since(start).as_millis() % 30_000;
+                    if into >= 10_000 {
+                        next_put += Duration::from_millis((30_000 - into) as u64);
+                    }
+                }
             }
             if self.faults_on && now >= next_event {
                 self.inject().await;
@@ -508,6 +520,9 @@ impl World {
             0
         };
         let faults = Arc::new(StoreFaults::default());
+        if self.plan.has(Fault::EpochFaults) {
+            faults.fail_epoch_reads();
+        }
         let muted = self.next_unannounced.take();
         if let Some(mute) = muted {
             faults.fail_roster_bumps(Instant::now() + mute);
@@ -606,6 +621,59 @@ impl World {
         }
     }
 
+    /// No two owners, checked at every sample: no shard is read by two running instances,
+    /// neither frozen, for more than `TWO_READERS_GRACE` (a giver's reader may take a moment
+    /// to end after its hand-over landed, and a thawed one to notice its lease is gone). An
+    /// instance whose keeper never learns that an operator freed its row reads beside the
+    /// row's next taker until its next write.
+    fn check_one_reader(&mut self) {
+        const TWO_READERS_GRACE: Duration = Duration::from_secs(5);
+        let mut readers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for instance in &self.instances {
+            if instance.running.is_none() || instance.freeze.is_frozen() {
+                continue;
+            }
+            for shard in &instance.held {
+                readers.entry(shard).or_default().push(&instance.id);
+            }
+        }
+        let now = Instant::now();
+        let doubled: BTreeMap<String, Vec<String>> = readers
+            .into_iter()
+            .filter(|(_, ids)| ids.len() > 1)
+            .map(|(shard, ids)| {
+                (
+                    shard.to_owned(),
+                    ids.into_iter().map(str::to_owned).collect(),
+                )
+            })
+            .collect();
+        self.double_held
+            .retain(|shard, _| doubled.contains_key(shard));
+        for (shard, ids) in doubled {
+            let since = *self.double_held.entry(shard.clone()).or_insert(now);
+            if now.duration_since(since) > TWO_READERS_GRACE {
+                self.rec.violate_once(
+                    &format!("two owners of {shard}"),
+                    format!(
+                        "two owners: {shard} read by {ids:?} at once for more than {TWO_READERS_GRACE:?}"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Whether instance `id` runs with quiet idle shards: every instance, none, or (mixed)
+    /// those whose owner id's digits sum to an even number, so an id reused after a crash
+    /// keeps its setting and both settings meet.
+    fn is_quiet(&self, id: &str) -> bool {
+        match self.plan.quiet {
+            crate::plan::Quiet::Off => false,
+            crate::plan::Quiet::On => true,
+            crate::plan::Quiet::Mixed => id.bytes().map(u32::from).sum::<u32>() % 2 == 0,
+        }
+    }
+
     fn build_broker(
         &self,
         id: &str,
@@ -647,6 +715,11 @@ impl World {
         };
         let sub = if self.plan.hooks {
             sub.hooks(self.hooks(id))
+        } else {
+            sub
+        };
+        let sub = if self.is_quiet(id) {
+            sub.quiet_idle_shards()
         } else {
             sub
         };
@@ -982,6 +1055,8 @@ impl World {
             Fault::OperatorMove => self.operator_move().await,
             Fault::JoinBeforeCrashed => self.join_before_crashed().await,
             Fault::UnannouncedJoin => self.unannounced_join().await,
+            // Set on every store from the start (see `start_new`).
+            Fault::EpochFaults => {}
         }
         if self.live().is_empty() {
             self.start_new(None).await;
@@ -1356,6 +1431,7 @@ impl World {
             }
             self.shutdown(i);
         }
+        self.check_one_reader();
         let holders: BTreeMap<String, String> = self
             .instances
             .iter()

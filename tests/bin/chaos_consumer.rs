@@ -135,8 +135,12 @@ impl LeaseStore for CheckpointLog {
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.inner.evict(key, observed, checkpoint)
+        self.inner.evict(key, observed, checkpoint, poke)
+    }
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.poke(member)
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         self.inner.bump_epoch(stream)

@@ -6,7 +6,9 @@
 //! item), then one crash (takeover time) and one graceful leave (hand-over time).
 //!
 //! `cargo xtask bench fleet_cost`; `FLEET_SIZES=100x10,1000x10` picks the fleets
-//! (shards x instances).
+//! (shards x instances); `FLEET_QUIET=both` runs each fleet without and with quiet idle shards
+//! (`quiet_idle_shards()`) side by side, `FLEET_QUIET=on` with it only. The stream is idle
+//! (nothing put), the case the option is for.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +24,7 @@ const STEADY: Duration = Duration::from_secs(60);
 
 /// What one fleet measured.
 struct Fleet {
+    quiet: bool,
     shards: u32,
     instances: usize,
     fair_after: Option<Duration>,
@@ -40,21 +43,35 @@ fn main() {
             Some((s.trim().parse().ok()?, n.trim().parse().ok()?))
         })
         .collect();
+    let modes: &[bool] = match std::env::var("FLEET_QUIET").as_deref() {
+        Ok("both") => &[false, true],
+        Ok("on" | "1") => &[true],
+        _ => &[false],
+    };
     let mut fleets = Vec::new();
     for (shards, instances) in sizes {
-        let runtime = kinesis_bench::paused_runtime();
-        let wall = std::time::Instant::now();
-        let fleet = runtime.block_on(run(shards, instances));
-        println!(
-            "{shards} shards x {instances} instances: simulated in {:.1?}",
-            wall.elapsed()
-        );
-        fleets.push(fleet);
+        for &quiet in modes {
+            let runtime = kinesis_bench::paused_runtime();
+            let wall = std::time::Instant::now();
+            let fleet = runtime.block_on(run(shards, instances, quiet));
+            println!(
+                "{shards} shards x {instances} instances{}: simulated in {:.1?}",
+                if quiet { ", quiet" } else { "" },
+                wall.elapsed()
+            );
+            fleets.push(fleet);
+        }
     }
     report(&fleets);
 }
 
-fn broker(kinesis: &MemoryStream, table: &MemoryLeaseTable, billed: &Billed, i: usize) -> Broker {
+fn broker(
+    kinesis: &MemoryStream,
+    table: &MemoryLeaseTable,
+    billed: &Billed,
+    i: usize,
+    quiet: bool,
+) -> Broker {
     let store = billed.wrap(Arc::new(MemoryLeaseStore::over(table)));
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
@@ -62,9 +79,9 @@ fn broker(kinesis: &MemoryStream, table: &MemoryLeaseTable, billed: &Billed, i: 
         .owner_id(format!("i{i:03}"))
         .build()
         .expect("broker");
-    broker
-        .subscribe(STREAM)
-        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+    let sub = broker.subscribe(STREAM);
+    let sub = if quiet { sub.quiet_idle_shards() } else { sub };
+    sub.handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
         .expect("subscribe");
     broker
 }
@@ -127,7 +144,7 @@ fn minus(a: Bill, b: Bill) -> Bill {
     d
 }
 
-async fn run(shards: u32, instances: usize) -> Fleet {
+async fn run(shards: u32, instances: usize, quiet: bool) -> Fleet {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, shards).expect("stream");
     let table = MemoryLeaseTable::new();
@@ -136,7 +153,7 @@ async fn run(shards: u32, instances: usize) -> Fleet {
     let mut running = Vec::new();
     for i in 0..instances {
         running.push(Some(
-            broker(&kinesis, &table, &billed, i)
+            broker(&kinesis, &table, &billed, i, quiet)
                 .start()
                 .await
                 .expect("start"),
@@ -164,6 +181,7 @@ async fn run(shards: u32, instances: usize) -> Fleet {
         r.shutdown().await;
     }
     Fleet {
+        quiet,
         shards,
         instances,
         fair_after,
@@ -180,7 +198,8 @@ fn secs(d: Option<Duration>) -> String {
 
 fn report(fleets: &[Fleet]) {
     println!(
-        "{:>7} {:>9} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9}",
+        "{:>6} {:>7} {:>9} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9}",
+        "quiet",
         "shards",
         "instances",
         "fair",
@@ -200,7 +219,8 @@ fn report(fleets: &[Fleet]) {
         let per_instance = rcu / f.instances as f64;
         let items = f.steady.items_read as f64 / f.instances as f64 / (per_sec / 60.0);
         println!(
-            "{:>7} {:>9} {:>10} {:>10.1} {:>12.2} {:>10.1} {:>12.0} {:>9} {:>9} {:>9} {:>9}",
+            "{:>6} {:>7} {:>9} {:>10} {:>10.1} {:>12.2} {:>10.1} {:>12.0} {:>9} {:>9} {:>9} {:>9}",
+            if f.quiet { "on" } else { "off" },
             f.shards,
             f.instances,
             secs(f.fair_after),
@@ -213,7 +233,12 @@ fn report(fleets: &[Fleet]) {
             secs(f.takeover),
             secs(f.hand_over)
         );
-        let name = format!("fleet {}x{}", f.shards, f.instances);
+        let name = format!(
+            "fleet {}x{}{}",
+            f.shards,
+            f.instances,
+            if f.quiet { " quiet" } else { "" }
+        );
         figure(
             &format!("{name}: reads per instance"),
             &format!("{per_instance:.2} RCU/s ({items:.0} items/min)"),
@@ -259,10 +284,12 @@ fn report(fleets: &[Fleet]) {
     }
     // Reads per instance against shards: flat means independent of the stream's size.
     if let (Some(small), Some(big)) = (
-        fleets.iter().find(|f| f.instances == 10 && f.shards == 100),
         fleets
             .iter()
-            .find(|f| f.instances == 10 && f.shards == 1_000),
+            .find(|f| !f.quiet && f.instances == 10 && f.shards == 100),
+        fleets
+            .iter()
+            .find(|f| !f.quiet && f.instances == 10 && f.shards == 1_000),
     ) {
         let ratio = (big.steady.read_units / big.instances as f64)
             / (small.steady.read_units / small.instances as f64);
@@ -271,6 +298,29 @@ fn report(fleets: &[Fleet]) {
             &format!("{ratio:.2}x"),
             "~1x (flat)",
             Some(ratio < 1.5),
+        );
+    }
+    // Idle writes with quiet idle shards against without, per fleet run both ways.
+    for quiet in fleets.iter().filter(|f| f.quiet) {
+        let Some(renewing) = fleets
+            .iter()
+            .find(|f| !f.quiet && f.shards == quiet.shards && f.instances == quiet.instances)
+        else {
+            continue;
+        };
+        let ratio = quiet.steady.write_units / renewing.steady.write_units.max(f64::MIN_POSITIVE);
+        figure(
+            &format!(
+                "fleet {}x{}: idle writes, quiet / renewing",
+                quiet.shards, quiet.instances
+            ),
+            &format!(
+                "{:.1} / {:.1} WCU/s = {ratio:.3}x",
+                quiet.steady.write_units / STEADY.as_secs_f64(),
+                renewing.steady.write_units / STEADY.as_secs_f64()
+            ),
+            "<= 0.1x",
+            Some(ratio <= 0.1),
         );
     }
 }

@@ -17,6 +17,7 @@ pub(crate) struct Subscription {
     pub(crate) max_unsettled: usize,
     pub(crate) fan_out: Option<String>,
     pub(crate) hooks: Hooks,
+    pub(crate) quiet_idle: bool,
     #[cfg(feature = "kcl-import")]
     pub(crate) kcl_import: Option<kinesis_kcl_import::KclImport>,
     pub(crate) sender: DeliverySender,

@@ -228,6 +228,7 @@ impl Broker {
             config.fan_out = sub.fan_out.clone();
             config.clock = self.clock.clone();
             config.hooks = sub.hooks.clone();
+            config.quiet_idle = sub.quiet_idle;
             config
                 .validate()
                 .map_err(|source| stream_error(&sub.stream, source))?;

@@ -127,7 +127,7 @@ async fn a_later_start_with_the_import_keeps_an_operators_reset() {
     let key = LeaseKey::new(STREAM, SHARD).unwrap();
     let counter = store.read(&key).await.unwrap().unwrap().counter;
     assert!(store
-        .evict(&key, counter, Some(&Checkpoint::TrimHorizon))
+        .evict(&key, counter, Some(&Checkpoint::TrimHorizon), None)
         .await
         .unwrap()
         .is_written());

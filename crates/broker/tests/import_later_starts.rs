@@ -107,7 +107,8 @@ impl LeaseStore for Faulty {
         request(key: &'a LeaseKey, asker: &'a str, holder: &'a str) -> Outcome;
         hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
         delete(key: &'a LeaseKey, observed: u64) -> bool;
-        evict(key: &'a LeaseKey, observed: u64, checkpoint: Option<&'a Checkpoint>) -> Outcome;
+        evict(key: &'a LeaseKey, observed: u64, checkpoint: Option<&'a Checkpoint>, poke: Option<&'a LeaseKey>) -> Outcome;
+        poke(member: &'a LeaseKey) -> bool;
         epoch(stream: &'a str) -> u64;
         list(stream: &'a str) -> Vec<Lease>;
     }

@@ -139,7 +139,7 @@ async fn a_refused_checkpoint_shows_in_stats_until_a_reset_makes_the_shard_reada
     // The operator resets the shard to TRIM_HORIZON: it is read again, and the refusal ends.
     let counter = store.read(&key).await.unwrap().unwrap().counter;
     assert!(store
-        .evict(&key, counter, Some(&Checkpoint::TrimHorizon))
+        .evict(&key, counter, Some(&Checkpoint::TrimHorizon), None)
         .await
         .unwrap()
         .is_written());

@@ -381,7 +381,7 @@ pub async fn release<O: Write, E: Write>(
             State::Held | State::HandedOver => {
                 match ctx
                     .store
-                    .evict(&key, row.counter, None)
+                    .evict(&key, row.counter, None, holder_member(&row).as_ref())
                     .await
                     .map_err(|e| ctx.store_error(stream, e))?
                 {
@@ -545,7 +545,12 @@ pub async fn reset<O: Write, E: Write>(
         for _ in 0..WRITE_ATTEMPTS {
             let outcome = match ctx
                 .store
-                .evict(&current.key, current.counter, Some(&target))
+                .evict(
+                    &current.key,
+                    current.counter,
+                    Some(&target),
+                    holder_member(&current).as_ref(),
+                )
                 .await
             {
                 Ok(outcome) => outcome,
@@ -625,4 +630,15 @@ pub async fn reset<O: Write, E: Write>(
         Some((shard, reason)) => Err(refused(&shard, reason)),
         None => Ok(()),
     }
+}
+
+/// The member row of `row`'s holder, poked with an evict so that a holder writing its row
+/// only when its checkpoint moves (quiet idle shards) learns of it at its member row's next
+/// renewal; `None` for a free row and the operator's hold.
+fn holder_member(row: &Lease) -> Option<LeaseKey> {
+    let owner = row.owner.as_deref()?;
+    if owner == kinesis_lease_core::rules::EVICTED_OWNER {
+        return None;
+    }
+    LeaseKey::member(row.key.stream(), owner).ok()
 }

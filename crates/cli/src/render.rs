@@ -358,6 +358,20 @@ mod tests {
         assert_eq!(value[1]["state"], "free");
     }
 
+    /// A quiet idle row (`quiet_idle_shards()`) is written only when its checkpoint moves, so
+    /// its expiry passes while its holder reads it: held is judged by owner and token, never by
+    /// the expiry.
+    #[test]
+    fn a_quiet_row_past_its_expiry_is_shown_held() {
+        let mut idle = row("shardId-1", Some("a"), Some(Checkpoint::TrimHorizon));
+        idle.expiry_ms = 1;
+        let line = lease_line(&idle, None);
+        assert_eq!(line.state, "held");
+        let value: serde_json::Value = serde_json::from_str(&json(&[line])).unwrap();
+        assert_eq!(value[0]["state"], "held");
+        assert_eq!(value[0]["owner"], "a");
+    }
+
     #[test]
     fn the_table_is_aligned_with_one_line_per_shard() {
         let failed = Probe::Failed(ReaderError::Throttled {

@@ -62,6 +62,11 @@ pub struct ReaderConfig {
     /// Code run when a shard is taken, before its final checkpoint, when its lease is lost and
     /// when it has ended (none by default).
     pub hooks: Hooks,
+    /// Idle shards that cost nothing (off by default): a held row is written only when its
+    /// checkpoint moved, on takes, hand-overs, releases and shard ends, and this instance's
+    /// member row, renewed every renew interval, stands for the rest. Off, every held row is
+    /// renewed every renew interval, as the lease contract says. See `keeper`.
+    pub quiet_idle: bool,
 }
 
 impl ReaderConfig {
@@ -93,6 +98,7 @@ impl ReaderConfig {
             max_unsettled: 10_000,
             fan_out: None,
             hooks: Hooks::new(),
+            quiet_idle: false,
         }
     }
 

@@ -17,6 +17,28 @@
 //! for handlers still running and for clocks that tick at slightly different rates. A lost
 //! renewal stops the reader at once. Stopping revokes the shard's settlement: undelivered
 //! records are dropped, and nothing more is written.
+//!
+//! # Quiet idle shards (`ReaderConfig::quiet_idle`)
+//!
+//! With the option on, a tick writes the row only when its checkpoint moved: an idle shard
+//! costs no write. The row then stands still, and that is safe because of how rows held by a
+//! member move (see `roster`): no instance takes a present member's row, and every keeper stops
+//! with its member row. Only two writes by others touch such a row: an operator's evict and a
+//! hand-over request. Both poke the holder's member row (`LeaseStore::poke`; the evict in the
+//! same write), and the member row's renewal, every renew interval, returns the pokes. So:
+//!
+//! - a renewal of the member row sent at `R` that returns no poke this keeper has not checked
+//!   proves that no evict had landed on its row before `R`: the keeper may go on until
+//!   `R + lease - renew`, as if it had written its own row at `R` (`Quiet::clear_until`);
+//! - a poke it has not checked makes it write its row at once: a write that lands proves the
+//!   row still held (and returns a hand-over request, if any); a lost write stops the reader.
+//!   Until then its time runs from the last renewal that showed no new poke, so it stops within
+//!   `lease - renew` of that renewal whatever the store does.
+//!
+//! An evicted row is taken by another instance only once its counter stood still for a lease
+//! after the evict, so the keeper stops before anybody else may read the shard. Rows held by
+//! instances of a release before the roster (which take rows standing still) make every quiet
+//! keeper renew as before while a listing shows them.
 
 use std::sync::Arc;
 
@@ -25,6 +47,7 @@ use kinesis_lease_core::{Checkpoint, ErrorChain, Holder, Lease, LeaseKey, LeaseR
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
+use crate::member_state::MemberState;
 use crate::shared::{Exit, Shared};
 use crate::{Release, ShardInfo};
 use kinesis_lease_core::Backoff;
@@ -45,6 +68,45 @@ pub(crate) struct Keeper {
     pub(crate) incarnation: u64,
     /// RecordsProcessed and DataBytesProcessed, published at each renewal and when dropped.
     pub(crate) counted: crate::metrics::Counted,
+    /// With `quiet_idle`: the pokes checked and the time they clear (see the module docs).
+    pub(crate) quiet: Option<std::sync::Mutex<Quiet>>,
+    /// Rings when a listing shows this row wanted by another instance, or with a token not
+    /// ours: a quiet keeper writes its row at once.
+    pub(crate) nudge: Arc<tokio::sync::Notify>,
+    /// A quiet keeper's write on a poke or a nudge goes no earlier than this (a failing store
+    /// is not hammered).
+    pub(crate) poke_retry_at: Instant,
+}
+
+/// What a quiet keeper knows of the writes others made to its row (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Quiet {
+    /// The member row's pokes, up to which every poke was followed by a write of this row that
+    /// landed (or was made before this holding's take was sent).
+    pub(crate) checked: u64,
+    /// Until when this keeper may go on on the strength of member renewals that returned no
+    /// unchecked poke.
+    pub(crate) clear_until: Instant,
+}
+
+impl Quiet {
+    /// A quiet keeper whose take was sent when the member row's pokes were `pokes`: every
+    /// poke up to then was about an earlier holding.
+    pub(crate) fn new(pokes: u64, taken_at: Instant) -> std::sync::Mutex<Self> {
+        std::sync::Mutex::new(Self {
+            checked: pokes,
+            clear_until: taken_at,
+        })
+    }
+
+    /// Takes in the member state: its deadline clears this keeper when it shows no unchecked
+    /// poke. Returns the time until which the keeper may go on by the member row alone.
+    fn observe(&mut self, member: &MemberState) -> Instant {
+        if member.pokes <= self.checked {
+            self.clear_until = self.clear_until.max(member.deadline);
+        }
+        self.clear_until
+    }
 }
 
 /// What one renewal came to.
@@ -96,10 +158,56 @@ impl Keeper {
     /// membership's, or now once the membership it was taken under is gone.
     fn lapse_at(&self, deadline: Instant) -> Instant {
         let member = *self.shared.member.borrow();
-        if member.incarnation == self.incarnation {
-            deadline.min(member.deadline)
-        } else {
-            Instant::now()
+        if member.incarnation != self.incarnation {
+            return Instant::now();
+        }
+        let own = match &self.quiet {
+            Some(quiet) => deadline.max(lock(quiet).observe(&member)),
+            None => deadline,
+        };
+        own.min(member.deadline)
+    }
+
+    /// True when this quiet keeper has a poke of its member row to check.
+    fn unchecked_poke(&self) -> bool {
+        let Some(quiet) = &self.quiet else {
+            return false;
+        };
+        let member = *self.shared.member.borrow();
+        member.pokes > lock(quiet).checked
+    }
+
+    /// True when this tick may skip writing the row: a quiet keeper with nothing to
+    /// checkpoint, no poke to check, and no rows of a release before the roster in sight.
+    fn may_skip(&self) -> bool {
+        self.quiet.is_some()
+            && !self.unchecked_poke()
+            && !self
+                .shared
+                .legacy_rows
+                .load(std::sync::atomic::Ordering::Relaxed)
+            && self.cursor.due(&self.settlement).is_none()
+    }
+
+    /// Resolves when this quiet keeper must write its row before its next tick: an unchecked
+    /// poke, or a nudge from a listing. Never for a keeper that writes every tick.
+    async fn poked(&self) {
+        if self.quiet.is_none() {
+            return std::future::pending().await;
+        }
+        sleep_until(self.poke_retry_at).await;
+        let mut member = self.shared.member.subscribe();
+        loop {
+            member.borrow_and_update();
+            if self.unchecked_poke() {
+                return;
+            }
+            tokio::select! {
+                changed = member.changed() => if changed.is_err() {
+                    return std::future::pending().await;
+                },
+                () = self.nudge.notified() => return,
+            }
         }
     }
 
@@ -126,6 +234,8 @@ impl Keeper {
         let shared = self.shared.clone();
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
+        // The member state before the write is sent: pokes it shows are checked if it lands.
+        let before = *self.shared.member.borrow();
         let sent = Instant::now();
         let lapse = self.lapse_at(deadline);
         let renewed = if sent >= lapse {
@@ -149,6 +259,14 @@ impl Keeper {
             Ok(Outcome::Written(row)) => {
                 if let Some(cp) = &due {
                     self.record_written(cp);
+                }
+                if let Some(quiet) = &self.quiet {
+                    // Every poke up to `before.pokes` came before this write was sent, and it
+                    // landed: none of them evicted this holding.
+                    if before.incarnation == self.incarnation {
+                        let mut quiet = lock(quiet);
+                        quiet.checked = quiet.checked.max(before.pokes);
+                    }
                 }
                 tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
                 (Renewed::Landed(Box::new(row)), self.deadline_after(sent))
@@ -214,21 +332,48 @@ impl Keeper {
                     let due = self.cursor.due(&self.settlement);
                     return self.finish(due, Release::Stopping, deadline, std::time::Duration::ZERO).await;
                 }
-                _ = tick.tick() => {
+                () = self.poked() => {
+                    // A quiet keeper: somebody else wrote rows of this instance. Write ours now
+                    // (see the module docs); the next poke or nudge waits a third of a renew
+                    // interval, so a failing store is not hammered.
+                    self.poke_retry_at = Instant::now() + self.shared.config.renew_interval / 3;
+                    tracing::debug!("poked: writing the row to check it");
                     let (renewed, next) = self.renew(deadline).await;
                     deadline = next;
-                    match renewed {
-                        Renewed::Landed(row) => {
-                            let owner = &self.shared.config.owner;
-                            if let Some(asker) = row.wanted_by.filter(|a| a != owner) {
-                                return self.hand_off(asker, deadline, tick).await;
-                            }
-                        }
-                        Renewed::Failed => {}
-                        Renewed::Gone(exit) => return exit,
+                    match self.after_renewal(renewed) {
+                        Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
+                        Ok(None) => {}
+                        Err(exit) => return exit,
+                    }
+                }
+                _ = tick.tick() => {
+                    if self.may_skip() {
+                        // Idle, quiet: the member row's renewal stands for this one.
+                        self.counted.publish(self.shared.config.clock.now_ms());
+                        continue;
+                    }
+                    let (renewed, next) = self.renew(deadline).await;
+                    deadline = next;
+                    match self.after_renewal(renewed) {
+                        Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
+                        Ok(None) => {}
+                        Err(exit) => return exit,
                     }
                 }
             }
+        }
+    }
+
+    /// What a renewal of the main loop asks for next: `Err` with the exit when the keeper is
+    /// done, `Ok(Some(asker))` when the row is wanted by another instance.
+    fn after_renewal(&self, renewed: Renewed) -> Result<Option<String>, Exit> {
+        match renewed {
+            Renewed::Landed(row) => {
+                let owner = &self.shared.config.owner;
+                Ok(row.wanted_by.filter(|a| a != owner))
+            }
+            Renewed::Failed => Ok(None),
+            Renewed::Gone(exit) => Err(exit),
         }
     }
 
@@ -600,6 +745,11 @@ fn after(wait: std::time::Duration) -> Instant {
 
 fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
     shared.metrics.handed_over();
+}
+
+/// The quiet state, through a poisoned lock too (it holds two plain values).
+fn lock(quiet: &std::sync::Mutex<Quiet>) -> std::sync::MutexGuard<'_, Quiet> {
+    quiet.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The checkpoint a row holds, for logs: the stored text, or `none (never checkpointed)`.

@@ -33,7 +33,7 @@ pub(crate) struct Member {
 
 /// The key of `owner`'s member row for `stream`.
 pub(crate) fn member_key(stream: &str, owner: &str) -> Result<LeaseKey, ReaderError> {
-    LeaseKey::new(roster::members_stream(stream), owner).map_err(|source| ReaderError::Lease {
+    LeaseKey::member(stream, owner).map_err(|source| ReaderError::Lease {
         stream: stream.to_owned(),
         shard: String::new(),
         source,
@@ -89,7 +89,8 @@ impl Member {
             };
             if let Some((holder, sent)) = tried.take() {
                 if row.is_held_with(&holder) {
-                    return Ok(Some(Self::joined(shared, key, holder, sent).await));
+                    let pokes = row.pokes;
+                    return Ok(Some(Self::joined(shared, key, holder, sent, pokes).await));
                 }
             }
             if roster::is_present(&row) {
@@ -126,8 +127,10 @@ impl Member {
             let sent = Instant::now();
             let take = Take::fenced(config.lease_duration, row.counter);
             match shared.store.take(&key, &holder, &take).await {
-                Ok(Outcome::Written(_)) => {
-                    return Ok(Some(Self::joined(shared, key, holder, sent).await));
+                Ok(Outcome::Written(row)) => {
+                    return Ok(Some(
+                        Self::joined(shared, key, holder, sent, row.pokes).await,
+                    ));
                 }
                 Ok(Outcome::Lost(_)) => foreign = None,
                 Err(error) => {
@@ -143,12 +146,19 @@ impl Member {
 
     /// The member row is held with `holder`, taken by a write sent at `sent`: a new
     /// incarnation begins, and the others are told.
-    async fn joined(shared: &Arc<Shared>, key: LeaseKey, holder: Holder, sent: Instant) -> Self {
+    async fn joined(
+        shared: &Arc<Shared>,
+        key: LeaseKey,
+        holder: Holder,
+        sent: Instant,
+        pokes: u64,
+    ) -> Self {
         let config = &shared.config;
         shared.member.send_modify(|state| {
             state.incarnation += 1;
             state.deadline = sent + config.keep_for();
             state.announced = false;
+            state.pokes = state.pokes.max(pokes);
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
         let bump = Some(Self::bump_aside(shared, key.stream()));
@@ -212,9 +222,10 @@ impl Member {
                     let sent = Instant::now();
                     let call = shared.store.renew(&self.key, &self.holder, config.lease_duration, None);
                     match timeout(config.keep_for(), call).await {
-                        Ok(Ok(Outcome::Written(_))) => {
+                        Ok(Ok(Outcome::Written(row))) => {
                             shared.member.send_modify(|state| {
                                 state.deadline = state.deadline.max(sent + config.keep_for());
+                                state.pokes = state.pokes.max(row.pokes);
                             });
                             // After the renewal and beside the next ones, never on their path
                             // (see `bump_aside`).

@@ -15,6 +15,10 @@ pub(crate) struct MemberState {
     /// lists the roster, so this one is watched and buried should it die. Only then may it
     /// take shards (the others no longer list the roster on a timer, see `ring_watch`).
     pub(crate) announced: bool,
+    /// The member row's pokes as its last landed write returned them (see
+    /// `LeaseStore::poke`): others wrote rows this instance holds (an operator's evict, a
+    /// hand-over request). Quiet keepers (see `keeper`) write their row when it grows.
+    pub(crate) pokes: u64,
 }
 
 impl MemberState {
@@ -24,6 +28,7 @@ impl MemberState {
             incarnation: 0,
             deadline: Instant::now(),
             announced: false,
+            pokes: 0,
         }
     }
 

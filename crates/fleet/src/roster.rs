@@ -47,7 +47,7 @@ pub(crate) const TOKEN_PREFIX: &str = "r1.";
 /// The pseudo-stream holding `stream`'s member rows. `@` is never part of a stream name, so it
 /// cannot collide with a stream.
 pub(crate) fn members_stream(stream: &str) -> String {
-    format!("{stream}@members")
+    kinesis_lease_core::LeaseKey::members_stream(stream)
 }
 
 /// A fresh token for one holding: random, so no two holdings share one, and marked as written

@@ -663,11 +663,18 @@ impl KclImport {
                     })
                     .await?
                 }
-                Action::Advance { fence, checkpoint } => self
+                Action::Advance {
+                    fence,
+                    checkpoint,
+                    holder,
+                } => self
                     .retrying(stream, || async {
+                        let member = holder
+                            .as_deref()
+                            .and_then(|h| LeaseKey::member(stream, h).ok());
                         target
                             .store
-                            .evict(&key, *fence, Some(checkpoint))
+                            .evict(&key, *fence, Some(checkpoint), member.as_ref())
                             .await
                             .map_err(|source| store_error(target, stream, source))
                     })

@@ -46,6 +46,9 @@ pub enum Action {
         fence: u64,
         /// The checkpoint to store.
         checkpoint: Checkpoint,
+        /// The instance holding the row when it was read, if any: its member row is poked with
+        /// the write (see `LeaseStore::evict`).
+        holder: Option<String>,
     },
     /// Nothing to write.
     Leave,
@@ -204,6 +207,7 @@ pub fn plan(
                     step.action = Action::Advance {
                         fence: row.counter,
                         checkpoint: target,
+                        holder: row.owner.clone().filter(|o| o != rules::EVICTED_OWNER),
                     };
                 }
             }

@@ -60,6 +60,24 @@ impl LeaseKey {
     pub fn shard(&self) -> &str {
         &self.shard
     }
+
+    /// The key of `owner`'s member row for `stream` (see [`LeaseKey::members_stream`]): the row
+    /// an instance renews to say it is alive, and the row an operator's evict and a hand-over
+    /// request poke (see [`LeaseStore::poke`](crate::LeaseStore::poke)).
+    ///
+    /// # Errors
+    ///
+    /// [`LeaseError::InvalidKey`] when the stream name or the owner id is empty, or the stream
+    /// name contains `:`.
+    pub fn member(stream: &str, owner: &str) -> Result<Self, LeaseError> {
+        Self::new(Self::members_stream(stream), owner)
+    }
+
+    /// The pseudo-stream holding `stream`'s member rows, `<stream>@members`. `@` is never part
+    /// of a stream name, so it cannot collide with a stream.
+    pub fn members_stream(stream: &str) -> String {
+        format!("{stream}@members")
+    }
 }
 
 impl fmt::Display for LeaseKey {

@@ -29,6 +29,10 @@ pub struct Lease {
     /// The reposition applied to this row, if any: a subscription applies one reposition once,
     /// whichever instance takes the row first, and never again on later takes.
     pub repositioned: Option<String>,
+    /// How many times the row was poked ([`LeaseStore::poke`](crate::LeaseStore::poke)): on member rows, the count of
+    /// writes by others (operators' evicts, hand-over requests) to rows its instance holds.
+    /// A poke is not a write of the row's holder and does not bump the counter.
+    pub pokes: u64,
 }
 
 impl Lease {
@@ -44,6 +48,7 @@ impl Lease {
             wanted_by: None,
             token: None,
             repositioned: None,
+            pokes: 0,
         }
     }
 

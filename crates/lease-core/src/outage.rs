@@ -117,8 +117,17 @@ impl LeaseStore for Outage {
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        forward!(self, "evict", self.inner.evict(key, observed, checkpoint))
+        forward!(
+            self,
+            "evict",
+            self.inner.evict(key, observed, checkpoint, poke)
+        )
+    }
+
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        forward!(self, "poke", self.inner.poke(member))
     }
 
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {

@@ -39,6 +39,12 @@ pub fn may_hand_over(row: Option<&Lease>, holder: &Holder, to: &str) -> bool {
     holds(row, holder) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
 }
 
+/// Pokes `row` (see [`LeaseStore::poke`](crate::LeaseStore::poke)): one more poke, and
+/// nothing else changes (not the counter).
+pub fn poked(row: &mut Lease) {
+    row.pokes = row.pokes.saturating_add(1);
+}
+
 /// Whether a delete observed at `observed` may remove `row`: it exists and was not written
 /// since.
 pub fn may_delete(row: Option<&Lease>, observed: u64) -> bool {

@@ -139,13 +139,24 @@ impl Take {
 /// *Evict.* [`evict`](LeaseStore::evict) is the operator's write (the `kinesis-broker`
 /// command line's `release` and `reset`): it frees a row whoever holds it, if its counter
 /// still equals the one the operator observed, and may store a new checkpoint in the same
-/// write. The holder's next renewal then loses its condition, so its reader stops. The row is
+/// write; in that same write it pokes the holder's member row when one exists (see *Poke*).
+/// The holder's next renewal then loses its condition, so its reader stops. The row is
 /// left in the operator's hold ([`rules::evicted`](crate::rules::evicted): an owner no
 /// instance can be, a token that is no roster token), so instances take it only once its
 /// counter stood still for a lease, when the old holder has stopped for sure. Stores that
 /// offer no operator writes keep the default body, which refuses.
 ///
-/// *Counter.* Every write that lands bumps the row's counter by exactly one; a created row has
+/// *Poke.* [`poke`](LeaseStore::poke) adds one to a member row's [`Lease::pokes`], and
+/// nothing else: not its counter (the others judge a member alive by its counter moving, and a
+/// poke is not the member's doing), not its owner, token or expiry. A holder that writes a
+/// shard row only when its checkpoint moves (an idle shard) learns that somebody else wrote
+/// that row from the pokes its member row's renewal returns: an evict pokes in the same write
+/// as it frees the row, so a renewal of the member row that returns no new poke proves that no
+/// evict landed before it was sent. A hand-over request is followed by a poke of its own, so
+/// the holder hands over within a renew interval.
+///
+/// *Counter.* Every write that lands bumps the row's counter by exactly one (a poke is not a
+/// write of the row in this sense); a created row has
 /// counter 1 after its first write. Readers compare counters to detect writes they did not see.
 ///
 /// # Time
@@ -229,13 +240,18 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     ///
     /// The default body returns [`LeaseError::Refused`] naming the row: the store offers no
     /// operator writes.
+    ///
+    /// `poke`: the member row of the holder the operator observed (see [`LeaseKey::member`]).
+    /// When that row exists, it is poked in the same write, atomically with the evict; when it
+    /// does not (the holder is no member), the row is evicted alone.
     fn evict<'a>(
         &'a self,
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        let _ = (observed, checkpoint);
+        let _ = (observed, checkpoint, poke);
         Box::pin(async move {
             Err(LeaseError::Refused {
                 operation: "evict",
@@ -243,6 +259,18 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
                 source: "this lease store offers no operator writes".into(),
             })
         })
+    }
+
+    /// Pokes `member` (see *Poke*): adds one to its [`Lease::pokes`] if the row exists, and
+    /// changes nothing else. True when it was poked, false when the row does not exist.
+    ///
+    /// The default body pokes nothing and returns false: a store without pokes still works
+    /// with instances that renew every held row (the default); instances that write idle rows
+    /// only when their checkpoint moves then learn of a hand-over request at their next
+    /// listing or write instead of within a renew interval.
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        let _ = member;
+        Box::pin(async { Ok(false) })
     }
 
     /// Bumps `stream`'s epoch: rows were freed or moved.

@@ -30,7 +30,7 @@ use kinesis_lease_core::{
 };
 
 use crate::item::{
-    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS,
+    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS, POKES,
     REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, PAGED_FORMAT};
@@ -169,6 +169,9 @@ pub(crate) fn row_size(row: &Lease) -> usize {
         + number(COUNTER, row.counter)
         + number(EXPIRY, row.expiry_ms)
         + string(WRITE_ID, &"0".repeat(32));
+    if row.pokes > 0 {
+        size += number(POKES, row.pokes);
+    }
     size += row.owner.as_deref().map_or(0, |o| string(OWNER, o));
     size += row.token.as_deref().map_or(0, |t| string(TOKEN, t));
     size += row.wanted_by.as_deref().map_or(0, |w| string(WANTED_BY, w));
@@ -333,11 +336,39 @@ impl LeaseStore for BilledStore {
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            let outcome = self.inner.evict(key, observed, checkpoint).await;
+            let member = match poke {
+                Some(member) => self.inner.read(member).await.ok().flatten(),
+                None => None,
+            };
+            let outcome = self.inner.evict(key, observed, checkpoint, poke).await;
             self.bill_update(key, &outcome).await;
+            if let Some(member) = member {
+                // In a transaction with the row: both items billed twice, and the row read
+                // back once.
+                let mut meter = self.meter();
+                meter.write_item(row_size(&member));
+                meter.write_item(row_size(&member));
+                if let Ok(Outcome::Written(row)) = &outcome {
+                    meter.write_item(row_size(row));
+                    meter.read_item(row_size(row));
+                }
+            }
             outcome
+        })
+    }
+
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let row = self.inner.read(member).await.ok().flatten();
+            let poked = self.inner.poke(member).await;
+            if poked.is_ok() {
+                let size = row.as_ref().map_or(0, row_size);
+                self.meter().write_item(size);
+            }
+            poked
         })
     }
 

@@ -18,6 +18,8 @@ pub(crate) const REPOSITIONED: &str = "repositioned";
 /// A random id each write stamps, so a retried write whose first attempt landed recognises
 /// its own write in the item a failed condition returns.
 pub(crate) const WRITE_ID: &str = "write_id";
+/// A member row's poke count (see `LeaseStore::poke`); absent until the first poke.
+pub(crate) const POKES: &str = "lease_pokes";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A page's set of shard ids (and a legacy header's, see `pages`).
@@ -79,6 +81,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
     };
     let expiry_ms = number(EXPIRY)?.unwrap_or(0);
     let counter = number(COUNTER)?.unwrap_or(0);
+    let pokes = number(POKES)?.unwrap_or(0);
     let subsequence = number(SUBSEQUENCE)?;
     let checkpoint = match item.get(CHECKPOINT) {
         None => None,
@@ -102,6 +105,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         wanted_by,
         token,
         repositioned,
+        pokes,
     })
 }
 

@@ -21,7 +21,7 @@ use kinesis_lease_core::{
 use crate::condition::{self, Cond};
 use crate::item::{
     index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
-    REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    POKES, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, Format};
 use crate::retry::{retrying, RetryPolicy};
@@ -240,6 +240,112 @@ impl DynamoLeaseStore {
                 item => Ok(Outcome::Lost(lost_from(item))),
             },
             Err(other) => Err(refused("UpdateItem", &resource, other)),
+        }
+    }
+
+    /// An operator's evict and the poke of the holder's member row in one transaction (see
+    /// `LeaseStore::evict`). `None` when the member row does not exist (nothing was written).
+    async fn evict_poking(
+        &self,
+        key: &LeaseKey,
+        observed: u64,
+        expr: Expr,
+        member: &LeaseKey,
+    ) -> LeaseResult<Option<Outcome>> {
+        let raw_key = key.to_string();
+        let resource = self.resource(&raw_key);
+        let failed =
+            |e: aws_sdk_dynamodb::error::BuildError| refused("TransactWriteItems", &resource, e);
+        // As `update`: a random id stamped by this write, so a retry whose first attempt
+        // landed recognises its own write.
+        let write_id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let mut expr = expr.set(WRITE_ID, ":write_id", s(write_id.as_str()));
+        let cond = condition::evict(observed);
+        expr.values.extend(cond.values());
+        let mut row = Update::builder()
+            .table_name(&*self.table)
+            .key(KEY, s(raw_key.clone()))
+            .update_expression(expr.render())
+            .condition_expression(format!(
+                "({}) AND (attribute_not_exists({WRITE_ID}) OR {WRITE_ID} <> :write_id)",
+                cond.render()
+            ))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .expression_attribute_values(":one", n(1));
+        for (name, value) in &expr.values {
+            row = row.expression_attribute_values(*name, value.clone());
+        }
+        let row = row.build().map_err(failed)?;
+        let poke = Update::builder()
+            .table_name(&*self.table)
+            .key(KEY, s(member.to_string()))
+            .update_expression(format!("ADD {POKES} :one"))
+            .condition_expression(format!("attribute_exists({KEY})"))
+            .expression_attribute_values(":one", n(1))
+            .build()
+            .map_err(failed)?;
+        let out = retrying(
+            self.retry,
+            &self.table,
+            "TransactWriteItems",
+            &resource,
+            || {
+                self.count(&self.calls.writes);
+                self.client
+                    .transact_write_items()
+                    .transact_items(TransactWriteItem::builder().update(row.clone()).build())
+                    .transact_items(TransactWriteItem::builder().update(poke.clone()).build())
+                    .send()
+            },
+        )
+        .await?;
+        let failed_check = |r: &aws_sdk_dynamodb::types::CancellationReason| {
+            r.code() == Some("ConditionalCheckFailed")
+        };
+        match out {
+            // A transaction returns no item: read the row as it now stands.
+            Ok(_) => self.evicted_row(key, &resource).await.map(Some),
+            Err(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                let reasons = e.cancellation_reasons();
+                let row_failed = reasons.first().is_some_and(failed_check);
+                let member_failed = reasons.get(1).is_some_and(failed_check);
+                if row_failed {
+                    let item = match reasons.first().and_then(|r| r.item()) {
+                        Some(item) => Some(item.clone()),
+                        // An emulator may not return the old item: read it.
+                        None => self.get(&raw_key).await?,
+                    };
+                    if item
+                        .as_ref()
+                        .is_some_and(|i| i.get(WRITE_ID) == Some(&s(write_id.as_str())))
+                    {
+                        tracing::debug!(key = %raw_key, "an earlier attempt of this evict landed");
+                        return self.evicted_row(key, &resource).await.map(Some);
+                    }
+                    Ok(Some(Outcome::Lost(lost_from(item.as_ref()))))
+                } else if member_failed {
+                    Ok(None)
+                } else {
+                    Err(LeaseError::Unavailable {
+                        operation: "evict",
+                        resource,
+                        source: Box::new(e),
+                    })
+                }
+            }
+            Err(other) => Err(refused("TransactWriteItems", &resource, other)),
+        }
+    }
+
+    /// The row after an evict that landed, read back (strongly consistent).
+    async fn evicted_row(&self, key: &LeaseKey, resource: &str) -> LeaseResult<Outcome> {
+        match self.get(&key.to_string()).await? {
+            Some(item) => Ok(Outcome::Written(to_lease(&self.table, &item)?)),
+            None => Err(LeaseError::Unavailable {
+                operation: "evict",
+                resource: resource.to_owned(),
+                source: "the evicted row was deleted before it could be read back".into(),
+            }),
         }
     }
 
@@ -500,16 +606,49 @@ impl LeaseStore for DynamoLeaseStore {
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             // As `rules::evicted`: the operator's hold, taken once it stood still for a lease.
-            let expr = Expr::default()
-                .set(EXPIRY, ":expiry", n(0))
-                .set(OWNER, ":owner", s(rules::EVICTED_OWNER))
-                .set(TOKEN, ":token", s(rules::EVICTED_TOKEN))
-                .remove(WANTED_BY)
-                .checkpoint(checkpoint);
-            self.update(key, expr, condition::evict(observed)).await
+            let expr = || {
+                Expr::default()
+                    .set(EXPIRY, ":expiry", n(0))
+                    .set(OWNER, ":owner", s(rules::EVICTED_OWNER))
+                    .set(TOKEN, ":token", s(rules::EVICTED_TOKEN))
+                    .remove(WANTED_BY)
+                    .checkpoint(checkpoint)
+            };
+            if let Some(member) = poke {
+                if let Some(outcome) = self.evict_poking(key, observed, expr(), member).await? {
+                    return Ok(outcome);
+                }
+                // The member row does not exist: the holder is no member, nothing to poke.
+            }
+            self.update(key, expr(), condition::evict(observed)).await
+        })
+    }
+
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let raw_key = member.to_string();
+            let resource = self.resource(&raw_key);
+            let out = retrying(self.retry, &self.table, "UpdateItem", &resource, || {
+                self.count(&self.calls.writes);
+                self.client
+                    .update_item()
+                    .table_name(&*self.table)
+                    .key(KEY, s(raw_key.clone()))
+                    .update_expression(format!("ADD {POKES} :one"))
+                    .condition_expression(format!("attribute_exists({KEY})"))
+                    .expression_attribute_values(":one", n(1))
+                    .send()
+            })
+            .await?;
+            match out {
+                Ok(_) => Ok(true),
+                Err(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                Err(other) => Err(refused("UpdateItem", &resource, other)),
+            }
         })
     }
 

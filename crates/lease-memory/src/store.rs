@@ -210,13 +210,49 @@ impl LeaseStore for MemoryLeaseStore {
         key: &'a LeaseKey,
         observed: u64,
         checkpoint: Option<&'a Checkpoint>,
+        poke: Option<&'a LeaseKey>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
-            Ok(self.write(
-                key,
-                |row, _| rules::may_evict(row, observed),
-                |row, _| rules::evicted(row, checkpoint),
-            ))
+            // The row and the poke under one lock: one write, as the rules ask.
+            let mut rows = self.table.lock();
+            let row = rows.get(key.stream()).and_then(|s| s.get(key.shard()));
+            if !rules::may_evict(row, observed) {
+                return Ok(Outcome::Lost(rules::lost(row)));
+            }
+            if let Some(member) = poke {
+                if let Some(m) = rows
+                    .get_mut(member.stream())
+                    .and_then(|s| s.get_mut(member.shard()))
+                {
+                    rules::poked(m);
+                }
+            }
+            let Some(row) = rows
+                .get_mut(key.stream())
+                .and_then(|s| s.get_mut(key.shard()))
+            else {
+                // Unreachable: `may_evict` holds only for a row that exists.
+                return Ok(Outcome::Lost(rules::lost(None)));
+            };
+            rules::evicted(row, checkpoint);
+            row.counter += 1;
+            Ok(Outcome::Written(row.clone()))
+        })
+    }
+
+    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+        Box::pin(async move {
+            let mut rows = self.table.lock();
+            match rows
+                .get_mut(member.stream())
+                .and_then(|s| s.get_mut(member.shard()))
+            {
+                Some(row) => {
+                    rules::poked(row);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
         })
     }
 

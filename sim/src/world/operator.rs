@@ -9,7 +9,7 @@
 //! then the shard must be read again from the new position, nothing after it skipped.
 
 use kinesis_broker::{
-    lease::{Lease, LeaseStore, Outcome},
+    lease::{Lease, LeaseKey, LeaseStore, Outcome},
     Checkpoint, MemoryLeaseStore,
 };
 
@@ -48,7 +48,16 @@ impl World {
         };
         // What the library wrote up to the move, against the last sample.
         self.rec.check_rows(&rows);
-        match store.evict(&row.key, row.counter, checkpoint.as_ref()).await {
+        // As the command line does: the holder's member row is poked with the evict.
+        let member = row
+            .owner
+            .as_deref()
+            .filter(|o| *o != kinesis_lease_core::rules::EVICTED_OWNER)
+            .and_then(|o| LeaseKey::member(STREAM, o).ok());
+        match store
+            .evict(&row.key, row.counter, checkpoint.as_ref(), member.as_ref())
+            .await
+        {
             Ok(Outcome::Written(after)) => {
                 // As the command line does: the others list the rows at their next epoch read.
                 if let Err(error) = store.bump_epoch(STREAM).await {

@@ -144,6 +144,29 @@ impl State {
         Ok(())
     }
 
+    /// Rows held here that the listing shows wanted by another instance, or carrying a token
+    /// this coordinator did not write: their keepers write them at once (a quiet keeper
+    /// otherwise learns only of a poked request, and an instance of an earlier release asks
+    /// without poking).
+    pub(super) fn nudge_keepers(&self, rows: &[Lease]) {
+        if !self.shared.config.quiet_idle {
+            return;
+        }
+        let me = &self.shared.config.owner;
+        let held = self.shared.held();
+        for row in rows {
+            let Some(h) = held.get(row.key.shard()) else {
+                continue;
+            };
+            let wanted = row.wanted_by.as_deref().is_some_and(|w| w != me);
+            let foreign =
+                !(row.is_held_by(me) && self.is_mine(row.key.shard(), row.token.as_deref()));
+            if wanted || foreign {
+                h.nudge.notify_one();
+            }
+        }
+    }
+
     /// Takes whose response was lost and that landed after all: start reading them.
     pub(super) fn adopt_pending(&mut self, rows: &[Lease]) {
         for row in rows {
@@ -159,6 +182,7 @@ impl State {
                     pending.plan,
                     pending.sent,
                     pending.incarnation,
+                    pending.pokes,
                 );
             }
             // Otherwise it did not land (a landed take writes its token, and nobody may take

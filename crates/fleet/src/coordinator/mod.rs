@@ -195,6 +195,7 @@ impl Coordinator {
             member: watch::Sender::new(MemberState::outside()),
             bump_owed: std::sync::atomic::AtomicBool::new(false),
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
+            legacy_rows: std::sync::atomic::AtomicBool::new(false),
         });
         let state = State {
             shared: shared.clone(),
@@ -262,6 +263,8 @@ struct Pending {
     sent: Instant,
     /// The membership incarnation the take was sent under.
     incarnation: u64,
+    /// The member row's pokes when the take was sent (see `keeper`).
+    pokes: u64,
 }
 
 struct State {

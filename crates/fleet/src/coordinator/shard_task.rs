@@ -28,6 +28,7 @@ impl State {
         plan: StartPlan,
         sent: Instant,
         incarnation: u64,
+        pokes: u64,
     ) {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -37,6 +38,7 @@ impl State {
         let written = Arc::new(Mutex::new(lease.checkpoint.clone()));
         let kpl = Arc::new(kinesis_shard_reader::KplCounters::default());
         let refusal = Arc::new(kinesis_shard_reader::Refusal::default());
+        let nudge = Arc::new(tokio::sync::Notify::new());
         shared.held().insert(
             shard.clone(),
             Held {
@@ -45,6 +47,7 @@ impl State {
                 written: written.clone(),
                 kpl: kpl.clone(),
                 refusal: refusal.clone(),
+                nudge: nudge.clone(),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);
@@ -63,6 +66,11 @@ impl State {
             taken_at: sent,
             incarnation,
             counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
+            quiet: config
+                .quiet_idle
+                .then(|| crate::keeper::Quiet::new(pokes, sent)),
+            nudge,
+            poke_retry_at: sent,
         };
         let reader = Reader {
             context: shared.read.clone(),

@@ -32,6 +32,7 @@ impl State {
             return;
         }
         self.adopt_pending(&rows);
+        self.nudge_keepers(&rows);
         // The roster, read after the rows: an owner absent from it held nothing, when the rows
         // were read, that it could still act on (see `roster`).
         if !self.list_roster().await {
@@ -55,6 +56,9 @@ impl State {
         if legacy {
             self.relist_by(now + config.list_interval);
         }
+        shared
+            .legacy_rows
+            .store(legacy, std::sync::atomic::Ordering::Relaxed);
         let still: HashMap<String, std::time::Duration> = self
             .observed
             .iter()
@@ -124,7 +128,10 @@ impl State {
             take.checkpoint = plan.checkpoint.clone();
             take.repositioned = plan.marker.clone();
             let holder = Holder::new(config.owner.clone(), roster::new_token());
-            let incarnation = shared.member.borrow().incarnation;
+            let (incarnation, pokes) = {
+                let member = shared.member.borrow();
+                (member.incarnation, member.pokes)
+            };
             let shard = row.key.shard().to_owned();
             self.tokens
                 .entry(shard.clone())
@@ -138,7 +145,7 @@ impl State {
                     if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
                         self.asked = None;
                     }
-                    self.start(lease, holder, plan, sent, incarnation);
+                    self.start(lease, holder, plan, sent, incarnation, pokes);
                 }
                 Ok(Outcome::Lost(lost)) => {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
@@ -159,6 +166,7 @@ impl State {
                             plan,
                             sent,
                             incarnation,
+                            pokes,
                         },
                     );
                 }
@@ -238,6 +246,13 @@ impl State {
         match asked.await {
             Ok(Outcome::Written(_)) => {
                 tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
+                // Tell the holder through its member row: a quiet keeper (see `keeper`) does
+                // not write its row until then. Failing, it learns at its next listing.
+                if let Ok(member) = crate::member::member_key(row.key.stream(), victim) {
+                    if let Err(error) = bounded(&shared, "poke", shared.store.poke(&member)).await {
+                        tracing::warn!(%victim, error = %ErrorChain(&error), "poking the holder asked failed; it learns at its next listing");
+                    }
+                }
                 let now = Instant::now();
                 self.asked = Some((row.key.shard().to_owned(), now));
                 self.relist_by(now + config.lease_duration * 3);

@@ -410,7 +410,7 @@ async fn a_later_import_leaves_an_operators_reset_alone_until_the_kcl_runs_again
     let counter = row(&world, "shardId-000000000000").await.counter;
     assert!(world
         .store
-        .evict(&key, counter, Some(&Checkpoint::TrimHorizon))
+        .evict(&key, counter, Some(&Checkpoint::TrimHorizon), None)
         .await
         .unwrap()
         .is_written());
@@ -455,7 +455,7 @@ async fn a_later_import_does_not_refuse_a_row_a_broker_reads_behind_the_kcl() {
     let counter = row(&world, "shardId-000000000001").await.counter;
     let evicted = world
         .store
-        .evict(&key, counter, Some(&Checkpoint::TrimHorizon))
+        .evict(&key, counter, Some(&Checkpoint::TrimHorizon), None)
         .await
         .unwrap();
     let take = kinesis_lease_core::Take::fenced(Duration::from_secs(10), counter + 1);

@@ -157,7 +157,8 @@ fn rows_behind_move_forward_fenced_and_held_ones_are_refused_unless_forced() {
         steps[0].action,
         Action::Advance {
             fence: 4,
-            checkpoint: at("100", Some(3))
+            checkpoint: at("100", Some(3)),
+            holder: None,
         }
     );
     assert_eq!(steps[1].action, Action::Refuse);
@@ -166,7 +167,8 @@ fn rows_behind_move_forward_fenced_and_held_ones_are_refused_unless_forced() {
         steps[2].action,
         Action::Advance {
             fence: 4,
-            checkpoint: Checkpoint::ShardEnd
+            checkpoint: Checkpoint::ShardEnd,
+            holder: None,
         }
     );
     let forced = plan(STREAM, &leases, &listed, &rows, None, true).unwrap();
@@ -174,7 +176,8 @@ fn rows_behind_move_forward_fenced_and_held_ones_are_refused_unless_forced() {
         forced[1].action,
         Action::Advance {
             fence: 4,
-            checkpoint: at("100", Some(3))
+            checkpoint: at("100", Some(3)),
+            holder: Some("broker-a".to_owned()),
         }
     );
 }
@@ -306,7 +309,8 @@ fn a_row_in_the_operators_hold_moves_forward_without_force() {
         steps[0].action,
         Action::Advance {
             fence: 4,
-            checkpoint: at("100", Some(3))
+            checkpoint: at("100", Some(3)),
+            holder: None,
         }
     );
     assert!(!steps[0].note.contains("forced"), "{}", steps[0].note);

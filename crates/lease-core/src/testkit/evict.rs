@@ -17,7 +17,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     let renewed = written(h.renew(&key, &a, Some(&seq("5"))).await, "renew");
     let stale = h
         .store
-        .evict(&key, taken.counter, None)
+        .evict(&key, taken.counter, None, None)
         .await
         .expect("evict");
     lost_to(
@@ -33,7 +33,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     );
     let freed = written(
         h.store
-            .evict(&key, renewed.counter, None)
+            .evict(&key, renewed.counter, None, None)
             .await
             .expect("evict"),
         "evict",
@@ -77,7 +77,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     let at = Checkpoint::Sequence(SequenceNumber::new("9", Some(2)).expect("seq"));
     let reset = written(
         h.store
-            .evict(&key, handed.counter, Some(&at))
+            .evict(&key, handed.counter, Some(&at), None)
             .await
             .expect("evict"),
         "evict with a checkpoint",
@@ -88,7 +88,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     );
     let back = written(
         h.store
-            .evict(&key, reset.counter, Some(&Checkpoint::TrimHorizon))
+            .evict(&key, reset.counter, Some(&Checkpoint::TrimHorizon), None)
             .await
             .expect("evict"),
         "evict of a free row",
@@ -100,7 +100,7 @@ pub async fn evict_is_fenced_and_frees(h: &Harness) {
     );
     let missing = h.key("evict", "shardId-9");
     lost_to(
-        h.store.evict(&missing, 0, None).await.expect("evict"),
+        h.store.evict(&missing, 0, None, None).await.expect("evict"),
         "an evict of a missing row",
         None,
         0,

@@ -38,6 +38,7 @@
 //! - *Create*: [`create_is_idempotent`], [`create_keeps_start_checkpoint`]. Rows per stream:
 //!   [`streams_are_independent`], [`list_returns_one_stream`].
 //! - *Delete*: [`delete_is_fenced_and_unlists`]. *Evict*: [`evict_is_fenced_and_frees`].
+//!   *Poke*: [`poke_counts_and_changes_nothing_else`], [`evict_pokes_the_holders_member_row`].
 //!   *Epoch*: [`epochs_bump_per_stream`]. *Counter*: [`counter_increases_on_every_write`].
 //!   *Time*: [`clock_never_decides_a_take`].
 
@@ -49,6 +50,7 @@ mod epoch;
 mod evict;
 mod hand_over;
 mod holding;
+mod poke;
 mod release;
 mod streams;
 mod take;
@@ -68,6 +70,7 @@ pub use holding::{
     lapsed_owner_checkpoint_refused, non_owner_writes_refused, retake_own_row,
     same_owner_other_token_refused,
 };
+pub use poke::{evict_pokes_the_holders_member_row, poke_counts_and_changes_nothing_else};
 pub use release::release_then_take_by_another;
 pub use streams::{list_returns_one_stream, streams_are_independent};
 pub use take::{
@@ -292,6 +295,8 @@ macro_rules! conformance_tests {
             create_keeps_start_checkpoint,
             hand_over_clears_token,
             clock_never_decides_a_take,
+            poke_counts_and_changes_nothing_else,
+            evict_pokes_the_holders_member_row,
         );
     };
 }
