@@ -161,9 +161,15 @@ impl Keeper {
         if member.incarnation != self.incarnation {
             return Instant::now();
         }
+        let legacy = self
+            .shared
+            .legacy_rows
+            .load(std::sync::atomic::Ordering::Relaxed);
         let own = match &self.quiet {
-            Some(quiet) => deadline.max(lock(quiet).observe(&member)),
-            None => deadline,
+            // Instances of a release before the roster take rows that stood still for a
+            // lease: the row's own writes decide then, not the member row.
+            Some(quiet) if !legacy => deadline.max(lock(quiet).observe(&member)),
+            _ => deadline,
         };
         own.min(member.deadline)
     }

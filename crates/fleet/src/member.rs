@@ -158,7 +158,9 @@ impl Member {
             state.incarnation += 1;
             state.deadline = sent + config.keep_for();
             state.announced = false;
-            state.pokes = state.pokes.max(pokes);
+            // A new incarnation: the row may have been deleted and created afresh since the
+            // last (its pokes back at 0), and its keepers count from its own pokes.
+            state.pokes = pokes;
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
         let bump = Some(Self::bump_aside(shared, key.stream()));

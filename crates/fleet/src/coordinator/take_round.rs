@@ -56,9 +56,17 @@ impl State {
         if legacy {
             self.relist_by(now + config.list_interval);
         }
+        // The operator's hold is no instance's: it makes no quiet keeper renew.
+        let legacy_held = rows.iter().any(|r| {
+            !r.is_held_by(&config.owner)
+                && !kinesis_lease_core::rules::is_evicted(r)
+                && r.token
+                    .as_deref()
+                    .is_some_and(|t| !roster::is_roster_token(t))
+        });
         shared
             .legacy_rows
-            .store(legacy, std::sync::atomic::Ordering::Relaxed);
+            .store(legacy_held, std::sync::atomic::Ordering::Relaxed);
         let still: HashMap<String, std::time::Duration> = self
             .observed
             .iter()
@@ -249,8 +257,12 @@ impl State {
                 // Tell the holder through its member row: a quiet keeper (see `keeper`) does
                 // not write its row until then. Failing, it learns at its next listing.
                 if let Ok(member) = crate::member::member_key(row.key.stream(), victim) {
-                    if let Err(error) = bounded(&shared, "poke", shared.store.poke(&member)).await {
-                        tracing::warn!(%victim, error = %ErrorChain(&error), "poking the holder asked failed; it learns at its next listing");
+                    let poked = bounded(&shared, "poke", shared.store.poke(&member)).await;
+                    if !matches!(poked, Ok(true)) {
+                        // Not poked (failed, or a store without pokes): every instance lists
+                        // the rows at its next epoch read, and the listing rings the holder.
+                        tracing::warn!(%victim, poked = ?poked.as_ref().map_err(ToString::to_string), "the holder asked was not poked; bumping the epoch so it learns from a listing");
+                        shared.bump_epoch("hand-over request not poked").await;
                     }
                 }
                 let now = Instant::now();
