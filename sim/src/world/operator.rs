@@ -29,6 +29,24 @@ impl World {
         if open.is_empty() {
             return;
         }
+        // Quiet idle shards: rows held by a running, unfrozen quiet instance first, in the
+        // writer's silence (see `run`) when the move comes then, so the moves meet rows no
+        // checkpoint write will soon show the evict to: only the poke (or the listing the
+        // epoch bump causes) tells their holder.
+        let quiet: Vec<&Lease> = open
+            .iter()
+            .copied()
+            .filter(|r| {
+                r.owner.as_deref().is_some_and(|o| {
+                    self.is_quiet(o)
+                        && self
+                            .instances
+                            .iter()
+                            .any(|i| i.id == o && i.running.is_some() && !i.freeze.is_frozen())
+                })
+            })
+            .collect();
+        let open = if quiet.is_empty() { open } else { quiet };
         let row = open[self.rng.usize(..open.len())];
         let shard = row.key.shard().to_owned();
         let earlier = match &row.checkpoint {
