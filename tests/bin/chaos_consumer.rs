@@ -10,6 +10,8 @@
 //! FAN_OUT]`; endpoints from the environment. A record of SLOW_KEY takes its handler 30 ms; a
 //! record of FLAKY_KEY fails its first attempt (and is retried); with FAN_OUT, the process
 //! reads by enhanced fan-out through that stream consumer instead of polling. `-` for none.
+//! With `CHAOS_QUIET=1` in the environment, the subscription runs with quiet idle shards
+//! (`quiet_idle_shards()`).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -208,6 +210,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let subscription = match fan_out {
         Some(consumer) => subscription.fan_out(consumer),
         None => subscription,
+    };
+    let subscription = if std::env::var("CHAOS_QUIET").is_ok_and(|v| v == "1") {
+        subscription.quiet_idle_shards()
+    } else {
+        subscription
     };
     let subscription = match mode {
         "serial" => subscription,

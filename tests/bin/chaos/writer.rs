@@ -47,10 +47,17 @@ pub(crate) async fn writer(
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // With `CHAOS_QUIET=1` (the consumers run quiet idle shards), puts come in bursts of 10 s
+    // every 40 s, so rows go idle for longer than a lease and faults meet idle rows.
+    let quiet = std::env::var("CHAOS_QUIET").is_ok_and(|v| v == "1");
+    let began = tokio::time::Instant::now();
     while !*stop.borrow() {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.changed() => break,
+        }
+        if quiet && began.elapsed().as_millis() % 40_000 >= 10_000 {
+            continue;
         }
         let mut next_payload = |k: usize| {
             let payload = format!("k{k}#{}", counts[k]);
