@@ -198,8 +198,16 @@ impl World {
             rec.single_lane();
         }
         let hooks = if plan.hooks { HOOK_SLACK } else { 0 };
-        let stall_bound = CRASH_TAKEOVER_BOUND + READ_SLACK + hooks;
-        let leave_bound = LEAVE_BOUND + hooks;
+        // Epoch reads up to 2 s late: each take tick waits for its read, so rows freed by a
+        // leave (or a burial) are noticed later (seed 1755: 7.5 s after a leave, bound 7.5 s;
+        // see `EPOCH_SLACK`).
+        let epochs = if plan.has(Fault::EpochFaults) {
+            crate::liveness::EPOCH_SLACK
+        } else {
+            0
+        };
+        let stall_bound = CRASH_TAKEOVER_BOUND + READ_SLACK + hooks + epochs;
+        let leave_bound = LEAVE_BOUND + hooks + epochs;
         Self {
             rng: fastrand::Rng::with_seed(plan.seed),
             plan,
