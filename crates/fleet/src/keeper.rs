@@ -332,25 +332,22 @@ impl Keeper {
                         let wait = self.shared.config.lease_duration;
                         return self.finish(due, Release::Stopping, deadline, wait).await;
                     }
-                    None => commands_open = false,
+                    None => {
+                        commands_open = false;
+                        continue;
+                    }
                 },
                 _ = kinesis_shard_reader::control::releasing(&mut phase) => {
                     let due = self.cursor.due(&self.settlement);
                     return self.finish(due, Release::Stopping, deadline, std::time::Duration::ZERO).await;
                 }
+                // The branches below fall through to one renewal after the `select!`.
                 () = self.poked() => {
                     // A quiet keeper: somebody else wrote rows of this instance. Write ours now
                     // (see the module docs); the next poke or nudge waits a third of a renew
                     // interval, so a failing store is not hammered.
                     self.poke_retry_at = Instant::now() + self.shared.config.renew_interval / 3;
                     tracing::debug!("poked: writing the row to check it");
-                    let (renewed, next) = self.renew(deadline).await;
-                    deadline = next;
-                    match self.after_renewal(renewed) {
-                        Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
-                        Ok(None) => {}
-                        Err(exit) => return exit,
-                    }
                 }
                 _ = tick.tick() => {
                     if self.may_skip() {
@@ -358,14 +355,14 @@ impl Keeper {
                         self.counted.publish(self.shared.config.clock.now_ms());
                         continue;
                     }
-                    let (renewed, next) = self.renew(deadline).await;
-                    deadline = next;
-                    match self.after_renewal(renewed) {
-                        Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
-                        Ok(None) => {}
-                        Err(exit) => return exit,
-                    }
                 }
+            }
+            let (renewed, next) = self.renew(deadline).await;
+            deadline = next;
+            match self.after_renewal(renewed) {
+                Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
+                Ok(None) => {}
+                Err(exit) => return exit,
             }
         }
     }
