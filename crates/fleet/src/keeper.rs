@@ -18,27 +18,8 @@
 //! renewal stops the reader at once. Stopping revokes the shard's settlement: undelivered
 //! records are dropped, and nothing more is written.
 //!
-//! # Quiet idle shards (`ReaderConfig::quiet_idle`)
-//!
-//! With the option on, a tick writes the row only when its checkpoint moved: an idle shard
-//! costs no write. The row then stands still, and that is safe because of how rows held by a
-//! member move (see `roster`): no instance takes a present member's row, and every keeper stops
-//! with its member row. Only two writes by others touch such a row: an operator's evict and a
-//! hand-over request. Both poke the holder's member row (`LeaseStore::poke`; the evict in the
-//! same write), and the member row's renewal, every renew interval, returns the pokes. So:
-//!
-//! - a renewal of the member row sent at `R` that returns no poke this keeper has not checked
-//!   proves that no evict had landed on its row before `R`: the keeper may go on until
-//!   `R + lease - renew`, as if it had written its own row at `R` (`Quiet::clear_until`);
-//! - a poke it has not checked makes it write its row at once: a write that lands proves the
-//!   row still held (and returns a hand-over request, if any); a lost write stops the reader.
-//!   Until then its time runs from the last renewal that showed no new poke, so it stops within
-//!   `lease - renew` of that renewal whatever the store does.
-//!
-//! An evicted row is taken by another instance only once its counter stood still for a lease
-//! after the evict, so the keeper stops before anybody else may read the shard. Rows held by
-//! instances of a release before the roster (which take rows standing still) make every quiet
-//! keeper renew as before while a listing shows them.
+//! With `ReaderConfig::quiet_idle`, a tick with nothing to checkpoint writes nothing: see
+//! `quiet` for why that is safe and what makes such a keeper write at once.
 
 use std::sync::Arc;
 
@@ -48,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
 use crate::member_state::MemberState;
+use crate::quiet::Quiet;
 use crate::shared::{Exit, Shared};
 use crate::{Release, ShardInfo};
 use kinesis_lease_core::Backoff;
@@ -69,44 +51,13 @@ pub(crate) struct Keeper {
     /// RecordsProcessed and DataBytesProcessed, published at each renewal and when dropped.
     pub(crate) counted: crate::metrics::Counted,
     /// With `quiet_idle`: the pokes checked and the time they clear (see the module docs).
-    pub(crate) quiet: Option<std::sync::Mutex<Quiet>>,
+    pub(crate) quiet: Option<Quiet>,
     /// Rings when a listing shows this row wanted by another instance, or with a token not
     /// ours: a quiet keeper writes its row at once.
     pub(crate) nudge: Arc<tokio::sync::Notify>,
     /// A quiet keeper's write on a poke or a nudge goes no earlier than this (a failing store
     /// is not hammered).
     pub(crate) poke_retry_at: Instant,
-}
-
-/// What a quiet keeper knows of the writes others made to its row (see the module docs).
-#[derive(Debug)]
-pub(crate) struct Quiet {
-    /// The member row's pokes, up to which every poke was followed by a write of this row that
-    /// landed (or was made before this holding's take was sent).
-    pub(crate) checked: u64,
-    /// Until when this keeper may go on on the strength of member renewals that returned no
-    /// unchecked poke.
-    pub(crate) clear_until: Instant,
-}
-
-impl Quiet {
-    /// A quiet keeper whose take was sent when the member row's pokes were `pokes`: every
-    /// poke up to then was about an earlier holding.
-    pub(crate) fn new(pokes: u64, taken_at: Instant) -> std::sync::Mutex<Self> {
-        std::sync::Mutex::new(Self {
-            checked: pokes,
-            clear_until: taken_at,
-        })
-    }
-
-    /// Takes in the member state: its deadline clears this keeper when it shows no unchecked
-    /// poke. Returns the time until which the keeper may go on by the member row alone.
-    fn observe(&mut self, member: &MemberState) -> Instant {
-        if member.pokes <= self.checked {
-            self.clear_until = self.clear_until.max(member.deadline);
-        }
-        self.clear_until
-    }
 }
 
 /// What one renewal came to.
@@ -168,7 +119,7 @@ impl Keeper {
         let own = match &self.quiet {
             // Instances of a release before the roster take rows that stood still for a
             // lease: the row's own writes decide then, not the member row.
-            Some(quiet) if !legacy => deadline.max(lock(quiet).observe(&member)),
+            Some(quiet) if !legacy => deadline.max(quiet.observe(&member)),
             _ => deadline,
         };
         own.min(member.deadline)
@@ -180,7 +131,7 @@ impl Keeper {
             return false;
         };
         let member = *self.shared.member.borrow();
-        member.pokes > lock(quiet).checked
+        member.pokes > quiet.checked()
     }
 
     /// True when this tick may skip writing the row: a quiet keeper with nothing to
@@ -270,8 +221,7 @@ impl Keeper {
                     // Every poke up to `before.pokes` came before this write was sent, and it
                     // landed: none of them evicted this holding.
                     if before.incarnation == self.incarnation {
-                        let mut quiet = lock(quiet);
-                        quiet.checked = quiet.checked.max(before.pokes);
+                        quiet.checked_up_to(before.pokes);
                     }
                 }
                 tracing::trace!(checkpoint = ?due.as_ref().map(ToString::to_string), "renewed");
@@ -748,11 +698,6 @@ fn after(wait: std::time::Duration) -> Instant {
 
 fn shared_metrics_handed_over(shared: &crate::shared::Shared) {
     shared.metrics.handed_over();
-}
-
-/// The quiet state, through a poisoned lock too (it holds two plain values).
-fn lock(quiet: &std::sync::Mutex<Quiet>) -> std::sync::MutexGuard<'_, Quiet> {
-    quiet.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The checkpoint a row holds, for logs: the stored text, or `none (never checkpointed)`.

@@ -30,6 +30,7 @@ mod lag;
 mod member;
 mod member_state;
 mod metrics;
+mod quiet;
 mod roster;
 mod shared;
 mod take_plan;

@@ -17,7 +17,7 @@ pub(crate) struct MemberState {
     pub(crate) announced: bool,
     /// The member row's pokes as its last landed write returned them (see
     /// `LeaseStore::poke`): others wrote rows this instance holds (an operator's evict, a
-    /// hand-over request). Quiet keepers (see `keeper`) write their row when it grows.
+    /// hand-over request). Quiet keepers (see `quiet`) write their row when it grows.
     pub(crate) pokes: u64,
 }
 

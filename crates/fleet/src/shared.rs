@@ -41,7 +41,7 @@ pub(crate) struct Held {
     pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
     pub(crate) kpl: Arc<KplCounters>,
     pub(crate) refusal: Arc<kinesis_shard_reader::Refusal>,
-    /// Tells a quiet keeper (see `keeper`) to write its row now: a listing showed it wanted by
+    /// Tells a quiet keeper (see `quiet`) to write its row now: a listing showed it wanted by
     /// another instance, or carrying a token not its own.
     pub(crate) nudge: Arc<tokio::sync::Notify>,
 }
@@ -69,7 +69,7 @@ pub(crate) struct Shared {
     pub(crate) roster_bump_owed: std::sync::atomic::AtomicBool,
     /// The last listing showed rows held by instances of a release before the roster: they
     /// take a row once its counter stood still for a lease, so quiet keepers renew every
-    /// renew interval while they are seen (see `keeper`).
+    /// renew interval while they are seen (see `quiet`).
     pub(crate) legacy_rows: std::sync::atomic::AtomicBool,
 }
 

@@ -263,7 +263,7 @@ struct Pending {
     sent: Instant,
     /// The membership incarnation the take was sent under.
     incarnation: u64,
-    /// The member row's pokes when the take was sent (see `keeper`).
+    /// The member row's pokes when the take was sent (see `quiet`).
     pokes: u64,
 }
 

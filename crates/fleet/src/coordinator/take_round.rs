@@ -254,7 +254,7 @@ impl State {
         match asked.await {
             Ok(Outcome::Written(_)) => {
                 tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
-                // Tell the holder through its member row: a quiet keeper (see `keeper`) does
+                // Tell the holder through its member row: a quiet keeper (see `quiet`) does
                 // not write its row until then. In a task of its own, off the take round's
                 // path: a slow lease table must not delay the round's takes.
                 if let Ok(member) = crate::member::member_key(row.key.stream(), victim) {
