@@ -28,7 +28,6 @@ use kinesis_lease_core::{Checkpoint, ErrorChain, Holder, Lease, LeaseKey, LeaseR
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{interval_at, sleep_until, timeout_at, Instant, MissedTickBehavior};
 
-use crate::member_state::MemberState;
 use crate::quiet::Quiet;
 use crate::shared::{Exit, Shared};
 use crate::{Release, ShardInfo};
