@@ -108,7 +108,7 @@ impl StoreFaults {
     }
 
     /// True while roster bumps fail.
-    fn roster_bumps_fail(&self) -> bool {
+    pub fn roster_bumps_fail(&self) -> bool {
         self.lock()
             .roster_bumps_fail_until
             .is_some_and(|u| u > Instant::now())

@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .without_time()
+            .with_timer(SimTime)
             .init();
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -95,5 +95,20 @@ fn watched(seed: u64) -> kinesis_sim::Report {
             println!("simulation seed {seed} HUNG: no end after 120 s of wall time\nreplay: cargo xtask sim --seed {seed}");
             std::process::exit(1);
         }
+    }
+}
+
+/// Log times in simulated seconds: from the first logged event, which the first join makes at
+/// the run's start, so they line up with the history's times.
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        if tokio::runtime::Handle::try_current().is_err() {
+            return write!(w, "{:>10}", "-");
+        }
+        let start = *START.get_or_init(tokio::time::Instant::now);
+        write!(w, "{:>9.3}s", start.elapsed().as_secs_f64())
     }
 }

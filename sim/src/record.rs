@@ -378,7 +378,16 @@ impl Recorder {
                 shard.clone(),
                 ShardNow {
                     due: put.max(parents_done),
-                    progress: state.progress.get(shard).copied().max(lanes_freed),
+                    // An ancestor read again (released or reset before its checkpoint
+                    // reached its end: records handled once are delivered again) holds the
+                    // child back while that re-reading makes progress.
+                    progress: state.progress.get(shard).copied().max(lanes_freed).max(
+                        parents
+                            .iter()
+                            .filter_map(|p| state.progress.get(p))
+                            .max()
+                            .copied(),
+                    ),
                     busy,
                     parents,
                     lane_busy,

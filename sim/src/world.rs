@@ -147,6 +147,9 @@ pub(crate) struct World {
     /// of their join, so they must hold no shard, and once crashed their member row waits for
     /// the next roster change to be buried.
     unannounced_ids: BTreeSet<String>,
+    /// The roster's epoch at the last sample: when it moves, every member row is listed by
+    /// every instance, so crashed unannounced members are watched from then on.
+    roster_epoch: u64,
     /// Rows in the operator's hold, by shard: when the operator moved them (ms).
     evicted: BTreeMap<String, u64>,
     /// Per owner id: its member row's token at the last sample, and since when it carries it
@@ -233,6 +236,7 @@ impl World {
             unannounced: None,
             next_unannounced: None,
             unannounced_ids: BTreeSet::new(),
+            roster_epoch: 0,
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
             double_held: BTreeMap::new(),
@@ -559,11 +563,10 @@ impl World {
             Ok(running) => {
                 self.rec
                     .note(format!("{id} started (clock skew {skew} ms)"));
-                if muted.is_none() {
-                    // Started again with the id of an unannounced one that crashed: its join
-                    // is announced (and it takes the old member row over).
-                    self.unannounced_ids.remove(&id);
-                }
+                // Started again with the id of an unannounced one that crashed: its join is
+                // announced by its own roster bump, when that lands (`announce`), not now: a
+                // process that crashes before it joined leaves the old row unknown as before.
+                let _ = muted;
                 let now = self.rec.now_ms();
                 self.with_id(&id, |l| {
                     l.live += 1;
@@ -1378,6 +1381,7 @@ impl World {
 
     /// One sample of the checkers (also while a start runs: see `starting`).
     async fn sample(&mut self) {
+        self.announce().await;
         self.monitor_rows().await;
         self.monitor_members().await;
         self.monitor_holds().await;
@@ -1485,6 +1489,41 @@ impl World {
                 if stall.after_leave { ", after its holder's graceful leave" } else { "" },
                 stall.since as f64 / 1000.0
             ));
+        }
+    }
+
+    /// A roster bump landed since the last sample: every instance lists the roster, so member
+    /// rows nobody was told of are known from now on. Every unannounced id but the running one
+    /// whose bumps fail is announced, and a crashed one's burial clock starts now (the bump
+    /// landed within the last sample interval: up to that much slack).
+    async fn announce(&mut self) {
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(epoch) = store.epoch(&format!("{STREAM}@members")).await else {
+            return;
+        };
+        if epoch == self.roster_epoch {
+            return;
+        }
+        self.roster_epoch = epoch;
+        // A running instance whose own bumps fail stays unannounced: it may not take.
+        let muted: BTreeSet<&str> = self
+            .instances
+            .iter()
+            .filter(|i| i.running.is_some() && i.faults.roster_bumps_fail())
+            .map(|i| i.id.as_str())
+            .collect();
+        let now = self.rec.now_ms();
+        let announced: Vec<String> = self
+            .unannounced_ids
+            .iter()
+            .filter(|id| !muted.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in announced {
+            self.unannounced_ids.remove(&id);
+            if let Some(orphan) = self.orphans.get_mut(&id) {
+                orphan.since_ms = orphan.since_ms.max(now);
+            }
         }
     }
 

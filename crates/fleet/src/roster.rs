@@ -36,7 +36,7 @@
 //! be taken once its counter stood still for a lease, as before; while such rows exist the
 //! coordinator lists every list interval.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use kinesis_lease_core::Lease;
@@ -78,6 +78,32 @@ pub(crate) fn present(rows: &[Lease]) -> HashSet<String> {
         .filter(|r| is_present(r))
         .map(|r| r.key.shard().to_owned())
         .collect()
+}
+
+/// The members present in a listing of member rows, with their holding's token: a member that
+/// left or was buried and came back under its own id holds a new one.
+pub(crate) fn holdings(rows: &[Lease]) -> HashMap<String, Option<String>> {
+    rows.iter()
+        .filter(|r| is_present(r))
+        .map(|r| (r.key.shard().to_owned(), r.token.clone()))
+        .collect()
+}
+
+/// The member `me` would watch had nobody joined since it saw the members `seen` (with their
+/// holdings): among `members` (with theirs), one whose holding is not the one seen joined
+/// since, even under an id seen before (buried by another member and back within one watch).
+pub(crate) fn successor_without_joins<'a>(
+    seen: &HashMap<String, Option<String>>,
+    members: &'a HashMap<String, Option<String>>,
+    me: &str,
+) -> Option<&'a str> {
+    let stayed: HashSet<String> = members
+        .iter()
+        .filter(|(id, token)| seen.get(*id) == Some(*token))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let old = successor(&stayed, me)?;
+    members.get_key_value(old).map(|(id, _)| id.as_str())
 }
 
 /// The member `me` watches: the next owner id after `me` in sorted order, wrapping around, so
@@ -168,6 +194,38 @@ mod tests {
             member("e", Some("e"), None),
         ];
         assert_eq!(present(&rows), set(&["a"]));
+    }
+
+    fn holding(members: &[(&str, &str)]) -> HashMap<String, Option<String>> {
+        members
+            .iter()
+            .map(|(id, token)| ((*id).to_owned(), Some((*token).to_owned())))
+            .collect()
+    }
+
+    #[test]
+    fn a_member_back_under_its_own_id_counts_as_joined() {
+        let seen = holding(&[("a", "1"), ("c", "2"), ("e", "3")]);
+        // Nobody joined: the successor stays.
+        assert_eq!(successor_without_joins(&seen, &seen, "a"), Some("c"));
+        // c buried by another member and back under its own id, all between two watches of
+        // a: the member after it is a's to watch until c's new holding proves alive.
+        let back = holding(&[("a", "1"), ("c", "9"), ("e", "3")]);
+        assert_eq!(successor_without_joins(&seen, &back, "a"), Some("e"));
+        // A new id between: the same.
+        let joined = holding(&[("a", "1"), ("b", "7"), ("c", "2"), ("e", "3")]);
+        assert_eq!(successor_without_joins(&seen, &joined, "a"), Some("c"));
+        // Everyone else new: none.
+        assert_eq!(
+            successor_without_joins(&seen, &holding(&[("a", "1"), ("c", "8")]), "a"),
+            None
+        );
+        let rows = [
+            member("a", Some("a"), Some("1")),
+            member("c", Some("a"), Some("5")),
+            member("e", None, None),
+        ];
+        assert_eq!(holdings(&rows), holding(&[("a", "1")]));
     }
 
     #[test]

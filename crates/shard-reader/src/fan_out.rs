@@ -299,7 +299,10 @@ pub async fn register_consumer(shared: &ReadContext, name: &str) -> Result<Strin
     let stream = shared.config.stream.as_str();
     let kinesis = shared.kinesis.clone();
     let deadline = Instant::now() + ACTIVE_WITHIN;
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    // Described at most every 2 s: one reader per instance does it (`consumer_again`), and
+    // every second of the wait past the consumer's `ACTIVE` is a second no shard is read.
+    let fresh = || Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
+    let mut backoff = fresh();
     let late = || ReaderError::InUse {
         operation: "DescribeStreamConsumer",
         resource: format!("{stream}/consumer/{name} (not ACTIVE within {ACTIVE_WITHIN:?})"),
@@ -333,7 +336,12 @@ pub async fn register_consumer(shared: &ReadContext, name: &str) -> Result<Strin
             tokio::time::sleep(backoff.next_delay()).await;
             match kinesis.describe_consumer(stream, name).await {
                 Ok(described) => consumer = described,
-                Err(ReaderError::ConsumerNotFound { .. }) => continue 'register,
+                // Gone at last (it was `DELETING`): register the new one, and wait for it
+                // from short delays again.
+                Err(ReaderError::ConsumerNotFound { .. }) => {
+                    backoff = fresh();
+                    continue 'register;
+                }
                 Err(error) if error.is_retryable() => {
                     tracing::warn!(error = %ErrorChain(&error), consumer = name, "describing the fan-out consumer failed; retrying");
                 }

@@ -93,6 +93,10 @@ impl World {
                 puts.extend(self.put_record());
             }
         }
+        // The stream no longer lists a trimmed shard, but its children still wait for its
+        // parents (their records come first for every key): the recorder learns its lineage
+        // before it goes.
+        self.note_parents();
         let trimmed = first_parent.filter(|parent| {
             import.trimmed_parent && self.kinesis.trim_shard(STREAM, parent).is_ok()
         });

@@ -191,9 +191,11 @@ pub(super) struct Watcher {
     unconfirmed: Option<String>,
     /// The successor this instance watched at its last watch.
     successor: Option<String>,
-    /// The members at its last watch (`None` before the first): those not among them joined
-    /// since.
-    seen_members: Option<HashSet<String>>,
+    /// The tokens of the members' holdings at the last roster listing.
+    holdings: HashMap<String, Option<String>>,
+    /// The members at its last watch, with their holdings (`None` before the first): those not
+    /// among them, or holding anew, joined since.
+    seen_members: Option<HashMap<String, Option<String>>>,
     /// Former successors still watched after members joined between this instance and them
     /// (see the module docs): who, and when this instance saw the ring change. Several when
     /// members join one after the other (a crashed newcomer replaced by another).
@@ -218,6 +220,7 @@ impl Watcher {
             written_after: None,
             unconfirmed: None,
             successor: None,
+            holdings: HashMap::new(),
             seen_members: None,
             formers: HashMap::new(),
             glance_at: Instant::now(),
@@ -252,6 +255,7 @@ impl Watcher {
             Ok(rows) => {
                 let now = Instant::now();
                 self.members = roster::present(&rows);
+                self.holdings = roster::holdings(&rows);
                 let departed = crate::cleanup::departed(&rows);
                 self.departed
                     .retain(|id, _| departed.iter().any(|r| r.key.shard() == id));
@@ -346,20 +350,22 @@ impl Watcher {
         // members joined between, it stays watched for a while. (Not only the last successor:
         // a burial and a join within one watch make the member after the buried one this
         // instance's to watch without its ever being the successor at a watch.)
+        // A member buried by another and back under its own id within one watch holds anew:
+        // it counts as joined, as it would had this instance buried it (`buried`).
+        let current: HashMap<String, Option<String>> = self
+            .members
+            .iter()
+            .map(|m| (m.clone(), self.holdings.get(m).cloned().flatten()))
+            .collect();
         if let Some(seen) = &self.seen_members {
-            let without_joins: HashSet<String> = self
-                .members
-                .iter()
-                .filter(|m| seen.contains(*m))
-                .cloned()
-                .collect();
-            if let Some(old) = roster::successor(&without_joins, &config.owner) {
-                if Some(old) != successor.as_deref() && self.members.contains(old) {
+            if let Some(old) = roster::successor_without_joins(seen, &current, &config.owner) {
+                if Some(old) != successor.as_deref() {
                     self.formers.entry(old.to_owned()).or_insert(now);
                 }
             }
         }
-        self.seen_members = Some(self.members.clone());
+        self.seen_members = Some(current);
+        tracing::trace!(successor = ?successor, formers = ?self.formers.keys().collect::<Vec<_>>(), members = self.members.len(), "watch");
         self.successor.clone_from(&successor);
         self.watch_formers().await;
         self.glance(successor.as_deref()).await;
