@@ -314,8 +314,12 @@ impl LeaseStore for FaultyStore {
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
         faulty!(self, "delete", true, self.inner.delete(key, observed))
     }
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
-        faulty!(self, "poke", true, self.inner.poke(member))
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        faulty!(self, "poke", true, self.inner.poke(member, about))
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         if stream.ends_with("@members") && self.faults.roster_bumps_fail() {

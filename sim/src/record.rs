@@ -378,16 +378,7 @@ impl Recorder {
                 shard.clone(),
                 ShardNow {
                     due: put.max(parents_done),
-                    // An ancestor read again (released or reset before its checkpoint
-                    // reached its end: records handled once are delivered again) holds the
-                    // child back while that re-reading makes progress.
-                    progress: state.progress.get(shard).copied().max(lanes_freed).max(
-                        parents
-                            .iter()
-                            .filter_map(|p| state.progress.get(p))
-                            .max()
-                            .copied(),
-                    ),
+                    progress: state.progress.get(shard).copied().max(lanes_freed),
                     busy,
                     parents,
                     lane_busy,

@@ -141,8 +141,12 @@ impl LeaseStore for CheckpointLog {
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         self.inner.evict(key, observed, checkpoint, poke)
     }
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
-        self.inner.poke(member)
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.poke(member, about)
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         self.inner.bump_epoch(stream)

@@ -1,4 +1,5 @@
-//! `cargo xtask chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--seeds K]`: the
+//! `cargo xtask chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--seeds K]
+//! [--previous REV]`: the
 //! chaos campaign of real processes on the emulators (see `tests/bin/chaos/` for the faults
 //! and the checks).
 //!
@@ -8,6 +9,11 @@
 //! runs the runner once per seed: `--seed N` alone replays one seed; `--seeds K` runs K seeds
 //! from N (or from a random one). Logs go to `target/chaos/<seed>/`. Stops the emulators by
 //! PID, also on failure; fails when any seed found a violation.
+//!
+//! `--previous REV` makes each run a rolling deploy from the release at git revision REV to
+//! this one (see the runner's docs): REV's tree is exported to `target/chaos-previous/REV/`
+//! and its `chaos-consumer` built there, in a target directory of its own (a cold build of
+//! the AWS SDK the first time: both workspaces would put their consumer at the same path).
 
 use std::process::Command;
 
@@ -33,11 +39,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             .map_err(|_| format!("--seeds {s}: not a number"))?,
         None => 1,
     };
-    // Everything but --seed and --seeds goes to the runner.
+    let previous = value("--previous")
+        .map(|rev| previous_consumer(&rev))
+        .transpose()?;
+    // Everything but --seed, --seeds and --previous goes to the runner.
     let mut passed = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        if args[i] == "--seed" || args[i] == "--seeds" {
+        if args[i] == "--seed" || args[i] == "--seeds" || args[i] == "--previous" {
             i += 2;
             continue;
         }
@@ -90,6 +99,9 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         for (var, value) in &endpoints {
             cmd.env(var, value);
         }
+        if let Some(previous) = &previous {
+            cmd.env("CHAOS_PREVIOUS", previous);
+        }
         let status = cmd
             .status()
             .map_err(|e| format!("cannot run {}: {e}", runner.display()))?;
@@ -106,4 +118,61 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "chaos: violations with seed(s) {failed:?} (replay one: cargo xtask chaos --seed N)"
         ))
     }
+}
+
+/// Exports git revision `rev` of this repository and builds its `chaos-consumer` (see the
+/// module docs); returns the binary's path.
+fn previous_consumer(rev: &str) -> Result<std::path::PathBuf, String> {
+    let commit = Command::new("git")
+        .current_dir(root())
+        .args(["rev-parse", "--verify", &format!("{rev}^{{commit}}")])
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !commit.status.success() {
+        return Err(format!("--previous {rev}: not a commit of this repository"));
+    }
+    let commit = String::from_utf8_lossy(&commit.stdout).trim().to_owned();
+    let dir = target_dir().join("chaos-previous").join(&commit);
+    let tree = dir.join("tree");
+    if !tree.exists() {
+        // Exported beside it and renamed once whole: an export cut short is never reused.
+        let partial = dir.join("tree.partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
+        let mut archive = Command::new("git")
+            .current_dir(root())
+            .args(["archive", "--format=tar", &commit])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run git archive: {e}"))?;
+        let status = Command::new("tar")
+            .args(["-x", "-C"])
+            .arg(&partial)
+            .stdin(archive.stdout.take().ok_or("git archive: no output")?)
+            .status()
+            .map_err(|e| format!("cannot run tar: {e}"))?;
+        let archived = archive.wait().map_err(|e| format!("git archive: {e}"))?;
+        if !status.success() || !archived.success() {
+            return Err(format!("exporting {commit} failed"));
+        }
+        std::fs::rename(&partial, &tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    }
+    eprintln!("xtask: chaos: building the previous release's consumer ({commit})");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .current_dir(&tree)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .args([
+            "build",
+            "--workspace",
+            "--all-features",
+            "--bin",
+            "chaos-consumer",
+        ])
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("building the consumer of {commit} failed"));
+    }
+    Ok(dir.join("target").join("debug").join("chaos-consumer"))
 }

@@ -280,3 +280,59 @@ async fn a_quiet_holder_hands_shards_over_to_an_instance_without_the_option() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A quiet instance holds 12 idle shards alone; another starts with a take interval of 4 s
+/// and is handed six of them, one request at a time, each request more than a member renewal
+/// (3 s) after the last, each followed by a poke of the holder's member row naming the row
+/// asked for. Only that row's keeper writes (the renewal that finds the request, a renewal
+/// while the hand-over settles, the hand-over): 16 row writes here; the other quiet keepers
+/// pass over a poke about another row. With every poke checked by a write (before pokes named
+/// their row, or planted: `Quiet::pass_over` never passing), 67. Requests closer
+/// together than a member renewal (the default take interval of 1 s) still make every quiet
+/// keeper write once per renewal that shows them.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_request_makes_only_the_asked_rows_keeper_write() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 12).expect("stream");
+    let table = MemoryLeaseTable::new();
+    let holder_bill = Billed::new();
+    let a = start(
+        &kinesis,
+        holder_bill.wrap(Arc::new(MemoryLeaseStore::over(&table))),
+        "a",
+        true,
+    )
+    .await;
+    fair(&[("a", &a)], 12, Duration::from_secs(30)).await;
+    sleep(Duration::from_secs(30)).await;
+    let before = holder_bill.bill();
+    let at = Instant::now();
+    let mut asker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(MemoryLeaseStore::over(&table))
+        .owner_id("b")
+        .take_interval(Duration::from_secs(4))
+        .build()
+        .expect("broker");
+    asker
+        .subscribe(STREAM)
+        .quiet_idle_shards()
+        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+        .expect("subscribe");
+    let b = asker.start().await.expect("start");
+    fair(&[("a", &a), ("b", &b)], 12, Duration::from_secs(300)).await;
+    let took = at.elapsed();
+    let writes = holder_bill.bill().write_requests - before.write_requests;
+    a.shutdown().await;
+    b.shutdown().await;
+    // The member row's renewals over the hand-overs (one per 3 s, and one more at each end).
+    let member = took.as_secs() / 3 + 2;
+    let rows = writes.saturating_sub(member);
+    eprintln!(
+        "6 hand-overs in {took:?}: the holder wrote {writes} times, {rows} beside its member row"
+    );
+    assert!(
+        rows <= 3 * 6,
+        "the holder wrote {rows} rows for 6 hand-over requests ({writes} writes in {took:?})"
+    );
+}

@@ -328,7 +328,7 @@ impl LeaseStore for SlowCreates {
         hand_over(key: &'a LeaseKey, holder: &'a Holder, to: &'a str, ttl: Duration, checkpoint: Option<&'a Checkpoint>) -> Outcome;
         delete(key: &'a LeaseKey, observed: u64) -> bool;
         evict(key: &'a LeaseKey, observed: u64, checkpoint: Option<&'a Checkpoint>, poke: Option<&'a LeaseKey>) -> Outcome;
-        poke(member: &'a LeaseKey) -> bool;
+        poke(member: &'a LeaseKey, about: &'a LeaseKey) -> bool;
         bump_epoch(stream: &'a str) -> ();
         epoch(stream: &'a str) -> u64;
         read(key: &'a LeaseKey) -> Option<Lease>;

@@ -107,7 +107,7 @@ impl Keeper {
     /// When the keeper must stop, given its own `deadline`: the earlier of it and the
     /// membership's, or now once the membership it was taken under is gone.
     fn lapse_at(&self, deadline: Instant) -> Instant {
-        let member = *self.shared.member.borrow();
+        let member = self.shared.member.borrow().clone();
         if member.incarnation != self.incarnation {
             return Instant::now();
         }
@@ -129,8 +129,8 @@ impl Keeper {
         let Some(quiet) = &self.quiet else {
             return false;
         };
-        let member = *self.shared.member.borrow();
-        member.pokes > quiet.checked()
+        let member = self.shared.member.borrow().clone();
+        quiet.unchecked(&member)
     }
 
     /// True when this tick may skip writing the row: a quiet keeper with nothing to
@@ -191,7 +191,7 @@ impl Keeper {
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
         // The member state before the write is sent: pokes it shows are checked if it lands.
-        let before = *self.shared.member.borrow();
+        let before = self.shared.member.borrow().clone();
         let sent = Instant::now();
         let lapse = self.lapse_at(deadline);
         let renewed = if sent >= lapse {
@@ -293,8 +293,8 @@ impl Keeper {
                 // The branches below fall through to one renewal after the `select!`.
                 () = self.poked() => {
                     // A quiet keeper: somebody else wrote rows of this instance. Write ours now
-                    // (see the module docs); the next poke or nudge waits a third of a renew
-                    // interval, so a failing store is not hammered.
+                    // (see `quiet`); the next poke or nudge waits a third of a renew interval,
+                    // so a failing store is not hammered.
                     self.poke_retry_at = Instant::now() + self.shared.config.renew_interval / 3;
                     tracing::debug!("poked: writing the row to check it");
                 }

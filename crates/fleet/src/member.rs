@@ -89,8 +89,7 @@ impl Member {
             };
             if let Some((holder, sent)) = tried.take() {
                 if row.is_held_with(&holder) {
-                    let pokes = row.pokes;
-                    return Ok(Some(Self::joined(shared, key, holder, sent, pokes).await));
+                    return Ok(Some(Self::joined(shared, key, holder, sent, &row).await));
                 }
             }
             if roster::is_present(&row) {
@@ -128,9 +127,7 @@ impl Member {
             let take = Take::fenced(config.lease_duration, row.counter);
             match shared.store.take(&key, &holder, &take).await {
                 Ok(Outcome::Written(row)) => {
-                    return Ok(Some(
-                        Self::joined(shared, key, holder, sent, row.pokes).await,
-                    ));
+                    return Ok(Some(Self::joined(shared, key, holder, sent, &row).await));
                 }
                 Ok(Outcome::Lost(_)) => foreign = None,
                 Err(error) => {
@@ -151,7 +148,7 @@ impl Member {
         key: LeaseKey,
         holder: Holder,
         sent: Instant,
-        pokes: u64,
+        row: &Lease,
     ) -> Self {
         let config = &shared.config;
         shared.member.send_modify(|state| {
@@ -160,7 +157,8 @@ impl Member {
             state.announced = false;
             // A new incarnation: the row may have been deleted and created afresh since the
             // last (its pokes back at 0), and its keepers count from its own pokes.
-            state.pokes = pokes;
+            state.pokes = row.pokes;
+            state.poked = row.last_poke_about().map(Into::into);
         });
         tracing::info!(stream = %config.stream, owner = %config.owner, "joined the roster");
         let bump = Some(Self::bump_aside(shared, key.stream()));
@@ -227,7 +225,10 @@ impl Member {
                         Ok(Ok(Outcome::Written(row))) => {
                             shared.member.send_modify(|state| {
                                 state.deadline = state.deadline.max(sent + config.keep_for());
-                                state.pokes = state.pokes.max(row.pokes);
+                                if row.pokes > state.pokes {
+                                    state.pokes = row.pokes;
+                                    state.poked = row.last_poke_about().map(Into::into);
+                                }
                             });
                             // After the renewal and beside the next ones, never on their path
                             // (see `bump_aside`).

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 /// What keepers need to know of this instance's membership.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemberState {
     /// Bumped by every join: keepers started under another incarnation stop.
     pub(crate) incarnation: u64,
@@ -19,6 +19,9 @@ pub(crate) struct MemberState {
     /// `LeaseStore::poke`): others wrote rows this instance holds (an operator's evict, a
     /// hand-over request). Quiet keepers (see `quiet`) write their row when it grows.
     pub(crate) pokes: u64,
+    /// The shard of the row the last of those pokes was about (`Lease::poked`): the keepers
+    /// of the other rows pass over a single new poke.
+    pub(crate) poked: Option<std::sync::Arc<str>>,
 }
 
 impl MemberState {
@@ -29,6 +32,7 @@ impl MemberState {
             deadline: Instant::now(),
             announced: false,
             pokes: 0,
+            poked: None,
         }
     }
 

@@ -33,6 +33,13 @@ pub struct Lease {
     /// writes by others (operators' evicts, hand-over requests) to rows its instance holds.
     /// A poke is not a write of the row's holder and does not bump the counter.
     pub pokes: u64,
+    /// On member rows: the shard of the row the poke numbered [`poked_at`](Self::poked_at)
+    /// was about (see [`last_poke_about`](Self::last_poke_about)).
+    pub poked: Option<String>,
+    /// The number of the poke [`poked`](Self::poked) names: the count the poke that wrote it
+    /// left in [`pokes`](Self::pokes). A writer that counts pokes without naming their row
+    /// (an earlier release) leaves it behind the count.
+    pub poked_at: u64,
 }
 
 impl Lease {
@@ -49,6 +56,8 @@ impl Lease {
             token: None,
             repositioned: None,
             pokes: 0,
+            poked: None,
+            poked_at: 0,
         }
     }
 
@@ -57,6 +66,15 @@ impl Lease {
     pub fn starting_at(mut self, checkpoint: Option<Checkpoint>) -> Self {
         self.checkpoint = checkpoint;
         self
+    }
+
+    /// The shard of the row the last poke was about, when that poke named one: a keeper of
+    /// another shard that sees one poke more than it checked knows it was not about its row.
+    /// `None` when the last poke named no row (or none was made).
+    pub fn last_poke_about(&self) -> Option<&str> {
+        self.poked
+            .as_deref()
+            .filter(|_| self.pokes > 0 && self.poked_at == self.pokes)
     }
 
     /// True when `owner` is the row's owner.
@@ -77,5 +95,23 @@ impl Lease {
     /// True once the shard was read and settled to its end.
     pub fn is_finished(&self) -> bool {
         self.checkpoint == Some(Checkpoint::ShardEnd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_poke_names_its_row_only_when_it_was_the_one_that_named_it() {
+        let mut row = Lease::new(LeaseKey::member("s", "a").unwrap(), Vec::new());
+        assert_eq!(row.last_poke_about(), None, "no poke yet");
+        crate::rules::poked(&mut row, &LeaseKey::new("s", "shardId-1").unwrap());
+        assert_eq!(row.last_poke_about(), Some("shardId-1"));
+        // An earlier release's poke: one more in the count, the named row left behind.
+        row.pokes += 1;
+        assert_eq!(row.last_poke_about(), None);
+        crate::rules::poked(&mut row, &LeaseKey::new("s", "shardId-2").unwrap());
+        assert_eq!((row.pokes, row.last_poke_about()), (3, Some("shardId-2")));
     }
 }

@@ -126,8 +126,12 @@ impl LeaseStore for Outage {
         )
     }
 
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
-        forward!(self, "poke", self.inner.poke(member))
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        forward!(self, "poke", self.inner.poke(member, about))
     }
 
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {

@@ -39,10 +39,13 @@ pub fn may_hand_over(row: Option<&Lease>, holder: &Holder, to: &str) -> bool {
     holds(row, holder) && row.is_some_and(|r| r.wanted_by.as_deref() == Some(to))
 }
 
-/// Pokes `row` (see [`LeaseStore::poke`](crate::LeaseStore::poke)): one more poke, and
-/// nothing else changes (not the counter).
-pub fn poked(row: &mut Lease) {
+/// Pokes `row` about the row keyed `about` (see [`LeaseStore::poke`](crate::LeaseStore::poke)):
+/// one more poke, that row's shard as the last poked, and nothing else changes (not the
+/// counter).
+pub fn poked(row: &mut Lease, about: &crate::LeaseKey) {
     row.pokes = row.pokes.saturating_add(1);
+    row.poked = Some(about.shard().to_owned());
+    row.poked_at = row.pokes;
 }
 
 /// Whether a delete observed at `observed` may remove `row`: it exists and was not written

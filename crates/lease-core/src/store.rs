@@ -16,6 +16,9 @@ pub type LeaseResult<T> = Result<T, LeaseError>;
 /// The result of a conditional write: it landed, or the condition was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
+// `Written` is the common case of every write: boxing the row would cost an allocation per
+// write to save a few bytes on the rare `Lost`.
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     /// The write landed; the row as it now stands.
     Written(Lease),
@@ -146,14 +149,16 @@ impl Take {
 /// counter stood still for a lease, when the old holder has stopped for sure. Stores that
 /// offer no operator writes keep the default body, which refuses.
 ///
-/// *Poke.* [`poke`](LeaseStore::poke) adds one to a member row's [`Lease::pokes`], and
-/// nothing else: not its counter (the others judge a member alive by its counter moving, and a
+/// *Poke.* [`poke`](LeaseStore::poke) adds one to a member row's [`Lease::pokes`] and names
+/// the row it is about in [`Lease::poked`], and nothing else: not its counter (the others judge a member alive by its counter moving, and a
 /// poke is not the member's doing), not its owner, token or expiry. A holder that writes a
 /// shard row only when its checkpoint moves (an idle shard) learns that somebody else wrote
 /// that row from the pokes its member row's renewal returns: an evict pokes in the same write
 /// as it frees the row, so a renewal of the member row that returns no new poke proves that no
 /// evict landed before it was sent. A hand-over request is followed by a poke of its own, so
-/// the holder hands over within a renew interval.
+/// the holder hands over within a renew interval. Naming the row lets the keepers of the
+/// member's other rows pass over a single poke, so one request costs one write of the holder,
+/// not one per idle row it holds.
 ///
 /// *Counter.* Every write that lands bumps the row's counter by exactly one (a poke is not a
 /// write of the row in this sense); a created row has
@@ -242,8 +247,8 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// operator writes.
     ///
     /// `poke`: the member row of the holder the operator observed (see [`LeaseKey::member`]).
-    /// When that row exists, it is poked in the same write, atomically with the evict; when it
-    /// does not (the holder is no member), the row is evicted alone.
+    /// When that row exists, it is poked about `key` in the same write, atomically with the
+    /// evict; when it does not (the holder is no member), the row is evicted alone.
     fn evict<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -261,15 +266,20 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         })
     }
 
-    /// Pokes `member` (see *Poke*): adds one to its [`Lease::pokes`] if the row exists, and
+    /// Pokes `member` about the row keyed `about` (see *Poke*): adds one to its
+    /// [`Lease::pokes`] and sets [`Lease::poked`] to `about`'s shard if the row exists, and
     /// changes nothing else. True when it was poked, false when the row does not exist.
     ///
     /// The default body pokes nothing and returns false: a store without pokes still works
     /// with instances that renew every held row (the default); instances that write idle rows
     /// only when their checkpoint moves then learn of a hand-over request at their next
     /// listing or write instead of within a renew interval.
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
-        let _ = member;
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        let _ = (member, about);
         Box::pin(async { Ok(false) })
     }
 

@@ -30,8 +30,8 @@ use kinesis_lease_core::{
 };
 
 use crate::item::{
-    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS, POKES,
-    REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS, POKED,
+    POKED_AT, POKES, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, PAGED_FORMAT};
 
@@ -171,6 +171,10 @@ pub(crate) fn row_size(row: &Lease) -> usize {
         + string(WRITE_ID, &"0".repeat(32));
     if row.pokes > 0 {
         size += number(POKES, row.pokes);
+    }
+    size += row.poked.as_deref().map_or(0, |p| string(POKED, p));
+    if row.poked_at > 0 {
+        size += number(POKED_AT, row.poked_at);
     }
     size += row.owner.as_deref().map_or(0, |o| string(OWNER, o));
     size += row.token.as_deref().map_or(0, |t| string(TOKEN, t));
@@ -360,10 +364,14 @@ impl LeaseStore for BilledStore {
         })
     }
 
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let row = self.inner.read(member).await.ok().flatten();
-            let poked = self.inner.poke(member).await;
+            let poked = self.inner.poke(member, about).await;
             if poked.is_ok() {
                 let size = row.as_ref().map_or(0, row_size);
                 self.meter().write_item(size);

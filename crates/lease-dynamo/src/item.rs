@@ -20,6 +20,10 @@ pub(crate) const REPOSITIONED: &str = "repositioned";
 pub(crate) const WRITE_ID: &str = "write_id";
 /// A member row's poke count (see `LeaseStore::poke`); absent until the first poke.
 pub(crate) const POKES: &str = "lease_pokes";
+/// A member row's last poke's row (its shard id; see `Lease::poked`), set with the count.
+pub(crate) const POKED: &str = "lease_poked";
+/// The count that poke left (see `Lease::poked_at`).
+pub(crate) const POKED_AT: &str = "lease_poked_at";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A page's set of shard ids (and a legacy header's, see `pages`).
@@ -69,6 +73,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
     let wanted_by = string(WANTED_BY)?;
     let token = string(TOKEN)?;
     let repositioned = string(REPOSITIONED)?;
+    let poked = string(POKED)?;
     let number = |name: &str| -> Result<Option<u64>, LeaseError> {
         match item.get(name) {
             None => Ok(None),
@@ -82,6 +87,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
     let expiry_ms = number(EXPIRY)?.unwrap_or(0);
     let counter = number(COUNTER)?.unwrap_or(0);
     let pokes = number(POKES)?.unwrap_or(0);
+    let poked_at = number(POKED_AT)?.unwrap_or(0);
     let subsequence = number(SUBSEQUENCE)?;
     let checkpoint = match item.get(CHECKPOINT) {
         None => None,
@@ -106,6 +112,8 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         token,
         repositioned,
         pokes,
+        poked,
+        poked_at,
     })
 }
 

@@ -21,7 +21,7 @@ use kinesis_lease_core::{
 use crate::condition::{self, Cond};
 use crate::item::{
     index_key, lost_from, n, s, to_lease, Item, CHECKPOINT, COUNTER, EXPIRY, KEY, OWNER, PARENTS,
-    POKES, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    POKED, POKED_AT, POKES, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, Format};
 use crate::retry::{retrying, RetryPolicy};
@@ -279,9 +279,11 @@ impl DynamoLeaseStore {
         let poke = Update::builder()
             .table_name(&*self.table)
             .key(KEY, s(member.to_string()))
-            .update_expression(format!("ADD {POKES} :one"))
+            .update_expression(poke_update())
             .condition_expression(format!("attribute_exists({KEY})"))
             .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":about", s(key.shard()))
             .build()
             .map_err(failed)?;
         let out = retrying(
@@ -628,7 +630,11 @@ impl LeaseStore for DynamoLeaseStore {
         })
     }
 
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let raw_key = member.to_string();
             let resource = self.resource(&raw_key);
@@ -638,9 +644,11 @@ impl LeaseStore for DynamoLeaseStore {
                     .update_item()
                     .table_name(&*self.table)
                     .key(KEY, s(raw_key.clone()))
-                    .update_expression(format!("ADD {POKES} :one"))
+                    .update_expression(poke_update())
                     .condition_expression(format!("attribute_exists({KEY})"))
                     .expression_attribute_values(":one", n(1))
+                    .expression_attribute_values(":zero", n(0))
+                    .expression_attribute_values(":about", s(about.shard()))
                     .send()
             })
             .await?;
@@ -706,4 +714,14 @@ impl LeaseStore for DynamoLeaseStore {
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
         Box::pin(self.list_indexed(stream))
     }
+}
+
+/// A poke's update (see `LeaseStore::poke`): one more poke, the row it is about, and the count
+/// it left beside that row (both from the item before the update), so a count an earlier
+/// release adds to without naming a row no longer matches it.
+fn poke_update() -> String {
+    format!(
+        "SET {POKES} = if_not_exists({POKES}, :zero) + :one, {POKED} = :about, \
+         {POKED_AT} = if_not_exists({POKES}, :zero) + :one"
+    )
 }

@@ -224,7 +224,7 @@ impl LeaseStore for MemoryLeaseStore {
                     .get_mut(member.stream())
                     .and_then(|s| s.get_mut(member.shard()))
                 {
-                    rules::poked(m);
+                    rules::poked(m, key);
                 }
             }
             let Some(row) = rows
@@ -240,7 +240,11 @@ impl LeaseStore for MemoryLeaseStore {
         })
     }
 
-    fn poke<'a>(&'a self, member: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<bool>> {
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
         Box::pin(async move {
             let mut rows = self.table.lock();
             match rows
@@ -248,7 +252,7 @@ impl LeaseStore for MemoryLeaseStore {
                 .and_then(|s| s.get_mut(member.shard()))
             {
                 Some(row) => {
-                    rules::poked(row);
+                    rules::poked(row, about);
                     Ok(true)
                 }
                 None => Ok(false),

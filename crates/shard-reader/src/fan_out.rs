@@ -336,10 +336,13 @@ pub async fn register_consumer(shared: &ReadContext, name: &str) -> Result<Strin
             tokio::time::sleep(backoff.next_delay()).await;
             match kinesis.describe_consumer(stream, name).await {
                 Ok(described) => consumer = described,
-                // Gone at last (it was `DELETING`): register the new one, and wait for it
-                // from short delays again.
+                // Gone at last after `DELETING`: register the new one, and wait for it from
+                // short delays again. (Not found otherwise, say just after registering on a
+                // lagging endpoint: register again on the same backoff, never in a tight loop.)
                 Err(ReaderError::ConsumerNotFound { .. }) => {
-                    backoff = fresh();
+                    if consumer.status == ConsumerStatus::Deleting {
+                        backoff = fresh();
+                    }
                     continue 'register;
                 }
                 Err(error) if error.is_retryable() => {

@@ -29,6 +29,13 @@
 //!
 //! Usage: `chaos [--seed N] [--minutes M] [--processes P] [--shards S] [--dir DIR]`;
 //! endpoints from the environment (127.0.0.1 only).
+//!
+//! With `CHAOS_PREVIOUS=<path of the previous release's chaos-consumer>` (`cargo xtask chaos
+//! --previous REV` builds it), the run is a rolling deploy: every slot's first process is the
+//! previous release, each slot is deployed in turn over the first 60 % of the run (SIGTERM,
+//! then this release's consumer, every other one under the same owner id), and every process
+//! of this release runs with quiet idle shards: the option turned on by the deploy, in a fleet
+//! where both releases share the table. The checks are the same.
 
 #[cfg(test)]
 mod check_tests;
@@ -55,7 +62,7 @@ use kinesis_integ::{
 use crate::checks::{Checks, Violation};
 use crate::events::{read_events, Event, Kind};
 use crate::fired::Fired;
-use crate::schedule::{fan_out, reshards, schedule, Fault};
+use crate::schedule::{fan_out, reshards, rolling, schedule, Fault};
 use crate::writer::{writer, Put, KEYS};
 
 /// The stream consumer fan-out processes read through.
@@ -146,6 +153,8 @@ struct Campaign {
     flaky_key: String,
     slots: Vec<Slot>,
     fired: Vec<Fired>,
+    /// `CHAOS_PREVIOUS`: the previous release's consumer, run as every slot's first process.
+    previous: Option<PathBuf>,
 }
 
 impl Campaign {
@@ -155,10 +164,20 @@ impl Campaign {
     }
 
     fn spawn(&mut self, i: usize) {
-        let exe = std::env::current_exe()
+        let current = std::env::current_exe()
             .expect("own path")
             .with_file_name("chaos-consumer");
         let slot = &mut self.slots[i];
+        // A rolling deploy: the previous release first, this one (with quiet idle shards,
+        // the option turned on by the deploy) for every process started after.
+        let (exe, quiet) = match &self.previous {
+            Some(previous) if slot.incarnation == 0 => (previous.clone(), false),
+            Some(_) => (current, true),
+            None => (
+                current,
+                std::env::var("CHAOS_QUIET").is_ok_and(|v| v == "1"),
+            ),
+        };
         slot.incarnation += 1;
         let name = Self::process_name(slot);
         let log = self.args.dir.join(format!("{name}.log"));
@@ -178,6 +197,7 @@ impl Campaign {
             ])
             .env("AWS_ENDPOINT_URL_DYNAMODB", slot.dynamo.endpoint())
             .env("AWS_ENDPOINT_URL_KINESIS", slot.kinesis.endpoint())
+            .env("CHAOS_QUIET", if quiet { "1" } else { "0" })
             .env_remove("AWS_ENDPOINT_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -399,9 +419,20 @@ async fn run(args: Args) -> i32 {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+    let previous = std::env::var_os("CHAOS_PREVIOUS").map(PathBuf::from);
     let plan = schedule(args.seed, args.minutes, args.processes);
+    let plan = match &previous {
+        Some(_) => rolling(args.minutes, args.processes, plan),
+        None => plan,
+    };
     let fan_out = fan_out(args.seed, args.processes);
     let resharding = reshards(args.seed, args.minutes, &plan, &fan_out);
+    if let Some(previous) = &previous {
+        println!(
+            "chaos: a rolling deploy from the previous release ({}) to this one, quiet idle shards on with it",
+            previous.display()
+        );
+    }
     println!(
         "chaos: seed {}, {} min, {} processes, {} shards, {} faults, {} reshards; logs in {}",
         args.seed,
@@ -460,6 +491,7 @@ async fn run(args: Args) -> i32 {
         flaky_key,
         slots,
         fired: Vec::new(),
+        previous: previous.clone(),
     };
     for i in 0..args.processes {
         campaign.spawn(i);

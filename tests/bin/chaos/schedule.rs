@@ -111,6 +111,34 @@ pub(crate) fn schedule(seed: u64, minutes: f64, processes: usize) -> Vec<(Durati
     out
 }
 
+/// A rolling deploy over `plan` (`CHAOS_PREVIOUS`, see the runner): every slot is deployed in
+/// turn, the first 15 s in and the others spread over the first 60 % of the run, so processes
+/// of both releases share the table for most of it while the drawn faults go on. Every other
+/// slot keeps its owner id (the new process takes the old one's member row over).
+pub(crate) fn rolling(
+    minutes: f64,
+    processes: usize,
+    plan: Vec<(Duration, Fault)>,
+) -> Vec<(Duration, Fault)> {
+    let first = Duration::from_secs(15);
+    let spread = Duration::from_secs_f64(minutes * 60.0 * 0.6).saturating_sub(first);
+    let step = spread / u32::try_from(processes.max(1)).unwrap_or(u32::MAX);
+    let mut out = plan;
+    for slot in 0..processes {
+        let at = first + step * u32::try_from(slot).unwrap_or(u32::MAX);
+        out.push((
+            at,
+            Fault::Deploy {
+                slot,
+                same_owner: slot % 2 == 1,
+            },
+        ));
+    }
+    // Stable: a deploy drawn at the same second as a fault fires after it.
+    out.sort_by_key(|(at, _)| *at);
+    out
+}
+
 /// A change of the stream's shards, on a timeline of its own: faults go on meanwhile.
 #[derive(Debug, Clone)]
 pub(crate) struct Reshard {
@@ -178,4 +206,37 @@ pub(crate) fn fan_out(seed: u64, processes: usize) -> Vec<bool> {
         out[rng.usize(..processes)] = true;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rolling_deploy_deploys_every_slot_once_in_the_first_sixty_percent() {
+        let drawn = schedule(7, 10.0, 3);
+        let plan = rolling(10.0, 3, drawn.clone());
+        assert_eq!(plan.len(), drawn.len() + 3);
+        assert!(plan.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+        let added: Vec<(Duration, usize, bool)> = plan
+            .iter()
+            .filter(|(at, f)| {
+                matches!(f, Fault::Deploy { .. }) && !drawn.iter().any(|(d, _)| d == at)
+            })
+            .map(|(at, f)| match f {
+                Fault::Deploy { slot, same_owner } => (*at, *slot, *same_owner),
+                _ => unreachable!(),
+            })
+            .collect();
+        let slots: Vec<usize> = added.iter().map(|(_, s, _)| *s).collect();
+        assert_eq!(slots, vec![0, 1, 2]);
+        assert_eq!(added[0].0, Duration::from_secs(15));
+        assert!(added
+            .iter()
+            .all(|(at, _, _)| *at < Duration::from_secs(360)));
+        assert_eq!(
+            added.iter().map(|(_, _, same)| *same).collect::<Vec<_>>(),
+            vec![false, true, false]
+        );
+    }
 }

@@ -47,9 +47,11 @@ pub(crate) async fn writer(
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    // With `CHAOS_QUIET=1` (the consumers run quiet idle shards), puts come in bursts of 10 s
-    // every 40 s, so rows go idle for longer than a lease and faults meet idle rows.
-    let quiet = std::env::var("CHAOS_QUIET").is_ok_and(|v| v == "1");
+    // With `CHAOS_QUIET=1` (the consumers run quiet idle shards) or in a rolling deploy
+    // (`CHAOS_PREVIOUS`: the new processes run them), puts come in bursts of 10 s every 40 s,
+    // so rows go idle for longer than a lease and faults meet idle rows.
+    let quiet = std::env::var("CHAOS_QUIET").is_ok_and(|v| v == "1")
+        || std::env::var_os("CHAOS_PREVIOUS").is_some();
     let began = tokio::time::Instant::now();
     while !*stop.borrow() {
         tokio::select! {

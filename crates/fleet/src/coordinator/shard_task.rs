@@ -68,7 +68,7 @@ impl State {
             counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
             quiet: config
                 .quiet_idle
-                .then(|| crate::quiet::Quiet::new(pokes, sent)),
+                .then(|| crate::quiet::Quiet::new(&shard, pokes, sent)),
             nudge,
             poke_retry_at: sent,
         };

@@ -258,9 +258,11 @@ impl State {
                 // not write its row until then. In a task of its own, off the take round's
                 // path: a slow lease table must not delay the round's takes.
                 if let Ok(member) = crate::member::member_key(row.key.stream(), victim) {
-                    let (shared, victim) = (shared.clone(), victim.to_owned());
+                    let (shared, victim, about) =
+                        (shared.clone(), victim.to_owned(), row.key.clone());
                     let poke = async move {
-                        let poked = bounded(&shared, "poke", shared.store.poke(&member)).await;
+                        let poked =
+                            bounded(&shared, "poke", shared.store.poke(&member, &about)).await;
                         if !matches!(poked, Ok(true)) {
                             // Not poked (failed, or a store without pokes): every instance
                             // lists the rows at its next epoch read, and the listing rings the

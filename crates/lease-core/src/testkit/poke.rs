@@ -14,10 +14,23 @@ pub async fn poke_counts_and_changes_nothing_else(h: &Harness) {
     let a = holder("a", "a-1");
     let joined = written(h.take_fenced(&member, &a, 1).await, "join");
     assert_eq!(joined.pokes, 0, "no poke yet");
-    assert!(h.store.poke(&member).await.expect("poke"), "the row exists");
-    assert!(h.store.poke(&member).await.expect("poke"));
+    let (one, two) = (
+        LeaseKey::new(stream.as_str(), "shardId-1").expect("key"),
+        LeaseKey::new(stream.as_str(), "shardId-2").expect("key"),
+    );
+    assert!(
+        h.store.poke(&member, &one).await.expect("poke"),
+        "the row exists"
+    );
+    assert_eq!(h.read(&member).await.last_poke_about(), Some("shardId-1"));
+    assert!(h.store.poke(&member, &two).await.expect("poke"));
     let poked = h.read(&member).await;
     assert_eq!(poked.pokes, 2, "two pokes");
+    assert_eq!(
+        poked.last_poke_about(),
+        Some("shardId-2"),
+        "the last poke names its row"
+    );
     assert_eq!(
         (
             poked.counter,
@@ -35,12 +48,15 @@ pub async fn poke_counts_and_changes_nothing_else(h: &Harness) {
     );
     let renewed = written(h.renew(&member, &a, None).await, "renewal");
     assert_eq!(
-        (renewed.pokes, renewed.counter),
-        (2, joined.counter + 1),
-        "the renewal returns the pokes"
+        (renewed.pokes, renewed.last_poke_about(), renewed.counter),
+        (2, Some("shardId-2"), joined.counter + 1),
+        "the renewal returns the pokes and the row of the last"
     );
     let missing = LeaseKey::member(&stream, "nobody").expect("member key");
-    assert!(!h.store.poke(&missing).await.expect("poke"), "not created");
+    assert!(
+        !h.store.poke(&missing, &one).await.expect("poke"),
+        "not created"
+    );
     assert_eq!(h.store.read(&missing).await.expect("read"), None);
 }
 
@@ -78,7 +94,12 @@ pub async fn evict_pokes_the_holders_member_row(h: &Harness) {
         "evict",
     );
     assert!(crate::rules::is_evicted(&freed));
-    assert_eq!(h.read(&member).await.pokes, 1, "poked with the evict");
+    let poked = h.read(&member).await;
+    assert_eq!(
+        (poked.pokes, poked.last_poke_about()),
+        (1, Some("shardId-1")),
+        "poked with the evict, about the evicted row"
+    );
     let gone = LeaseKey::member(&stream, "gone").expect("member key");
     let again = written(
         h.store
