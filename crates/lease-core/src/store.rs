@@ -267,8 +267,11 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     }
 
     /// Pokes `member` about the row keyed `about` (see *Poke*): adds one to its
-    /// [`Lease::pokes`] and sets [`Lease::poked`] to `about`'s shard if the row exists, and
-    /// changes nothing else. True when it was poked, false when the row does not exist.
+    /// [`Lease::pokes`], sets [`Lease::poked`] to `about`'s shard and [`Lease::poked_at`] to
+    /// the new count, all in one atomic write, if the row exists, and changes nothing else.
+    /// True when it was poked, false when the row does not exist. (A store that counts
+    /// without naming leaves `poked_at` behind the count: keepers then treat the poke as about
+    /// any row, which is safe. One that names a row without that atomic write is not.)
     ///
     /// The default body pokes nothing and returns false: a store without pokes still works
     /// with instances that renew every held row (the default); instances that write idle rows
