@@ -105,7 +105,12 @@ impl World {
                         .as_ref()
                         .map_or_else(|| "-".to_owned(), ToString::to_string),
                 ));
-                self.evicted.insert(shard.clone(), self.rec.now_ms());
+                // Without the bump, nobody lists the rows until the evicted holder learns of
+                // the move from the poke, at its next member renewal (a renew interval, 3 s),
+                // and lists them itself: the hold's clock starts then.
+                let learned = if bump_lost { 3_000 } else { 0 };
+                self.evicted
+                    .insert(shard.clone(), self.rec.now_ms() + learned);
                 self.count("operator move");
             }
             Ok(Outcome::Lost(lost)) => self.rec.note(format!(
