@@ -158,21 +158,25 @@ fn previous_consumer(rev: &str) -> Result<std::path::PathBuf, String> {
         std::fs::rename(&partial, &tree).map_err(|e| format!("{}: {e}", tree.display()))?;
     }
     eprintln!("xtask: chaos: building the previous release's consumer ({commit})");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
-        .current_dir(&tree)
-        .env("CARGO_TARGET_DIR", dir.join("target"))
-        .args([
-            "build",
-            "--workspace",
-            "--all-features",
-            "--bin",
-            "chaos-consumer",
-        ])
+    let mut build = build_bins(&tree, &["chaos-consumer"]);
+    build.env("CARGO_TARGET_DIR", dir.join("target"));
+    let status = build
         .status()
         .map_err(|e| format!("cannot run cargo build: {e}"))?;
     if !status.success() {
         return Err(format!("building the consumer of {commit} failed"));
     }
     Ok(dir.join("target").join("debug").join("chaos-consumer"))
+}
+
+/// `cargo build --workspace --all-features` of the named binaries, in the workspace at `root`.
+fn build_bins(root: &std::path::Path, bins: &[&str]) -> Command {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["build", "--workspace", "--all-features"]);
+    for bin in bins {
+        cmd.args(["--bin", bin]);
+    }
+    cmd
 }
