@@ -1,7 +1,7 @@
 //! The fault layers: a lease store and a Kinesis that delay, fail, lose responses and cut
 //! instances off, as the seed says. Policy (what to inject) lives in `plan`; these only obey.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use kinesis_broker::{
     testing::MemoryStream,
     Checkpoint, MemoryLeaseStore, ReaderError, StartAt,
 };
-use kinesis_lease_core::{BoxFuture, Holder, LeaseResult, Take};
+use kinesis_lease_core::{BoxFuture, Epochs, Holder, LeaseResult, Take};
 use tokio::time::Instant;
 
 /// An instance frozen until a time (a GC pause, a stopped container): its store and Kinesis
@@ -133,6 +133,58 @@ pub struct FaultyStore {
     rng: Arc<Mutex<fastrand::Rng>>,
     /// Calls that failed or lost their response, for the report.
     pub injected: Arc<AtomicU64>,
+    /// The versions of rows seen lately, by every instance: what a replica behind may answer.
+    replicas: Arc<Replicas>,
+}
+
+/// How old a version an eventually consistent read may answer with: longer than DynamoDB's
+/// usual lag of well under a second, so that two watches 2 s apart can see the same old row.
+const REPLICA_LAG: Duration = Duration::from_millis(2_500);
+
+/// The versions of each row that some call of any instance saw current in the last
+/// [`REPLICA_LAG`] (a read's answer, a write's resulting row, a delete's absence), each with
+/// the moment it was current. An eventually consistent read answers 3 times in 10 with one of
+/// them, drawn at random: a version a replica behind could still hold, possibly older than one
+/// the same caller saw before, and possibly for a row the caller never read. Versions no call
+/// saw (an operator's writes, pokes) are never answered: every answer was current once.
+#[derive(Debug, Default)]
+pub struct Replicas {
+    versions: Mutex<HashMap<String, VecDeque<Version>>>,
+}
+
+/// A row (or its absence) and when it was current.
+type Version = (Instant, Option<Lease>);
+
+impl Replicas {
+    /// `row` (or its absence) was current for `key` now.
+    fn saw(&self, key: &LeaseKey, row: Option<&Lease>) {
+        let now = Instant::now();
+        let mut versions = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = versions.entry(key.to_string()).or_default();
+        while kept
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > REPLICA_LAG)
+        {
+            kept.pop_front();
+        }
+        kept.push_back((now, row.cloned()));
+    }
+
+    /// The versions of `key` current at some moment of the last [`REPLICA_LAG`].
+    fn recent(&self, key: &LeaseKey) -> Vec<Option<Lease>> {
+        let now = Instant::now();
+        self.versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key.to_string())
+            .map(|kept| {
+                kept.iter()
+                    .filter(|(at, _)| now.duration_since(*at) <= REPLICA_LAG)
+                    .map(|(_, row)| row.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 fn injected(operation: &'static str, what: &str) -> LeaseError {
@@ -145,12 +197,14 @@ fn injected(operation: &'static str, what: &str) -> LeaseError {
 
 impl FaultyStore {
     /// `inner` (a memory store over the shared table, on this instance's skewed clock) behind
-    /// `faults` and `freeze`, drawing from a generator seeded with `seed`.
+    /// `faults` and `freeze`, drawing from a generator seeded with `seed`; eventually
+    /// consistent reads answer from `replicas` at times.
     pub fn new(
         inner: MemoryLeaseStore,
         faults: Arc<StoreFaults>,
         freeze: Arc<Freeze>,
         seed: u64,
+        replicas: Arc<Replicas>,
     ) -> Self {
         Self {
             inner,
@@ -158,6 +212,7 @@ impl FaultyStore {
             freeze,
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(seed))),
             injected: Arc::default(),
+            replicas,
         }
     }
 
@@ -169,6 +224,30 @@ impl FaultyStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .u64(..below)
+    }
+
+    /// `read`'s answer, noted as a version of the row.
+    async fn remembered(
+        &self,
+        key: &LeaseKey,
+        read: impl std::future::Future<Output = LeaseResult<Option<Lease>>>,
+    ) -> LeaseResult<Option<Lease>> {
+        let row = read.await?;
+        self.replicas.saw(key, row.as_ref());
+        Ok(row)
+    }
+
+    /// A write's outcome; the row it left, when it landed, noted as a version of the row.
+    async fn written(
+        &self,
+        key: &LeaseKey,
+        write: impl std::future::Future<Output = LeaseResult<Outcome>>,
+    ) -> LeaseResult<Outcome> {
+        let outcome = write.await?;
+        if let Outcome::Written(row) = &outcome {
+            self.replicas.saw(key, Some(row));
+        }
+        Ok(outcome)
     }
 
     /// Before the call reaches the table: the cut, a delay, a failure.
@@ -241,7 +320,12 @@ impl LeaseStore for FaultyStore {
         holder: &'a Holder,
         take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        faulty!(self, "take", true, self.inner.take(key, holder, take))
+        faulty!(
+            self,
+            "take",
+            true,
+            self.written(key, self.inner.take(key, holder, take))
+        )
     }
     fn renew<'a>(
         &'a self,
@@ -254,7 +338,7 @@ impl LeaseStore for FaultyStore {
             self,
             "renew",
             true,
-            self.inner.renew(key, holder, ttl, checkpoint)
+            self.written(key, self.inner.renew(key, holder, ttl, checkpoint))
         )
     }
     fn checkpoint<'a>(
@@ -267,7 +351,7 @@ impl LeaseStore for FaultyStore {
             self,
             "checkpoint",
             true,
-            self.inner.checkpoint(key, holder, checkpoint)
+            self.written(key, self.inner.checkpoint(key, holder, checkpoint))
         )
     }
     fn release<'a>(
@@ -280,7 +364,7 @@ impl LeaseStore for FaultyStore {
             self,
             "release",
             true,
-            self.inner.release(key, holder, checkpoint)
+            self.written(key, self.inner.release(key, holder, checkpoint))
         )
     }
     fn request<'a>(
@@ -293,7 +377,7 @@ impl LeaseStore for FaultyStore {
             self,
             "request",
             true,
-            self.inner.request(key, asker, holder)
+            self.written(key, self.inner.request(key, asker, holder))
         )
     }
     fn hand_over<'a>(
@@ -308,11 +392,17 @@ impl LeaseStore for FaultyStore {
             self,
             "hand_over",
             true,
-            self.inner.hand_over(key, holder, to, ttl, checkpoint)
+            self.written(key, self.inner.hand_over(key, holder, to, ttl, checkpoint))
         )
     }
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
-        faulty!(self, "delete", true, self.inner.delete(key, observed))
+        faulty!(self, "delete", true, async move {
+            let deleted = self.inner.delete(key, observed).await?;
+            if deleted {
+                self.replicas.saw(key, None);
+            }
+            Ok(deleted)
+        })
     }
     fn poke<'a>(
         &'a self,
@@ -345,11 +435,52 @@ impl LeaseStore for FaultyStore {
         }
         faulty!(self, "epoch", false, self.inner.epoch(stream))
     }
+    fn epochs<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Epochs>> {
+        if self.faults.epoch_faults.load(Ordering::Relaxed) {
+            return Box::pin(async move {
+                if self.draw(10) < 3 {
+                    self.injected.fetch_add(1, Ordering::Relaxed);
+                    return Err(injected("epoch", "an epoch read failed"));
+                }
+                let read = self.inner.epochs(stream).await;
+                tokio::time::sleep(Duration::from_millis(self.draw(2_001))).await;
+                self.freeze.wait().await;
+                read
+            });
+        }
+        faulty!(self, "epoch", false, self.inner.epochs(stream))
+    }
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
-        faulty!(self, "read", false, self.inner.read(key))
+        faulty!(
+            self,
+            "read",
+            false,
+            self.remembered(key, self.inner.read(key))
+        )
+    }
+    /// Three in ten times, a version of the row current at some moment of the last
+    /// [`REPLICA_LAG`] (see [`Replicas`]), when there is one: what a replica behind may answer.
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        faulty!(self, "read", false, async move {
+            let recent = self.replicas.recent(key);
+            if !recent.is_empty() && self.draw(10) < 3 {
+                let pick = self.draw(recent.len() as u64) as usize;
+                return Ok(recent[pick].clone());
+            }
+            self.remembered(key, self.inner.read(key)).await
+        })
     }
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
-        faulty!(self, "list", false, self.inner.list(stream))
+        faulty!(self, "list", false, async move {
+            let rows = self.inner.list(stream).await?;
+            for row in &rows {
+                self.replicas.saw(&row.key, Some(row));
+            }
+            Ok(rows)
+        })
     }
 }
 

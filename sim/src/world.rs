@@ -111,6 +111,8 @@ pub(crate) struct World {
     kinesis: MemoryStream,
     sim_kinesis: SimKinesis,
     table: MemoryLeaseTable,
+    /// What eventually consistent reads of every instance may answer (see `faults::Replicas`).
+    replicas: Arc<crate::faults::Replicas>,
     events: Arc<AtomicU64>,
     clock: SimClock,
     instances: Vec<Instance>,
@@ -218,6 +220,7 @@ impl World {
             kinesis,
             sim_kinesis,
             table: MemoryLeaseTable::new(),
+            replicas: Arc::default(),
             events,
             clock,
             instances: Vec::new(),
@@ -550,6 +553,7 @@ impl World {
             faults.clone(),
             freeze.clone(),
             seed,
+            self.replicas.clone(),
         );
         let slow_until = Arc::default();
         let life = self.id_life(&id);

@@ -20,7 +20,7 @@ use std::time::Duration;
 use kinesis_broker::lease::LeaseStore;
 use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
 use kinesis_lease_core::{
-    BoxFuture, Checkpoint, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take,
+    BoxFuture, Checkpoint, Epochs, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take,
 };
 
 /// The DynamoDB store, with every checkpoint write that landed logged (`CKPT`, the shard,
@@ -154,8 +154,17 @@ impl LeaseStore for CheckpointLog {
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
         self.inner.epoch(stream)
     }
+    fn epochs<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Epochs>> {
+        self.inner.epochs(stream)
+    }
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
         self.inner.read(key)
+    }
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.inner.read_eventually(key)
     }
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
         self.inner.list(stream)

@@ -32,6 +32,8 @@ struct Fleet {
     largest_index: usize,
     takeover: Option<Duration>,
     hand_over: Option<Duration>,
+    /// How long the leaving instance's `shutdown()` took.
+    exited: Option<Duration>,
 }
 
 fn main() {
@@ -170,13 +172,19 @@ async fn run(shards: u32, instances: usize, quiet: bool) -> Fleet {
     let takeover = until_all_held(&running, shards, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     // One graceful leave: its shards are released and taken at once. Timed from the call to
-    // `shutdown()`, so the time its shards went unread is all in.
+    // `shutdown()`, so the time its shards went unread is all in; and, apart, how long the
+    // leaving process takes to return from `shutdown()` (it hands its ring watch on after it
+    // released everything).
     let leaving = running[1].take().expect("live");
     let left_at = Instant::now();
-    leaving.shutdown().await;
+    let exit = tokio::spawn(async move {
+        leaving.shutdown().await;
+        left_at.elapsed()
+    });
     let hand_over = until_all_held(&running, shards, Duration::from_secs(60))
         .await
         .map(|_| left_at.elapsed());
+    let exited = exit.await.ok();
     for r in running.into_iter().flatten() {
         r.shutdown().await;
     }
@@ -189,6 +197,7 @@ async fn run(shards: u32, instances: usize, quiet: bool) -> Fleet {
         largest_index,
         takeover,
         hand_over,
+        exited,
     }
 }
 
@@ -198,7 +207,7 @@ fn secs(d: Option<Duration>) -> String {
 
 fn report(fleets: &[Fleet]) {
     println!(
-        "{:>6} {:>7} {:>9} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9}",
+        "{:>6} {:>7} {:>9} {:>10} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "quiet",
         "shards",
         "instances",
@@ -210,7 +219,8 @@ fn report(fleets: &[Fleet]) {
         "largest",
         "index",
         "takeover",
-        "hand-over"
+        "hand-over",
+        "exit"
     );
     let per_sec = STEADY.as_secs_f64();
     for f in fleets {
@@ -219,7 +229,7 @@ fn report(fleets: &[Fleet]) {
         let per_instance = rcu / f.instances as f64;
         let items = f.steady.items_read as f64 / f.instances as f64 / (per_sec / 60.0);
         println!(
-            "{:>6} {:>7} {:>9} {:>10} {:>10.1} {:>12.2} {:>10.1} {:>12.0} {:>9} {:>9} {:>9} {:>9}",
+            "{:>6} {:>7} {:>9} {:>10} {:>10.1} {:>12.2} {:>10.1} {:>12.0} {:>9} {:>9} {:>9} {:>9} {:>9}",
             if f.quiet { "on" } else { "off" },
             f.shards,
             f.instances,
@@ -231,7 +241,8 @@ fn report(fleets: &[Fleet]) {
             f.steady.largest_item,
             f.largest_index,
             secs(f.takeover),
-            secs(f.hand_over)
+            secs(f.hand_over),
+            secs(f.exited)
         );
         let name = format!(
             "fleet {}x{}{}",
@@ -280,6 +291,12 @@ fn report(fleets: &[Fleet]) {
                 f.hand_over
                     .is_some_and(|d| d <= Duration::from_millis(1_100)),
             ),
+        );
+        figure(
+            &format!("{name}: graceful leave, shutdown() returned"),
+            &secs(f.exited),
+            "-",
+            None,
         );
     }
     // Reads per instance against shards: flat means independent of the stream's size.

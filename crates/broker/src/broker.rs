@@ -269,15 +269,15 @@ impl BrokerBuilder {
         self
     }
 
-    /// How often the stream's epoch is read to notice released and handed-over rows (1 s).
+    /// How often the stream's epoch item is read to notice released and handed-over rows, and
+    /// joins and leaves (1 s).
     pub fn take_interval(mut self, every: Duration) -> Self {
         self.timings.take = every;
         self
     }
 
-    /// How often the roster is checked (2 s): the roster's epoch and the member row this
-    /// instance watches are read, to notice a crashed instance (found dead once its member
-    /// row stood still for a lease). Lease rows are not read each interval: they are listed
+    /// How often the member row this instance watches is read (2 s), to notice a crashed
+    /// instance (found dead once its member row stood still for a lease). Lease rows are not read each interval: they are listed
     /// only when something changed (the stream's epoch moved, a shard ended, a keeper ended),
     /// at start, and while this instance is below its fair share.
     pub fn list_interval(mut self, every: Duration) -> Self {

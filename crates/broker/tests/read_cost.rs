@@ -3,7 +3,7 @@
 //! read every member's row: each instance read something of every other every ten seconds,
 //! and the fleet's reads grew with the square of its size (12.1 RCU/s per instance at 100
 //! instances against 3.1 at 10). Counted here on paused time through the DynamoDB bill of
-//! every call ([`Billed`]), after every instance holds its share.
+//! every call ([`Billed`]), after every instance holds its share; and what each item costs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,5 +109,24 @@ async fn reads_per_instance_do_not_grow_with_the_number_of_shards() {
     assert!(
         big.items_a_minute <= small.items_a_minute * 1.05,
         "per instance, 96 shards read {big:?}, 12 read {small:?}"
+    );
+}
+
+/// The steady state's reads, item by item: the epoch item every take interval (the stream's
+/// epoch and the roster's count together, 0.5 RCU/s), the watched member every list interval
+/// (eventually consistent while it shows the member alive, 0.25), and once a lease the member
+/// after it and the roster's own epoch (0.05 each): 0.85 RCU/s, 102 items a minute. Before the
+/// roster's count moved into the epoch item and the watch read eventually consistent, 1.35
+/// RCU/s (126 items).
+#[tokio::test(start_paused = true)]
+async fn an_idle_instance_reads_085_read_units_a_second() {
+    let reads = steady_reads(24, 3).await;
+    assert!(
+        reads.units_a_second <= 0.86,
+        "per instance, {reads:?} (expected 0.85 RCU/s)"
+    );
+    assert!(
+        reads.items_a_minute <= 103.0,
+        "per instance, {reads:?} (expected 102 items a minute)"
     );
 }

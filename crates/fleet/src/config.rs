@@ -21,13 +21,14 @@ pub struct ReaderConfig {
     pub lease_duration: Duration,
     /// How often a held lease is renewed (3 s); the due checkpoint rides along.
     pub renew_interval: Duration,
-    /// How often the stream's epoch is read (1 s): a changed epoch (rows released, handed
-    /// over, ended, or left by a dead instance) makes the coordinator list the rows at once.
+    /// How often the stream's epoch item is read (1 s): a changed epoch (rows released, handed
+    /// over, ended, or left by a dead instance) makes the coordinator list the rows at once, and
+    /// a changed roster count (a join, a leave, a burial) the ring watch list the roster.
     pub take_interval: Duration,
-    /// How often the roster's epoch and the member row this instance watches are read (2 s):
-    /// how crashed instances are noticed, at two small reads per interval whatever the number
-    /// of shards. Also the pace of the second take round after a start, and of listings while
-    /// rows written before the roster are held.
+    /// How often the member row this instance watches is read (2 s): how crashed instances are
+    /// noticed, at one small read per interval whatever the number of shards. Also the pace of
+    /// the second take round after a start, and of listings while rows written before the
+    /// roster are held.
     pub list_interval: Duration,
     /// How often the stream's shards are listed (10 s; also at once when a shard ends).
     pub shard_sync_interval: Duration,

@@ -25,9 +25,11 @@
 //! - **A shard row whose owner is a member is that member's business**: the others never take
 //!   it without a hand-over.
 //!
-//! Steady state then costs each instance two small reads per list interval (the roster epoch
-//! and the member row it watches) and one per take interval (the rows epoch), whatever the
-//! number of shards; shard rows are listed only when something changed.
+//! Steady state then costs each instance one small read per take interval (the stream's epoch
+//! item: the rows' epoch and the roster's count of bumps), one per list interval (the member
+//! row it watches, eventually consistent while it shows the member alive) and two per lease
+//! (the member after that one, and the roster's own epoch), whatever the number of shards and
+//! of instances; shard rows and the roster are listed only when something changed.
 //!
 //! # Rows from before the roster
 //!

@@ -76,9 +76,20 @@ impl LeaseKey {
     /// The pseudo-stream holding `stream`'s member rows, `<stream>@members`. `@` is never part
     /// of a stream name, so it cannot collide with a stream.
     pub fn members_stream(stream: &str) -> String {
-        format!("{stream}@members")
+        format!("{stream}{MEMBERS}")
+    }
+
+    /// The stream whose member rows `members_stream` holds, when it is such a pseudo-stream
+    /// (the inverse of [`LeaseKey::members_stream`]).
+    pub fn roster_of(members_stream: &str) -> Option<&str> {
+        members_stream
+            .strip_suffix(MEMBERS)
+            .filter(|stream| !stream.is_empty())
     }
 }
+
+/// The suffix of a stream's member rows' pseudo-stream.
+const MEMBERS: &str = "@members";
 
 impl fmt::Display for LeaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,6 +127,14 @@ mod tests {
     fn shard_part_keeps_everything_after_the_first_colon() {
         let key: LeaseKey = "s:a:b".parse().unwrap();
         assert_eq!((key.stream(), key.shard()), ("s", "a:b"));
+    }
+
+    #[test]
+    fn a_members_stream_names_its_stream() {
+        let members = LeaseKey::members_stream("orders");
+        assert_eq!(LeaseKey::roster_of(&members), Some("orders"));
+        assert_eq!(LeaseKey::roster_of("orders"), None);
+        assert_eq!(LeaseKey::roster_of("@members"), None);
     }
 
     #[test]

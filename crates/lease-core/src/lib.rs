@@ -17,6 +17,7 @@
 mod backoff;
 mod checkpoint;
 mod clock;
+mod epochs;
 mod error;
 mod holder;
 mod key;
@@ -31,6 +32,7 @@ pub mod testkit;
 pub use backoff::Backoff;
 pub use checkpoint::{Checkpoint, SequenceNumber};
 pub use clock::{duration_ms, Clock, ManualClock, SystemClock};
+pub use epochs::Epochs;
 pub use error::{BoxError, ErrorChain, LeaseError};
 pub use holder::Holder;
 pub use key::LeaseKey;

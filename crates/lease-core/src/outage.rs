@@ -210,8 +210,17 @@ impl LeaseStore for Outage {
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
         forward!(self, "epoch", self.inner.epoch(stream))
     }
+    fn epochs<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<crate::Epochs>> {
+        forward!(self, "epoch", self.inner.epochs(stream))
+    }
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
         forward!(self, "read", self.inner.read(key))
+    }
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        forward!(self, "read", self.inner.read_eventually(key))
     }
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
         forward!(self, "list", self.inner.list(stream))

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::{Checkpoint, Holder, Lease, LeaseError, LeaseKey};
+use crate::{Checkpoint, Epochs, Holder, Lease, LeaseError, LeaseKey};
 
 /// The boxed future every [`LeaseStore`] method returns, so the trait stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -295,8 +295,41 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// lag costs at most that lag; callers compare epochs for equality, never for order.
     fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>>;
 
+    /// Reads `stream`'s epoch and a counter of its roster's epoch bumps together (see
+    /// [`Epochs`]), as eventually consistent as [`epoch`](Self::epoch). Whenever a bump of
+    /// [`LeaseKey::members_stream`]`(stream)`'s epoch has landed, a later read here shows
+    /// `roster` moved (unless the bump came from a store that does not keep the count: callers
+    /// that must see those too also read that epoch itself, less often).
+    ///
+    /// The default body reads the two epochs one after the other. The DynamoDB store keeps the
+    /// count in the stream's epoch item, so one read of half a unit answers both; a decorator
+    /// over another store should forward this method, or it pays for two.
+    fn epochs<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Epochs>> {
+        Box::pin(async move {
+            let rows = self.epoch(stream).await?;
+            let roster = self.epoch(&LeaseKey::members_stream(stream)).await?;
+            Ok(Epochs::new(rows, roster))
+        })
+    }
+
     /// Reads one row (strongly consistent), `None` when it does not exist.
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>>;
+
+    /// Reads one row, possibly eventually consistent (the DynamoDB store reads it so, at half
+    /// the price): the answer is the row as it was at some moment of the last second or so,
+    /// `None` when it did not exist then. It may be older than an answer already seen, but it
+    /// is never a row that was not written. For schedules only: a caller decides nothing on it
+    /// that it has not confirmed with [`read`](Self::read) (brokers watch a member row so, and
+    /// judge it dead only on a consistent read).
+    ///
+    /// The default body is [`read`](Self::read); a decorator over another store should forward
+    /// this method, or it pays for a consistent read.
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.read(key)
+    }
 
     /// Reads every row of one stream (strongly consistent), and no other stream's.
     fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>>;

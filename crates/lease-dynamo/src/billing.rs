@@ -9,11 +9,13 @@
 //! | call | requests | billed |
 //! | --- | --- | --- |
 //! | `read` | consistent GetItem of the row | size / 4 KB rounded up, 1 RCU at least |
+//! | `read_eventually` | eventually consistent GetItem of the row | half of `read`'s |
 //! | `list` | consistent GetItem of the index header, consistent BatchGetItem of its pages, then of every row | each item's own units, rounded up to 4 KB |
 //! | `epoch` | eventually consistent GetItem of the epoch row | 0.5 (a small item of its own, read at half price) |
 //! | `take`, `renew`, `checkpoint`, `release`, `request`, `hand_over` | conditional UpdateItem | the row's size / 1 KB rounded up, written or not (a failed condition is billed too) |
 //! | `create` | UpdateItem of the shard's page (ADD; and of the header, when this store has not seen the page named), PutItem of the row, UpdateItem of the page again | each item's size / 1 KB rounded up; the header's first read, once per store and stream |
-//! | `bump_epoch` | UpdateItem of the epoch row | 1 |
+//! | `epochs` | eventually consistent GetItem of the stream's epoch row | 0.5 |
+//! | `bump_epoch` | UpdateItem of the epoch row (and of the stream's, for a roster's) | 1 each |
 //! | `delete` | TransactWriteItems: conditional Delete of the row, Update of its page (DELETE) | twice each item's size / 1 KB rounded up (a transaction bills two units per KB; the page only when the row went) |
 //!
 //! Retries are not counted: a throttled request is not billed, and the decorator cannot see a
@@ -31,7 +33,7 @@ use kinesis_lease_core::{
 
 use crate::item::{
     index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS, POKED,
-    POKED_AT, POKES, REPOSITIONED, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    POKED_AT, POKES, REPOSITIONED, ROSTER_EPOCH, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, PAGED_FORMAT};
 
@@ -230,9 +232,21 @@ impl Meter {
             .fold(self.header_size(stream), usize::max)
     }
 
+    /// The size of `stream`'s epoch item: its key, its epoch, and its count of roster bumps
+    /// once there is one.
     fn epoch_size(&self, stream: &str) -> usize {
+        let roster = self
+            .epochs
+            .get(&LeaseKey::members_stream(stream))
+            .copied()
+            .unwrap_or(0);
         string(KEY, &format!("{stream}:*epoch"))
             + number(EPOCH, self.epochs.get(stream).copied().unwrap_or(0))
+            + if roster > 0 {
+                number(ROSTER_EPOCH, roster)
+            } else {
+                0
+            }
     }
 
     fn read_item(&mut self, size: usize) {
@@ -517,8 +531,29 @@ impl LeaseStore for BilledStore {
                 *meter.epochs.entry(stream.to_owned()).or_default() += 1;
                 let size = meter.epoch_size(stream);
                 meter.write_item(size);
+                // A roster's bump is counted in its stream's epoch item too.
+                if let Some(base) = LeaseKey::roster_of(stream) {
+                    let size = meter.epoch_size(base);
+                    meter.write_item(size);
+                }
             }
             bumped
+        })
+    }
+
+    fn epochs<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, LeaseResult<kinesis_lease_core::Epochs>> {
+        Box::pin(async move {
+            let epochs = self.inner.epochs(stream).await;
+            if epochs.is_ok() {
+                let mut meter = self.meter();
+                let size = meter.epoch_size(stream);
+                meter.bill.read_requests += 1;
+                meter.read_item_eventually(size);
+            }
+            epochs
         })
     }
 
@@ -542,6 +577,21 @@ impl LeaseStore for BilledStore {
                 let mut meter = self.meter();
                 meter.bill.read_requests += 1;
                 meter.read_item(row.as_ref().map_or(0, row_size));
+            }
+            row
+        })
+    }
+
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        Box::pin(async move {
+            let row = self.inner.read_eventually(key).await;
+            if let Ok(row) = &row {
+                let mut meter = self.meter();
+                meter.bill.read_requests += 1;
+                meter.read_item_eventually(row.as_ref().map_or(0, row_size));
             }
             row
         })

@@ -13,9 +13,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-use kinesis_lease_core::{Lease, LeaseError, LeaseKey, LeaseResult};
+use kinesis_lease_core::{Epochs, Lease, LeaseError, LeaseKey, LeaseResult};
 
-use crate::item::{epoch_key, index_key, n, s, to_lease, Item, EPOCH, FORMAT, KEY, PAGES, SHARDS};
+use crate::item::{
+    epoch_key, index_key, n, s, to_lease, Item, EPOCH, FORMAT, KEY, PAGES, ROSTER_EPOCH, SHARDS,
+};
 use crate::pages::{page_key, page_of, Format, Known, PAGED_FORMAT};
 use crate::retry::retrying;
 use crate::store::refused;
@@ -317,15 +319,29 @@ impl DynamoLeaseStore {
         })
     }
 
-    /// Bumps `stream`'s epoch: rows were freed or moved.
+    /// Bumps `stream`'s epoch: rows were freed or moved. A roster's bump is also counted in
+    /// its stream's epoch item (`roster_epoch`), so that one read of that item tells both
+    /// (`LeaseStore::epochs`); the roster's own epoch item is still bumped first, for
+    /// instances of earlier releases, which read it.
     pub(crate) async fn bump(&self, stream: &str) -> LeaseResult<()> {
-        self.add_to_index(epoch_key(stream), EPOCH, n(1)).await
+        self.add_to_index(epoch_key(stream), EPOCH, n(1)).await?;
+        if let Some(base) = LeaseKey::roster_of(stream) {
+            self.add_to_index(epoch_key(base), ROSTER_EPOCH, n(1))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Reads `stream`'s epoch (0 before the first bump), eventually consistent: the epoch only
     /// says when to list, and a read that misses a bump by a replica's lag (usually well under
     /// a second) sees it at the next read; read so, it costs half.
     pub(crate) async fn read_epoch(&self, stream: &str) -> LeaseResult<u64> {
+        Ok(self.read_epochs(stream).await?.rows)
+    }
+
+    /// Reads `stream`'s epoch item: its epoch and its count of roster bumps (0 when absent),
+    /// eventually consistent, in one GetItem of half a read unit.
+    pub(crate) async fn read_epochs(&self, stream: &str) -> LeaseResult<Epochs> {
         let index = epoch_key(stream);
         let resource = self.resource(&index);
         let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
@@ -335,24 +351,25 @@ impl DynamoLeaseStore {
                 .table_name(&*self.table)
                 .key(KEY, s(index.clone()))
                 .consistent_read(false)
-                .projection_expression(EPOCH)
+                .projection_expression(format!("{EPOCH}, {ROSTER_EPOCH}"))
                 .send()
         })
         .await?
         .map_err(|e| refused("GetItem", &resource, e))?;
-        match out.item.as_ref().and_then(|i| i.get(EPOCH)) {
+        let number = |name: &str| match out.item.as_ref().and_then(|i| i.get(name)) {
             None => Ok(0),
             Some(AttributeValue::N(v)) => v.parse().map_err(|_| LeaseError::CorruptRow {
                 table: self.table.to_string(),
                 key: index.clone(),
-                reason: format!("`{EPOCH}` = {v} is not a u64"),
+                reason: format!("`{name}` = {v} is not a u64"),
             }),
             Some(_) => Err(LeaseError::CorruptRow {
                 table: self.table.to_string(),
-                key: index,
-                reason: format!("`{EPOCH}` is not a number"),
+                key: index.clone(),
+                reason: format!("`{name}` is not a number"),
             }),
-        }
+        };
+        Ok(Epochs::new(number(EPOCH)?, number(ROSTER_EPOCH)?))
     }
 
     /// Every row of `stream`, through its index.

@@ -26,6 +26,9 @@ pub(crate) const POKED: &str = "lease_poked";
 pub(crate) const POKED_AT: &str = "lease_poked_at";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
+/// A stream's epoch row's count of its roster's bumps (see `LeaseStore::epochs`); absent
+/// until the first bump by a release that counts them.
+pub(crate) const ROSTER_EPOCH: &str = "roster_epoch";
 /// A page's set of shard ids (and a legacy header's, see `pages`).
 pub(crate) const SHARDS: &str = "shards";
 /// The index header's set of page names.

@@ -25,9 +25,12 @@
 //! [`migrate_index`](DynamoLeaseStore::migrate_index) for headers written by earlier releases,
 //! which listed every shard in one `shards` set). Listing reads the header, its pages, then its
 //! rows, all consistently. And one *epoch row*, keyed `stream:*epoch`, whose `epoch` (N) counts
-//! writes that freed rows. The epoch has an item of its own because DynamoDB bills a read by
-//! the whole item: an epoch read costs half a read unit (eventually consistent) whatever the
-//! stream's size. `*` is never a shard id, so none of these rows collides with a lease.
+//! writes that freed rows, and whose `roster_epoch` (N) counts the bumps of the stream's roster
+//! (the epoch of `stream@members`, whose own epoch row is bumped first, for earlier releases),
+//! so that one read tells an instance both ([`epochs`](kinesis_lease_core::LeaseStore::epochs)).
+//! The epoch has an item of its own because DynamoDB bills a read by the whole item: an epoch
+//! read costs half a read unit (eventually consistent) whatever the stream's size. `*` is never
+//! a shard id, so none of these rows collides with a lease.
 //!
 //! # Writes
 //!

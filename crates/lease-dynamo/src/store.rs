@@ -352,6 +352,11 @@ impl DynamoLeaseStore {
     }
 
     pub(crate) async fn get(&self, raw_key: &str) -> LeaseResult<Option<Item>> {
+        self.get_with(raw_key, true).await
+    }
+
+    /// A GetItem of `raw_key`, strongly consistent or not.
+    async fn get_with(&self, raw_key: &str, consistent: bool) -> LeaseResult<Option<Item>> {
         let resource = self.resource(raw_key);
         let out = retrying(self.retry, &self.table, "GetItem", &resource, || {
             self.count(&self.calls.reads);
@@ -359,7 +364,7 @@ impl DynamoLeaseStore {
                 .get_item()
                 .table_name(&*self.table)
                 .key(KEY, s(raw_key))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .send()
         })
         .await?
@@ -702,9 +707,28 @@ impl LeaseStore for DynamoLeaseStore {
         Box::pin(self.read_epoch(stream))
     }
 
+    fn epochs<'a>(
+        &'a self,
+        stream: &'a str,
+    ) -> BoxFuture<'a, LeaseResult<kinesis_lease_core::Epochs>> {
+        Box::pin(self.read_epochs(stream))
+    }
+
     fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
         Box::pin(async move {
             match self.get(&key.to_string()).await? {
+                Some(item) => Ok(Some(to_lease(&self.table, &item)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn read_eventually<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        Box::pin(async move {
+            match self.get_with(&key.to_string(), false).await? {
                 Some(item) => Ok(Some(to_lease(&self.table, &item)?)),
                 None => Ok(None),
             }

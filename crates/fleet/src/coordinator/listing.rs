@@ -1,4 +1,5 @@
-//! The listing job: reads the stream's epoch each take interval and, when something changed,
+//! The listing job: reads the stream's epochs each take interval (telling the ring watch when
+//! the roster's moved) and, when something changed,
 //! lists the shard rows, observes their counters on this instance's monotonic clock (the only
 //! clock that decides expiry), adopts takes whose answer was lost, and notices a twin (another
 //! process with this owner id).
@@ -43,9 +44,14 @@ impl State {
             return;
         }
         self.epoch_at = now + every - take_interval / 2;
-        let epoch = match bounded(&shared, "epoch", shared.store.epoch(&shared.config.stream)).await
-        {
-            Ok(epoch) => Some(epoch),
+        // The roster's count comes with it, in one read (`LeaseStore::epochs`): the ring watch
+        // lists the roster when it moved.
+        let epochs = bounded(&shared, "epoch", shared.store.epochs(&shared.config.stream)).await;
+        let epoch = match epochs {
+            Ok(epochs) => {
+                self.link.saw_roster_epoch(epochs.roster);
+                Some(epochs.rows)
+            }
             Err(error) => {
                 tracing::warn!(error = %ErrorChain(&error), "reading the stream's epoch failed");
                 None

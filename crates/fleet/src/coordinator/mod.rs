@@ -31,8 +31,10 @@
 //! shard rows only when something changed: at start, when the stream's epoch moves (rows
 //! released, handed over, ended, or left by a member found dead), when the stream's shards
 //! change, when one of its own keepers ends, and while it is below its share with rows left to
-//! take. In steady state it reads the epoch every take interval, and the roster's epoch and the
-//! one member it watches every list interval: small reads, whatever the number of shards. The
+//! take. In steady state it reads the epoch item every take interval (the stream's epoch and the
+//! roster's count of bumps, in one read), the one member it watches every list interval
+//! (eventually consistent while it shows the member alive), and the roster's own epoch and the
+//! member after the watched one once a lease: small reads, whatever the number of shards. The
 //! watch runs in a task of its own (see `ring_watch`), so neither a long take round nor a
 //! store call that does not answer delays it, and it goes on while the instance shuts down.
 //!
@@ -83,6 +85,7 @@ use store_calls::bounded;
 
 mod discovery;
 mod janitor;
+mod link;
 mod listing;
 mod ring_watch;
 mod shard_task;
@@ -289,7 +292,7 @@ struct State {
     /// The members the roster listed last (this instance included once joined).
     members: HashSet<String>,
     /// What this instance has seen of member rows, shared with the ring watch.
-    link: Arc<ring_watch::Link>,
+    link: Arc<link::Link>,
     /// The task renewing this instance's member row, and what stops it.
     member: Option<(tokio::sync::oneshot::Sender<()>, AbortOnDrop)>,
     /// The ring watch's task, and what tells it this instance has left.

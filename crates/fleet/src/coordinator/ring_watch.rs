@@ -1,8 +1,13 @@
-//! The ring watch, in a task of its own: every list interval it reads the roster's epoch
-//! (listing the roster when it moved) and the member row of the member this instance watches
+//! The ring watch, in a task of its own: every list interval it lists the roster when it moved
+//! (the coordinator's epoch read tells it, and once a lease the roster's own epoch; see
+//! `Watcher::watch`) and reads the member row of the member this instance watches
 //! (its successor in the ring of owner ids, see `roster`), and once a lease the member after
 //! that one (`Watcher::glance`); a member whose row stood still for a lease is found dead and
 //! buried.
+//!
+//! The watched row is read eventually consistent while it shows the member alive, at half
+//! the price; any other verdict (dead, gone) is read again consistently before it is acted on
+//! (`Watcher::alive_eventually`).
 //!
 //! # Why a task of its own
 //!
@@ -47,13 +52,14 @@
 //! wait.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use kinesis_lease_core::{ErrorChain, Holder, Lease, LeaseKey, Outcome, Take};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, sleep_until, Instant};
 
+use super::link::Link;
 use super::store_calls::{bounded, delete_rows};
 use crate::member::member_key;
 use crate::roster;
@@ -62,113 +68,12 @@ use crate::shared::Shared;
 /// How many leases a departed member row stands still before the janitor deletes it.
 const DEPARTED_FOR: u32 = 10;
 
-/// What this instance saw of one member row: its holding (counter and token), and since when.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Sighting {
-    counter: u64,
-    token: Option<String>,
-    since: Instant,
-}
-
-/// What the watcher and the coordinator share: every reading of a member row either made, so
-/// both count a member's standing still from this instance's first reading of its holding.
-#[derive(Debug, Default)]
-pub(super) struct Link {
-    seen: Mutex<HashMap<String, Sighting>>,
-    /// The watcher saw the roster change (a member buried or gone): the coordinator lists the
-    /// rows at its next tick, even if the epoch bump that says so failed.
-    relist: AtomicBool,
-    /// The present members of the latest roster listing, the coordinator's or the watcher's:
-    /// when the coordinator's shows members the watch does not know (one that joined and
-    /// whose roster bump never landed), the watch lists the roster too and watches them.
-    present: Mutex<HashSet<String>>,
-}
-
-impl Link {
-    fn seen(&self) -> MutexGuard<'_, HashMap<String, Sighting>> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Records a reading of a present member's row at `now`; returns since when its holding
-    /// (counter and token) stood still. A new token is a new holding whose counter may repeat
-    /// an old one's (a row deleted and created again starts over), so it starts over too.
-    fn record(&self, row: &Lease, now: Instant) -> Instant {
-        let mut seen = self.seen();
-        let entry = seen
-            .entry(row.key.shard().to_owned())
-            .or_insert_with(|| Sighting {
-                counter: row.counter,
-                token: row.token.clone(),
-                since: now,
-            });
-        // A newer holding, or the same one written since. An older counter of the same holding
-        // (a listing sent before a read but recorded after it) says nothing new: counting it
-        // as a write would put off the verdict on a dead member for as long again.
-        if entry.token != row.token || row.counter > entry.counter {
-            *entry = Sighting {
-                counter: row.counter,
-                token: row.token.clone(),
-                since: now,
-            };
-        }
-        entry.since
-    }
-
-    /// Records a listing of the roster made at `now`: every present member's row; members
-    /// absent from it are forgotten.
-    pub(super) fn record_listing(&self, rows: &[Lease], now: Instant) {
-        let present: Vec<&Lease> = rows.iter().filter(|r| roster::is_present(r)).collect();
-        for row in &present {
-            self.record(row, now);
-        }
-        *self.present.lock().unwrap_or_else(|p| p.into_inner()) = roster::present(rows);
-        self.seen()
-            .retain(|member, _| present.iter().any(|r| r.key.shard() == member));
-    }
-
-    /// The members other than `me` whose row this instance has seen stand still for a lease:
-    /// dead, or cut off from the table (their keepers have stopped either way), even if not
-    /// buried yet. They do not count in the fair share; their rows stay theirs until buried.
-    pub(super) fn stale(
-        &self,
-        me: &str,
-        lease: std::time::Duration,
-        now: Instant,
-    ) -> HashSet<String> {
-        self.seen()
-            .iter()
-            .filter(|(member, s)| {
-                member.as_str() != me && roster::is_dead(now.duration_since(s.since), lease)
-            })
-            .map(|(member, _)| member.clone())
-            .collect()
-    }
-
-    /// True once since the last call the watcher saw the roster change.
-    pub(super) fn take_relist(&self) -> bool {
-        self.relist.swap(false, Ordering::SeqCst)
-    }
-
-    /// How many members the latest roster listing showed present.
-    pub(super) fn members(&self) -> usize {
-        self.present.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// True when the latest roster listing shows a present member not among `members`.
-    fn shows_others(&self, members: &HashSet<String>) -> bool {
-        self.present
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|m| !members.contains(m))
-    }
-}
-
 /// The ring watch of one subscription (see the module docs).
 pub(super) struct Watcher {
     shared: Arc<Shared>,
     link: Arc<Link>,
-    /// The roster's epoch at the last roster listing.
+    /// The roster's own epoch (its item, `stream@members:*epoch`) as last read before a roster
+    /// listing that succeeded.
     roster_epoch: Option<u64>,
     /// The members the roster listed last (this instance included once joined).
     members: HashSet<String>,
@@ -202,9 +107,12 @@ pub(super) struct Watcher {
     formers: HashMap<String, Instant>,
     /// When the member after the watched one is glanced at next (see [`Watcher::glance`]).
     glance_at: Instant,
-    /// When the roster's epoch is read next: every list interval, less often in a fleet of
-    /// thousands (`roster::epoch_interval`).
+    /// When the roster's own epoch is read next: every lease, less often in a fleet of
+    /// thousands (`roster::epoch_interval`), and whenever the roster's count moved.
     epoch_at: Instant,
+    /// When this watch may read the stream's epoch item next, should the coordinator not
+    /// read it (see [`Watcher::watch`]).
+    epochs_at: Instant,
 }
 
 impl Watcher {
@@ -225,12 +133,16 @@ impl Watcher {
             formers: HashMap::new(),
             glance_at: Instant::now(),
             epoch_at: Instant::now(),
+            epochs_at: Instant::now(),
         }
     }
 
     /// Watches until `left` fires with the time this instance's leave was announced, then
     /// hands the watch on (see the module docs). A dropped `left` ends the watch at once.
     pub(super) async fn run(mut self, mut left: oneshot::Receiver<Instant>) {
+        let link = self.link.clone();
+        let mut phase = self.shared.phase.subscribe();
+        let mut running = *phase.borrow_and_update() == kinesis_shard_reader::Phase::Running;
         loop {
             tokio::select! {
                 biased;
@@ -242,6 +154,16 @@ impl Watcher {
                     return;
                 }
                 () = sleep_until(self.watch_at) => self.watch().await,
+                () = link.wake.notified() => self.watch().await,
+                // The shutdown began: a consistent reading of the watched row at once, so the
+                // hand-on of the leave (`hand_on`) has a reading from before it to compare with:
+                // the eventually consistent ones cannot tell when a write came after them.
+                Ok(()) = phase.changed(), if running => {
+                    running = *phase.borrow_and_update() == kinesis_shard_reader::Phase::Running;
+                    if !running {
+                        self.watch().await;
+                    }
+                }
             }
         }
     }
@@ -290,21 +212,72 @@ impl Watcher {
                 return None;
             }
         };
-        let (counter, token) = row
-            .as_ref()
-            .map_or((0, None), |r| (r.counter, r.token.clone()));
+        self.note_read(member, row.as_ref(), sent);
+        Some(row)
+    }
+
+    /// Notes a consistent reading of `member`'s row (`row`), sent at `sent`: when it shows a
+    /// holding other than the last reading's, the row was written after that reading was sent.
+    /// (Never an eventually consistent reading: its row may be older than the time it was
+    /// sent.)
+    fn note_read(&mut self, member: &str, row: Option<&Lease>, sent: Instant) {
+        let (counter, token) = row.map_or((0, None), |r| (r.counter, r.token.clone()));
         if let Some((m, c, t, at)) = &self.last_read {
             if m == member && (*c != counter || *t != token) {
                 self.written_after = Some((member.to_owned(), *at));
             }
         }
         self.last_read = Some((member.to_owned(), counter, token, sent));
-        Some(row)
     }
 
-    /// Every list interval: reads the roster's epoch (listing the roster when it moved) and
-    /// the member row of the member this instance watches; a member whose row stood still for
-    /// a lease is found dead.
+    /// The watched `member`'s row as an eventually consistent read shows it, when it shows
+    /// the member alive (present, and not standing still for a lease on this instance's
+    /// count): the reading is recorded, and the member looked at again when it would be dead.
+    /// False when that read failed or showed anything else (dead, gone, buried by this
+    /// instance): then a consistent read decides, since a replica behind may show a row as it
+    /// was before a renewal, a join or a burial.
+    ///
+    /// Half the price of a consistent read (0.5 RCU against 1 on DynamoDB), and it can delay a
+    /// verdict by a replica's lag but never bring one forward: a reading records the time this
+    /// instance first saw a holding, which an older answer of the same holding can only make
+    /// later; an answer showing another holding than the one recorded is not recorded
+    /// ([`Link::record_eventual`]).
+    async fn alive_eventually(&mut self, member: &str, key: &LeaseKey) -> bool {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let row = match bounded(&shared, "read", shared.store.read_eventually(key)).await {
+            Ok(Some(row)) if roster::is_present(&row) => row,
+            Ok(_) => return false,
+            Err(error) => {
+                tracing::debug!(%member, error = %ErrorChain(&error), "an eventually consistent read of the watched member failed");
+                return false;
+            }
+        };
+        let now = Instant::now();
+        let Some(since) = self.link.record_eventual(&row, now) else {
+            return false;
+        };
+        if roster::is_dead(now.duration_since(since), config.lease_duration) {
+            return false;
+        }
+        self.schedule(since, now);
+        true
+    }
+
+    /// Looks at the watched member again when it would be dead, having stood still since
+    /// `since`, and never in the past: a schedule that disagreed with the verdict once made
+    /// the watch spin (a planted slow takeover in the simulation, which hung instead of
+    /// failing).
+    fn schedule(&mut self, since: Instant, now: Instant) {
+        let dead_at = since + roster::dead_after(self.shared.config.lease_duration);
+        self.watch_at = self
+            .watch_at
+            .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+    }
+
+    /// Every list interval, and at once when the coordinator saw the roster's count move:
+    /// lists the roster if it moved, and reads the member row of the member this instance
+    /// watches; a member whose row stood still for a lease is found dead.
     async fn watch(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -318,30 +291,69 @@ impl Watcher {
         // an instance takes shards only once its join's bump has landed (`MemberState`). Should
         // a row be handed to it meanwhile, the take round the hand-over's bump sets off lists
         // the roster, and the watch learns of the member from it (`Link::present`).
-        // Every list interval, less often in a fleet of thousands (`roster::epoch_interval`),
-        // with half a list interval of slack (a watch may run late).
-        let every = roster::epoch_interval(config.list_interval, self.link.members());
-        let spaced = every > config.list_interval;
-        let epoch = if !spaced || now >= self.epoch_at || self.roster_epoch.is_none() {
+        // The roster's count of bumps comes with the stream's epoch, which the coordinator
+        // reads every take interval (`Link::saw_roster_epoch`): when it moved, the roster is
+        // listed at once. The roster's own epoch is read here too, once a lease, for bumps
+        // that no count saw: those of instances of a release before the count, during a
+        // rolling deploy. Less often in a fleet of thousands (`roster::epoch_interval`), with
+        // half a list interval of slack (a watch may run late).
+        let every = roster::epoch_interval(config.lease_duration, self.link.members());
+        let own = if now >= self.epoch_at || self.roster_epoch.is_none() {
             self.epoch_at = now + every - config.list_interval / 2;
-            Some(bounded(&shared, "epoch", shared.store.epoch(&members)).await)
+            match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
+                Ok(epoch) => Some(epoch),
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+                    None
+                }
+            }
         } else {
             None
         };
-        match epoch.unwrap_or(Ok(self.roster_epoch.unwrap_or_default())) {
-            Ok(epoch) if Some(epoch) != self.roster_epoch => {
-                if self.list_roster().await {
-                    self.roster_epoch = Some(epoch);
+        // The coordinator has not read the epoch item for two of its intervals (a take round
+        // of slow takes, a store call that does not answer, a shutdown's drain): read here.
+        let coordinator_every = roster::epoch_interval(config.take_interval, self.link.members());
+        let read_lately = self
+            .link
+            .roster_epoch_read_at()
+            .is_some_and(|at| now.duration_since(at) <= coordinator_every * 2);
+        // Spaced as the coordinator's, so a whole fleet whose take rounds are slow at once
+        // (a throttled table) keeps the item's reads within its partition's limit.
+        if !read_lately && now >= self.epochs_at {
+            self.epochs_at = now + coordinator_every - config.take_interval / 2;
+            match bounded(&shared, "epoch", shared.store.epochs(&config.stream)).await {
+                Ok(epochs) => self.link.roster_epoch_read(epochs.roster, None),
+                Err(error) => {
+                    tracing::warn!(error = %ErrorChain(&error), "reading the stream's epochs failed");
                 }
             }
-            // The coordinator's last take round listed members this watch never saw (see
-            // `Link::present`).
-            Ok(_) if self.link.shows_others(&self.members) => {
-                self.list_roster().await;
+        }
+        let counted = self.link.take_roster_moved();
+        // Read before the listing that the count starts, and kept with it, so that the next
+        // own reading does not list the same change again (a bump moves both).
+        let own = match own {
+            None if counted => {
+                match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
+                    Ok(epoch) => Some(epoch),
+                    Err(error) => {
+                        tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+                        None
+                    }
+                }
             }
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+            own => own,
+        };
+        let moved = own.is_some_and(|epoch| Some(epoch) != self.roster_epoch);
+        // The coordinator's last take round listed members this watch never saw (see
+        // `Link::present`).
+        if counted || moved || self.link.shows_others(&self.members) {
+            if self.list_roster().await {
+                if let Some(epoch) = own {
+                    self.roster_epoch = Some(epoch);
+                }
+            } else if counted || moved {
+                // Listed again at the next watch, not only once the own epoch is read again.
+                self.link.roster_moved.store(true, Ordering::SeqCst);
             }
         }
         self.delete_departed().await;
@@ -375,6 +387,13 @@ impl Watcher {
         let Ok(key) = member_key(&config.stream, &watched) else {
             return;
         };
+        // While running, an eventually consistent read at half the price, when it shows the
+        // member alive. An unconfirmed burial, and the watch while this instance shuts down
+        // (whose readings tell `hand_on` when the member was written), read consistently.
+        let running = *shared.phase.borrow() == kinesis_shard_reader::Phase::Running;
+        if running && self.unconfirmed.is_none() && self.alive_eventually(&watched, &key).await {
+            return;
+        }
         let Some(row) = self.read(&watched, &key).await else {
             return;
         };
@@ -388,13 +407,7 @@ impl Watcher {
                 if roster::is_dead(now.duration_since(since), config.lease_duration) {
                     self.bury(&key, &watched, row.counter).await;
                 } else {
-                    // Looked at again when it would be dead, and never in the past: a schedule
-                    // that disagreed with the verdict once made the watch spin (a planted slow
-                    // takeover in the simulation, which hung instead of failing).
-                    let dead_at = since + roster::dead_after(config.lease_duration);
-                    self.watch_at = self
-                        .watch_at
-                        .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+                    self.schedule(since, now);
                 }
             }
             // This instance's take of it landed, though its answer was lost.
@@ -420,7 +433,7 @@ impl Watcher {
     /// shards are read again 14 to 15 s after its last renewal instead of 20
     /// (`a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_the_next`). The
     /// roster listing every lease gave the same sightings of every member, at one read per
-    /// member; this is one read per lease in all (0.1 RCU/s).
+    /// member; this is one eventually consistent read per lease in all (0.05 RCU/s).
     async fn glance(&mut self, successor: Option<&str>) {
         let now = Instant::now();
         if now < self.glance_at {
@@ -439,9 +452,11 @@ impl Watcher {
             return;
         };
         self.glance_at = now + config.lease_duration;
-        if let Ok(Some(row)) = bounded(&shared, "read", shared.store.read(&key)).await {
+        // Eventually consistent: a sighting only starts a count, which an older answer can
+        // only make later (see `alive_eventually`).
+        if let Ok(Some(row)) = bounded(&shared, "read", shared.store.read_eventually(&key)).await {
             if roster::is_present(&row) {
-                self.link.record(&row, Instant::now());
+                let _ = self.link.record_eventual(&row, Instant::now());
             }
         }
     }
@@ -493,10 +508,7 @@ impl Watcher {
                     self.bury(&key, member, row.counter).await;
                     true
                 } else {
-                    let dead_at = since + roster::dead_after(config.lease_duration);
-                    self.watch_at = self
-                        .watch_at
-                        .min(dead_at.max(now + std::time::Duration::from_millis(1)));
+                    self.schedule(since, now);
                     expired(now)
                 }
             }

@@ -39,7 +39,8 @@
 //!   [`streams_are_independent`], [`list_returns_one_stream`].
 //! - *Delete*: [`delete_is_fenced_and_unlists`]. *Evict*: [`evict_is_fenced_and_frees`].
 //!   *Poke*: [`poke_counts_and_changes_nothing_else`], [`evict_pokes_the_holders_member_row`].
-//!   *Epoch*: [`epochs_bump_per_stream`]. *Counter*: [`counter_increases_on_every_write`].
+//!   *Epoch*: [`epochs_bump_per_stream`], [`epochs_tell_the_roster_apart`]. *Eventual reads*:
+//!   [`eventual_reads_show_written_rows`]. *Counter*: [`counter_increases_on_every_write`].
 //!   *Time*: [`clock_never_decides_a_take`].
 
 mod checkpoint;
@@ -61,7 +62,9 @@ pub use checkpoint::checkpoints_round_trip;
 pub use counter::counter_increases_on_every_write;
 pub use create::{create_is_idempotent, create_keeps_start_checkpoint};
 pub use delete::delete_is_fenced_and_unlists;
-pub use epoch::epochs_bump_per_stream;
+pub use epoch::{
+    epochs_bump_per_stream, epochs_tell_the_roster_apart, eventual_reads_show_written_rows,
+};
 pub use evict::evict_is_fenced_and_frees;
 pub use hand_over::{
     hand_over_clears_token, request_and_hand_over_refusals, request_then_hand_over_moves_the_row,
@@ -288,6 +291,8 @@ macro_rules! conformance_tests {
             request_then_hand_over_moves_the_row,
             request_and_hand_over_refusals,
             epochs_bump_per_stream,
+            epochs_tell_the_roster_apart,
+            eventual_reads_show_written_rows,
             delete_is_fenced_and_unlists,
             evict_is_fenced_and_frees,
             same_owner_other_token_refused,
