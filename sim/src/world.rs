@@ -1527,6 +1527,11 @@ impl World {
             self.unannounced_ids.remove(&id);
             if let Some(orphan) = self.orphans.get_mut(&id) {
                 orphan.since_ms = orphan.since_ms.max(now);
+                // Nobody knew of it before: no watcher was counting it (a former successor's
+                // count goes on only for a member its watcher once watched), so the watcher
+                // is the one the ring gives from now on (seed 13518: a member that joined
+                // just before it in the same roster move watched it, and crashed).
+                orphan.watcher = None;
             }
         }
     }

@@ -1,0 +1,190 @@
+//! The giver of a planned hand-over lets the shard go as soon as the hand-over landed: its
+//! `stats()` (and the simulation's check of who reads what) no longer list the shard, even when
+//! the epoch bump that follows the hand-over waits for a table that does not answer.
+//!
+//! Found by the simulation (seed 11381): the giver was cut off from the lease table just after
+//! its hand-over landed, its keeper waited up to a lease for the bump before it ended, and the
+//! giver was listed as the shard's reader beside its taker for 8 s.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kinesis_broker::lease::LeaseStore;
+use kinesis_broker::{
+    testing::MemoryStream, Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable,
+    RunningBroker,
+};
+use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take};
+use tokio::time::{sleep, Instant};
+
+const STREAM: &str = "s";
+
+/// A memory store whose epoch bumps hang while `hang` is set.
+#[derive(Debug, Clone)]
+struct HangingBumps {
+    inner: MemoryLeaseStore,
+    hang: Arc<AtomicBool>,
+}
+
+impl LeaseStore for HangingBumps {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.create(row)
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.take(key, holder, take)
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.renew(key, holder, ttl, checkpoint)
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.checkpoint(key, holder, checkpoint)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.release(key, holder, checkpoint)
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.request(key, asker, holder)
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.inner.hand_over(key, holder, to, ttl, checkpoint)
+    }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.delete(key, observed)
+    }
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.inner.poke(member, about)
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        Box::pin(async move {
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.bump_epoch(stream).await
+        })
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        self.inner.epoch(stream)
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.inner.read(key)
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        self.inner.list(stream)
+    }
+}
+
+async fn start(
+    kinesis: &MemoryStream,
+    store: impl LeaseStore + 'static,
+    owner: &str,
+) -> RunningBroker {
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(store)
+        .owner_id(owner)
+        .build()
+        .expect("broker");
+    broker
+        .subscribe(STREAM)
+        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+        .expect("subscribe");
+    broker.start().await.expect("start")
+}
+
+fn holds(broker: &RunningBroker, shard: &str) -> bool {
+    broker
+        .stats()
+        .shards(STREAM)
+        .iter()
+        .any(|s| s.shard == shard)
+}
+
+/// `a` holds both shards; its epoch bumps then hang. `b` joins and asks for one; `a` hands it
+/// over. Expected: within a take interval of the hand-over landing in the table, `a` no longer
+/// lists the shard. Failed before the fix: `a` listed it until its bump timed out, a lease
+/// after the hand-over.
+#[tokio::test(start_paused = true)]
+async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 2).expect("stream");
+    let table = MemoryLeaseTable::new();
+    let hang = Arc::new(AtomicBool::new(false));
+    let a = start(
+        &kinesis,
+        HangingBumps {
+            inner: MemoryLeaseStore::over(&table),
+            hang: hang.clone(),
+        },
+        "a",
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(20);
+    while a.stats().shards(STREAM).len() < 2 {
+        assert!(Instant::now() < until, "a never held both shards");
+        sleep(Duration::from_millis(100)).await;
+    }
+    hang.store(true, Ordering::SeqCst);
+    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b").await;
+    let reader = MemoryLeaseStore::over(&table);
+    // The hand-over as the table shows it: a shard row now owned by b.
+    let until = Instant::now() + Duration::from_secs(60);
+    let (shard, handed_at) = loop {
+        let rows = reader.list(STREAM).await.expect("list");
+        if let Some(row) = rows.iter().find(|r| r.owner.as_deref() == Some("b")) {
+            break (row.key.shard().to_owned(), Instant::now());
+        }
+        assert!(Instant::now() < until, "no shard was handed to b");
+        sleep(Duration::from_millis(50)).await;
+    };
+    let until = handed_at + Duration::from_secs(1);
+    while holds(&a, &shard) && Instant::now() < until {
+        sleep(Duration::from_millis(50)).await;
+    }
+    let still = holds(&a, &shard);
+    let late = handed_at.elapsed();
+    hang.store(false, Ordering::SeqCst);
+    b.shutdown().await;
+    a.shutdown().await;
+    assert!(
+        !still,
+        "a still listed {shard} {late:?} after handing it to b (its epoch bump hangs)"
+    );
+}
