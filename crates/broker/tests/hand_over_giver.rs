@@ -6,7 +6,7 @@
 //! its hand-over landed, its keeper waited up to a lease for the bump before it ended, and the
 //! giver was listed as the shard's reader beside its taker for 8 s.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,11 +20,13 @@ use tokio::time::{sleep, Instant};
 
 const STREAM: &str = "s";
 
-/// A memory store whose epoch bumps hang while `hang` is set.
+/// A memory store whose epoch bumps hang while `hang` is set; `bumps` counts the calls to
+/// bump the stream's epoch.
 #[derive(Debug, Clone)]
 struct HangingBumps {
     inner: MemoryLeaseStore,
     hang: Arc<AtomicBool>,
+    bumps: Arc<AtomicU32>,
 }
 
 impl LeaseStore for HangingBumps {
@@ -94,6 +96,9 @@ impl LeaseStore for HangingBumps {
     }
     fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
         Box::pin(async move {
+            if stream == STREAM {
+                self.bumps.fetch_add(1, Ordering::SeqCst);
+            }
             if self.hang.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
@@ -139,19 +144,22 @@ fn holds(broker: &RunningBroker, shard: &str) -> bool {
 
 /// `a` holds both shards; its epoch bumps then hang. `b` joins and asks for one; `a` hands it
 /// over. Expected: within a take interval of the hand-over landing in the table, `a` no longer
-/// lists the shard. Failed before the fix: `a` listed it until its bump timed out, a lease
-/// after the hand-over.
+/// lists the shard; it did send the bump, and once the table answers again the bump that
+/// timed out is sent again (owed). Failed before the fix: `a` listed the shard until its bump
+/// timed out, a lease after the hand-over.
 #[tokio::test(start_paused = true)]
 async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 2).expect("stream");
     let table = MemoryLeaseTable::new();
     let hang = Arc::new(AtomicBool::new(false));
+    let bumps = Arc::new(AtomicU32::new(0));
     let a = start(
         &kinesis,
         HangingBumps {
             inner: MemoryLeaseStore::over(&table),
             hang: hang.clone(),
+            bumps: bumps.clone(),
         },
         "a",
     )
@@ -162,6 +170,7 @@ async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
         sleep(Duration::from_millis(100)).await;
     }
     hang.store(true, Ordering::SeqCst);
+    let bumps_before = bumps.load(Ordering::SeqCst);
     let b = start(&kinesis, MemoryLeaseStore::over(&table), "b").await;
     let reader = MemoryLeaseStore::over(&table);
     // The hand-over as the table shows it: a shard row now owned by b.
@@ -180,11 +189,18 @@ async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
     }
     let still = holds(&a, &shard);
     let late = handed_at.elapsed();
+    let sent = bumps.load(Ordering::SeqCst) - bumps_before;
+    // The table answers again: the bump that timed out (a lease after it was sent) is owed,
+    // and the coordinator's next tick sends it again.
     hang.store(false, Ordering::SeqCst);
+    sleep(Duration::from_secs(12)).await;
+    let resent = bumps.load(Ordering::SeqCst) - bumps_before - sent;
     b.shutdown().await;
     a.shutdown().await;
     assert!(
         !still,
         "a still listed {shard} {late:?} after handing it to b (its epoch bump hangs)"
     );
+    assert!(sent >= 1, "a never bumped the epoch after its hand-over");
+    assert!(resent >= 1, "the bump that timed out was never sent again");
 }

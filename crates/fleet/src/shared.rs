@@ -72,6 +72,24 @@ pub(crate) struct Shared {
     /// take a row once its counter stood still for a lease, so quiet keepers renew every
     /// renew interval while they are seen (see `quiet`).
     pub(crate) legacy_rows: std::sync::atomic::AtomicBool,
+    /// Epoch bumps running in tasks of their own (`Shared::bump_epoch_aside`): aborted when
+    /// the coordinator ends (`AbortAside`), so none outlives the subscription, writes after an
+    /// abort, or keeps its delivery stream open.
+    pub(crate) aside: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+/// Aborts the bumps running aside (`Shared::aside`) when dropped: held by the coordinator,
+/// whose end (a shutdown's last bump done, or the handle dropped) ends them.
+#[derive(Debug)]
+pub(crate) struct AbortAside(pub(crate) std::sync::Arc<Shared>);
+
+impl Drop for AbortAside {
+    fn drop(&mut self) {
+        let handles = std::mem::take(&mut *self.0.aside.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in handles {
+            handle.abort();
+        }
+    }
 }
 
 impl Shared {
@@ -124,9 +142,12 @@ impl Shared {
     /// saw a giver listed as the shard's reader beside its taker for 8 s, seed 11381).
     pub(crate) fn bump_epoch_aside(self: &std::sync::Arc<Self>, why: &'static str) {
         let shared = self.clone();
-        tokio::spawn(
+        let task = tokio::spawn(
             async move { shared.bump_epoch(why).await }.instrument(tracing::Span::current()),
         );
+        let mut aside = self.aside.lock().unwrap_or_else(|p| p.into_inner());
+        aside.retain(|handle| !handle.is_finished());
+        aside.push(task.abort_handle());
     }
 
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at

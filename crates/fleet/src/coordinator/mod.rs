@@ -199,9 +199,11 @@ impl Coordinator {
             bump_owed: std::sync::atomic::AtomicBool::new(false),
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
             legacy_rows: std::sync::atomic::AtomicBool::new(false),
+            aside: Mutex::default(),
         });
         let state = State {
             shared: shared.clone(),
+            _aside: crate::shared::AbortAside(shared.clone()),
             stream_shards: HashMap::new(),
             rows_created: HashSet::new(),
             observed: HashMap::new(),
@@ -272,6 +274,9 @@ struct Pending {
 
 struct State {
     shared: Arc<Shared>,
+    /// Ends the epoch bumps running aside when the coordinator ends (after a shutdown's last
+    /// bump, which covers them, or when aborted).
+    _aside: crate::shared::AbortAside,
     /// The stream's shards by id, from the last listing.
     stream_shards: HashMap<String, kinesis_stream_core::Shard>,
     rows_created: HashSet<String>,
@@ -445,8 +450,9 @@ impl State {
             // The row names this instance and nobody else takes it while it is a member:
             // take it again.
             Exit::Lost => self.relist_now(),
-            // The round the hand-over's epoch bump started may have run while the shard was
-            // still held here; the row may name an instance that has left since it asked.
+            // The round the hand-over's epoch bump starts (sent aside as the keeper ended) may
+            // come before or after this; the row may name an instance that has left since it
+            // asked.
             Exit::HandedOver => self.relist_now(),
             Exit::Released => {}
         }
