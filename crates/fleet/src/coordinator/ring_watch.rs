@@ -275,6 +275,18 @@ impl Watcher {
             .min(dead_at.max(now + std::time::Duration::from_millis(1)));
     }
 
+    /// The roster's own epoch (the item of `members`, the roster's pseudo-stream); `None` when
+    /// the read failed.
+    async fn own_epoch(&self, members: &str) -> Option<u64> {
+        match bounded(&self.shared, "epoch", self.shared.store.epoch(members)).await {
+            Ok(epoch) => Some(epoch),
+            Err(error) => {
+                tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
+                None
+            }
+        }
+    }
+
     /// Every list interval, and at once when the coordinator saw the roster's count move:
     /// lists the roster if it moved, and reads the member row of the member this instance
     /// watches; a member whose row stood still for a lease is found dead.
@@ -300,13 +312,7 @@ impl Watcher {
         let every = roster::epoch_interval(config.lease_duration, self.link.members());
         let own = if now >= self.epoch_at || self.roster_epoch.is_none() {
             self.epoch_at = now + every - config.list_interval / 2;
-            match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
-                Ok(epoch) => Some(epoch),
-                Err(error) => {
-                    tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
-                    None
-                }
-            }
+            self.own_epoch(&members).await
         } else {
             None
         };
@@ -332,15 +338,7 @@ impl Watcher {
         // Read before the listing that the count starts, and kept with it, so that the next
         // own reading does not list the same change again (a bump moves both).
         let own = match own {
-            None if counted => {
-                match bounded(&shared, "epoch", shared.store.epoch(&members)).await {
-                    Ok(epoch) => Some(epoch),
-                    Err(error) => {
-                        tracing::warn!(error = %ErrorChain(&error), "reading the roster's epoch failed");
-                        None
-                    }
-                }
-            }
+            None if counted => self.own_epoch(&members).await,
             own => own,
         };
         let moved = own.is_some_and(|epoch| Some(epoch) != self.roster_epoch);
