@@ -65,6 +65,9 @@ struct Instance {
     slow_until: Arc<std::sync::Mutex<Option<Instant>>>,
     /// The shards it held at the last sample.
     held: BTreeSet<String>,
+    /// Of those, the shards it was handing over at the last sample, with its reader stopped
+    /// and no handler running (`ShardStats::handing_to`): it reads none of them.
+    handing: BTreeSet<String>,
     /// When it started (ms since the start).
     started_ms: u64,
 }
@@ -590,6 +593,7 @@ impl World {
                     clock,
                     slow_until,
                     held: BTreeSet::new(),
+                    handing: BTreeSet::new(),
                     started_ms: now,
                 });
             }
@@ -651,7 +655,9 @@ impl World {
             if instance.running.is_none() || instance.freeze.is_frozen() {
                 continue;
             }
-            for shard in &instance.held {
+            // A shard being handed over is listed by its giver until the move's answer comes,
+            // but nothing of it is read or handled there any more.
+            for shard in instance.held.difference(&instance.handing) {
                 readers.entry(shard).or_default().push(&instance.id);
             }
         }
@@ -1417,9 +1423,20 @@ impl World {
                     ),
                 );
             }
+            let handing: BTreeSet<String> = stats
+                .shards(STREAM)
+                .iter()
+                .filter(|s| s.handing_to.is_some())
+                .map(|s| s.shard.clone())
+                .collect();
             if held != instance.held {
                 self.rec.note(format!("{} holds {:?}", instance.id, held));
                 instance.held = held;
+            }
+            if handing != instance.handing {
+                self.rec
+                    .note(format!("{} hands over {:?}", instance.id, handing));
+                instance.handing = handing;
             }
             let probe = futures_now(running.failed());
             if let Some(error) = probe {

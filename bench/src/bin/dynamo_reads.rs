@@ -66,8 +66,23 @@ async fn measure(shards: u32) -> (f64, f64) {
 }
 
 fn main() {
+    // `RUST_LOG=kinesis_fleet=debug` shows what the instances do, to explain a figure.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
+        // `DYNAMO_READS_ONLY=64` measures one size alone, to explain a figure.
+        let only: Option<u32> = std::env::var("DYNAMO_READS_ONLY")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        if let Some(shards) = only {
+            measure(shards).await;
+            return;
+        }
         let (items16, units16) = measure(16).await;
         let (items64, units64) = measure(64).await;
         for (shards, items, units) in [(16, items16, units16), (64, items64, units64)] {

@@ -58,6 +58,13 @@ pub struct ShardStats {
     /// reason. The shard is held and not read until the position is readable: reset it to a
     /// position of its own (`kinesis-broker reset --shard .. --to ..`). `None` otherwise.
     pub refused: Option<String>,
+    /// While the shard is handed over to another instance (its owner id here) and the write
+    /// that moves the row has not been answered: the shard is revoked here (nothing more of it
+    /// is delivered) and no handler of it runs, so nothing of it is handled here any more. The
+    /// shard leaves these stats once the move is confirmed (or the lease lapses, when every
+    /// answer is lost). `None` otherwise, and also while a handler that could not be cancelled
+    /// (a stream consumer holding a delivery) may still run.
+    pub handing_to: Option<String>,
 }
 
 /// The running coordinator and shard readers of one subscription.
@@ -227,6 +234,11 @@ fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
                 stuck,
                 kpl: held.kpl.stats(),
                 refused: held.refusal.text(),
+                handing_to: held
+                    .handing_to
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
             }
         })
         .collect();

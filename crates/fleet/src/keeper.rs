@@ -371,13 +371,14 @@ impl Keeper {
 
     /// Revokes the shard (no new handler attempt starts) and waits, renewing, until no attempt
     /// runs; attempts still running a lease duration later are cancelled. Then nothing of this
-    /// instance runs on the shard's records, and the final write may go.
+    /// instance runs on the shard's records, and the final write may go. `Ok(false)` when
+    /// something may still run: a stream consumer holding a delivery cannot be cancelled.
     async fn quiesce(
         &mut self,
         wait: std::time::Duration,
         deadline: &mut Instant,
         tick: &mut tokio::time::Interval,
-    ) -> Result<(), Exit> {
+    ) -> Result<bool, Exit> {
         self.settlement.revoke();
         let settlement = self.settlement.clone();
         let bound = Instant::now() + wait;
@@ -390,9 +391,9 @@ impl Keeper {
             // Handler attempts end at once when cancelled; a stream consumer still holding a
             // delivery cannot be cancelled, and is not waited for any longer.
             let grace = self.shared.config.renew_interval / 3;
-            let _ = tokio::time::timeout(grace, settlement.idle()).await;
+            return Ok(tokio::time::timeout(grace, settlement.idle()).await.is_ok());
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Hands the shard to `asker`: stop reading, let what was handed out settle (renewing
@@ -428,9 +429,10 @@ impl Keeper {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
         let wait = config.lease_duration;
-        if let Err(exit) = self.quiesce(wait, &mut deadline, &mut tick).await {
-            return exit;
-        }
+        let idle = match self.quiesce(wait, &mut deadline, &mut tick).await {
+            Ok(idle) => idle,
+            Err(exit) => return exit,
+        };
         let checkpoint = self.cursor.due(&self.settlement);
         let why = Release::HandOver { to: asker.clone() };
         if let Err(exit) = self
@@ -440,6 +442,15 @@ impl Keeper {
             return exit;
         }
         let checkpoint = self.cursor.due(&self.settlement);
+        // Nothing of the shard is delivered or handled here from now on (the shard is revoked
+        // and no handler runs): say so in the stats while the write that moves the row waits
+        // for its answer (every answer may be lost for as long as the lease lasts, while the
+        // asker already reads the shard). Not when a handler may still run.
+        if idle {
+            if let Some(held) = shared.held().get(self.key.shard()) {
+                *held.handing_to.lock().unwrap_or_else(|p| p.into_inner()) = Some(asker.clone());
+            }
+        }
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         loop {
             let store = shared.store.clone();

@@ -45,6 +45,9 @@ pub(crate) struct Held {
     /// Tells a quiet keeper (see `quiet`) to write its row now: a listing showed it wanted by
     /// another instance, or carrying a token not its own.
     pub(crate) nudge: Arc<tokio::sync::Notify>,
+    /// Whom the shard is being handed to, once its reader stopped and its handlers finished
+    /// (see `ShardStats::handing_to`).
+    pub(crate) handing_to: Arc<Mutex<Option<String>>>,
 }
 
 #[derive(Debug)]

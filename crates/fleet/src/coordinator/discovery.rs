@@ -5,12 +5,16 @@
 
 use std::collections::HashSet;
 
+use futures_util::stream::{self, StreamExt};
 use kinesis_lease_core::{ErrorChain, Lease};
 
 use super::store_calls::bounded;
 use super::State;
 use kinesis_shard_reader::start;
 use kinesis_stream_core::ReaderError;
+
+/// How many lease rows discovery creates at once.
+const CREATES_IN_FLIGHT: usize = 16;
 
 impl State {
     /// Lists the stream's shards and creates the lease rows missing, with their parents and
@@ -72,6 +76,7 @@ impl State {
         // Where each new row starts, from the rows as they stand (never from their counters):
         // see the `start` rules.
         let marker = config.reposition().map(|(_, marker)| marker);
+        let mut rows_to_create = Vec::new();
         for (shard, checkpoint) in start::initial_checkpoints(&missing, &rows, &config.start_at) {
             let key = match shared.key(&shard.id) {
                 Ok(key) => key,
@@ -83,13 +88,27 @@ impl State {
             let mut row = Lease::new(key, shard.parents()).starting_at(checkpoint);
             // Rows created under a reposition start as the subscription says, not repositioned.
             row.repositioned = marker.clone();
-            match bounded(&shared, "create", shared.store.create(&row)).await {
-                Ok(_) => created.push(shard.id.clone()),
-                Err(error) => {
-                    tracing::warn!(shard = %shard.id, error = %ErrorChain(&error), "creating the lease row failed")
-                }
-            }
+            rows_to_create.push(row);
         }
+        // Several creates in flight: one at a time, a stream of 100 shards on a table that
+        // answers in 50 ms waited 5 s before its first take (each create is conditional, so
+        // their order does not matter).
+        let shared = &shared;
+        let outcomes: Vec<(String, bool)> = stream::iter(rows_to_create)
+            .map(|row| async move {
+                let shard = row.key.shard().to_owned();
+                match bounded(shared, "create", shared.store.create(&row)).await {
+                    Ok(_) => (shard, true),
+                    Err(error) => {
+                        tracing::warn!(%shard, error = %ErrorChain(&error), "creating the lease row failed");
+                        (shard, false)
+                    }
+                }
+            })
+            .buffer_unordered(CREATES_IN_FLIGHT)
+            .collect()
+            .await;
+        created.extend(outcomes.into_iter().filter(|(_, ok)| *ok).map(|(s, _)| s));
         if !created.is_empty() {
             // Rows that exist now (created here or by another instance): list them.
             self.relist_now();

@@ -222,7 +222,7 @@ impl Coordinator {
             synced_at: None,
             first_seen: HashMap::new(),
             gone_since: HashMap::new(),
-            took_a_round: false,
+            first_round_at: None,
             left_free: HashSet::new(),
             asked: None,
             next_expiry: None,
@@ -313,9 +313,10 @@ struct State {
     /// Per finished row whose shard the stream no longer lists: since when (the send of the
     /// first ListShards that omitted it). The janitor deletes it a lease later.
     gone_since: HashMap<String, Instant>,
-    /// Set once the first take round has planned: that round takes at most one row while no
-    /// other owner is live (see `take_plan`).
-    took_a_round: bool,
+    /// When the first take round planned: that round takes at most one row while no other
+    /// owner is live, and rows left free wait longer for a list interval after it (see
+    /// `take_plan`).
+    first_round_at: Option<Instant>,
     /// Free or expired rows the last take round left to the other owners.
     left_free: HashSet<String>,
     /// The row this instance asked for, and when.

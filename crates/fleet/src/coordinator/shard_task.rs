@@ -48,6 +48,7 @@ impl State {
                 kpl: kpl.clone(),
                 refusal: refusal.clone(),
                 nudge: nudge.clone(),
+                handing_to: Arc::default(),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);

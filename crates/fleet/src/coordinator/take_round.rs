@@ -76,7 +76,10 @@ impl State {
         let pending: HashSet<String> = self.pending.keys().cloned().collect();
         let gone = self.parents_gone(&rows);
         let readable = take_plan::readable(&rows, |parent| !gone.contains(parent));
-        let first_round = !self.took_a_round;
+        let first_round = self.first_round_at.is_none();
+        let starting = self
+            .first_round_at
+            .is_none_or(|at| now.duration_since(at) < config.list_interval);
         let departed = self.departed.clone();
         // Members seen standing still for a lease do not count in the fair share.
         let stale = self
@@ -107,8 +110,9 @@ impl State {
             departed: &departed,
             stale: &stale,
             list_interval: config.list_interval,
+            starting,
         };
-        self.took_a_round = true;
+        self.first_round_at.get_or_insert(now);
         let plan = take_plan::plan(readable, &view);
         tracing::debug!(members = ?self.members, target = plan.target, room = plan.room, candidates = plan.candidates.len(), "take round");
         self.next_expiry = plan.next_expiry.map(|left| now + left);
@@ -116,6 +120,7 @@ impl State {
         let mut room = plan.room;
         let mut left_over = false;
         let mut took_any = false;
+        let mut lost_any = false;
         let mut left_free = HashSet::new();
         for (rank, row) in plan.candidates {
             // Rows handed over to us, and our own rows whose keeper ended, are always taken.
@@ -157,6 +162,7 @@ impl State {
                 }
                 Ok(Outcome::Lost(lost)) => {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
+                    lost_any = true;
                     if lost.holder.as_deref() == Some(config.owner.as_str()) {
                         // Our own row moved since the listing (a renewal whose answer was lost
                         // had landed): nobody else takes a present member's row, so unless we
@@ -198,10 +204,18 @@ impl State {
             // over, or freed by a change whose notice was lost): look again in a while.
             self.relist_by(now + config.lease_duration);
         }
-        if (left_over || took_any) && held_now < plan.target {
+        if plan.held_back {
+            // Rows left free not taken past the share for now (see `take_plan`): nothing else
+            // may list again before the epoch moves, so look at the next take tick.
+            self.relist_now();
+        }
+        if (left_over || took_any || lost_any) && held_now < plan.target {
             // Rows this round left free for the others (see `take_plan`), or rows lost to
-            // others' takes while more may have been freed since: list again at the next take
-            // tick. A round that takes nothing and leaves nothing waits for the epoch to move.
+            // others' takes while more may have been freed since, or rows that moved since the
+            // listing (an operator's release landing between the listing and the take: the
+            // row is free, and its notice may have come before the listing's answer; sim seed
+            // 46072): list again at the next take tick. A round that takes nothing, loses
+            // nothing and leaves nothing waits for the epoch to move.
             self.relist_now();
         }
         self.ask_for_one(&plan.readable, &plan.live, plan.target)
