@@ -4,7 +4,9 @@
 //!
 //! Found by the simulation (seed 11381): the giver was cut off from the lease table just after
 //! its hand-over landed, its keeper waited up to a lease for the bump before it ended, and the
-//! giver was listed as the shard's reader beside its taker for 8 s.
+//! giver was listed as the shard's reader beside its taker for 8 s. And while every answer to a
+//! hand-over that landed is lost, the giver still lists the shard but says whom it hands it to
+//! (seed 9034).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -15,18 +17,22 @@ use kinesis_broker::{
     testing::MemoryStream, Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable,
     RunningBroker,
 };
-use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take};
+use kinesis_lease_core::{
+    BoxFuture, Holder, Lease, LeaseError, LeaseKey, LeaseResult, Outcome, Take,
+};
 use tokio::time::{sleep, Instant};
 
 const STREAM: &str = "s";
 
 /// A memory store whose epoch bumps hang while `hang` is set; `bumps` counts the calls to
-/// bump the stream's epoch.
+/// bump the stream's epoch. While `lose_hand_overs` is set, hand-overs land and their answers
+/// are lost.
 #[derive(Debug, Clone)]
 struct HangingBumps {
     inner: MemoryLeaseStore,
     hang: Arc<AtomicBool>,
     bumps: Arc<AtomicU32>,
+    lose_hand_overs: Arc<AtomicBool>,
 }
 
 impl LeaseStore for HangingBumps {
@@ -82,7 +88,17 @@ impl LeaseStore for HangingBumps {
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.inner.hand_over(key, holder, to, ttl, checkpoint)
+        Box::pin(async move {
+            let outcome = self.inner.hand_over(key, holder, to, ttl, checkpoint).await;
+            if self.lose_hand_overs.load(Ordering::SeqCst) {
+                return Err(LeaseError::Unavailable {
+                    operation: "hand_over",
+                    resource: key.to_string(),
+                    source: "the answer was lost (staged by the test)".into(),
+                });
+            }
+            outcome
+        })
     }
     fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
         self.inner.delete(key, observed)
@@ -160,6 +176,7 @@ async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
             inner: MemoryLeaseStore::over(&table),
             hang: hang.clone(),
             bumps: bumps.clone(),
+            lose_hand_overs: Arc::default(),
         },
         "a",
     )
@@ -203,4 +220,71 @@ async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
     );
     assert!(sent >= 1, "a never bumped the epoch after its hand-over");
     assert!(resent >= 1, "the bump that timed out was never sent again");
+}
+
+/// `a` holds both shards; every answer to its hand-overs is lost (the writes land). `b` joins
+/// and asks for one; the row is b's once the hand-over landed, while `a` retries the write
+/// until an answer comes or its lease lapses. All that while `a` still lists the shard, but says whom
+/// it hands it to (`handing_to`): nothing of it is delivered or handled there any more. Seed
+/// 9034 of the simulation counted such a giver as the shard's second reader.
+#[tokio::test(start_paused = true)]
+async fn a_giver_whose_hand_over_answers_are_lost_says_whom_it_hands_to() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 2).expect("stream");
+    let table = MemoryLeaseTable::new();
+    let lose = Arc::new(AtomicBool::new(false));
+    let a = start(
+        &kinesis,
+        HangingBumps {
+            inner: MemoryLeaseStore::over(&table),
+            hang: Arc::default(),
+            bumps: Arc::default(),
+            lose_hand_overs: lose.clone(),
+        },
+        "a",
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(20);
+    while a.stats().shards(STREAM).len() < 2 {
+        assert!(Instant::now() < until, "a never held both shards");
+        sleep(Duration::from_millis(100)).await;
+    }
+    lose.store(true, Ordering::SeqCst);
+    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b").await;
+    let reader = MemoryLeaseStore::over(&table);
+    // The hand-over as the table shows it: a shard row now owned by b.
+    let until = Instant::now() + Duration::from_secs(60);
+    let shard = loop {
+        let rows = reader.list(STREAM).await.expect("list");
+        if let Some(row) = rows.iter().find(|r| r.owner.as_deref() == Some("b")) {
+            break row.key.shard().to_owned();
+        }
+        assert!(Instant::now() < until, "no shard was handed to b");
+        sleep(Duration::from_millis(50)).await;
+    };
+    // The shard is b's (b reads it at its next listing); a lists it too, handing it to b,
+    // until its retries end.
+    let mut seen_handing = false;
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        let stats = a.stats();
+        let listed = stats.shards(STREAM).iter().find(|s| s.shard == shard);
+        if let Some(listed) = listed {
+            assert_eq!(
+                listed.handing_to.as_deref(),
+                Some("b"),
+                "a lists {shard}, handed to b, as its own"
+            );
+            seen_handing = true;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    lose.store(false, Ordering::SeqCst);
+    assert!(
+        seen_handing,
+        "a never listed {shard} while its hand-over answers were lost"
+    );
+    assert!(!holds(&a, &shard), "a still lists {shard} a lease later");
+    b.shutdown().await;
+    a.shutdown().await;
 }
