@@ -151,7 +151,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     let mut sorted: Vec<&str> = owners.iter().copied().collect();
     sorted.sort_unstable();
     let rank = sorted.iter().position(|o| *o == view.me).unwrap_or(0);
-    let share = readable.len() / owners.len() + usize::from(rank < readable.len() % owners.len());
+    let share = own_share(readable.len(), owners.len(), rank);
     let mut room = share.saturating_sub(view.held.len());
     // Instances that start together see every row free and few or none of the others yet:
     // each would take far more than its share. In its first round an instance takes one row,
@@ -225,9 +225,10 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     // interval), so the shares are not unused yet. Wait a round more; the rows still free
     // then are taken.
     let share_of = |owner: &str| {
-        sorted.iter().position(|o| *o == owner).map(|place| {
-            readable.len() / sorted.len() + usize::from(place < readable.len() % sorted.len())
-        })
+        sorted
+            .iter()
+            .position(|o| *o == owner)
+            .map(|place| own_share(readable.len(), sorted.len(), place))
     };
     let mut holds: HashMap<&str, usize> = HashMap::new();
     for row in &readable {
@@ -308,6 +309,12 @@ fn liveness(row: &Lease, view: &View<'_>) -> Liveness {
     }
 }
 
+/// The own share of the owner at `place` of `owners` (sorted by id) in `rows` rows: the rows
+/// over the owners, rounded down, plus one for the first `rows mod owners` owners.
+fn own_share(rows: usize, owners: usize, place: usize) -> usize {
+    rows / owners + usize::from(place < rows % owners)
+}
+
 /// Orders the candidates by rank, and within each rank from a stretch of its own for each
 /// owner: of the readable rows sorted by shard id, the owner at `place` of `owners` (sorted by
 /// id, as every instance sorts them) begins where the shares of the owners before it end, and
@@ -322,10 +329,11 @@ fn spread(candidates: &mut [(Rank, &Lease)], readable: &[&Lease], place: usize, 
     let mut order: Vec<&str> = readable.iter().map(|r| r.key.shard()).collect();
     order.sort_unstable();
     let len = order.len().max(1);
-    // Each stretch as long as its owner's share (see `plan`): the first `len % owners` by id
-    // take one row more.
-    let (owners, place) = (owners.max(1), place % owners.max(1));
-    let home = place * (len / owners) + place.min(len % owners);
+    // Each stretch as long as its owner's share: it begins after the shares of those before.
+    let owners = owners.max(1);
+    let home: usize = (0..place % owners)
+        .map(|before| own_share(len, owners, before))
+        .sum();
     let along = |shard: &str| {
         let at = order.binary_search(&shard).unwrap_or_else(|at| at);
         (at + len - home) % len
