@@ -81,7 +81,7 @@ pub use error::BrokerError;
 pub use publisher::Publisher;
 pub use running::RunningBroker;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
-pub use stats::{BrokerStats, ShardStats, StatsHandle, StreamStats, Totals};
+pub use stats::{BrokerStats, Load, ShardStats, StatsHandle, StreamStats, Totals};
 pub use subscription::{BatchSubscriptionBuilder, SubscriptionBuilder};
 
 #[doc(inline)]
@@ -119,8 +119,8 @@ pub mod lease {
     #[doc(inline)]
     pub use kinesis_lease_core::{
         rules, BoxError, BoxFuture, Checkpoint, Clock, ErrorChain, Holder, Lease, LeaseError,
-        LeaseKey, LeaseResult, LeaseStore, Lost, ManualClock, Outcome, SequenceNumber, SystemClock,
-        Take,
+        LeaseKey, LeaseResult, LeaseStore, Load, Lost, ManualClock, Outcome, SequenceNumber,
+        SystemClock, Take,
     };
     #[cfg(feature = "dynamodb-lease")]
     #[doc(inline)]

@@ -18,6 +18,8 @@ pub(crate) struct Subscription {
     pub(crate) fan_out: Option<String>,
     pub(crate) hooks: Hooks,
     pub(crate) quiet_idle: bool,
+    /// This instance's capacity in thousandths of the default (see `capacity`).
+    pub(crate) capacity_milli: u64,
     #[cfg(feature = "kcl-import")]
     pub(crate) kcl_import: Option<kinesis_kcl_import::KclImport>,
     pub(crate) sender: DeliverySender,

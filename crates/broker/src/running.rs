@@ -70,6 +70,7 @@ impl RunningBroker {
                 .map(|s| StreamStats {
                     stream: s.coordinator.stream().to_owned(),
                     shards: s.coordinator.stats(),
+                    load: s.coordinator.load(),
                 })
                 .collect(),
         }

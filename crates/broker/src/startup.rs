@@ -229,6 +229,7 @@ impl Broker {
             config.clock = self.clock.clone();
             config.hooks = sub.hooks.clone();
             config.quiet_idle = sub.quiet_idle;
+            config.capacity_milli = sub.capacity_milli;
             config
                 .validate()
                 .map_err(|source| stream_error(&sub.stream, source))?;

@@ -1,6 +1,7 @@
 //! `BrokerStats`: what a running broker holds and how far it got, for dashboards and tests.
 
 pub use kinesis_fleet::ShardStats;
+pub use kinesis_lease_core::Load;
 
 /// Every subscription's held shards.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -18,6 +19,10 @@ pub struct StreamStats {
     pub stream: String,
     /// The shards held now, sorted by id.
     pub shards: Vec<ShardStats>,
+    /// This instance's load for the stream, the sum of [`ShardStats::load`], with its
+    /// capacity ([`SubscriptionBuilder::capacity`](crate::SubscriptionBuilder::capacity)): what
+    /// its member row in the lease table publishes, and `kinesis-broker members` shows.
+    pub load: Load,
 }
 
 impl BrokerStats {
@@ -72,6 +77,7 @@ impl StatsHandle {
                 .map(|s| StreamStats {
                     stream: s.stream().to_owned(),
                     shards: s.stats(),
+                    load: s.load(),
                 })
                 .collect(),
         }

@@ -36,6 +36,8 @@ pub struct SubscriptionBuilder<'b> {
     fan_out: Option<String>,
     hooks: Hooks,
     quiet_idle: bool,
+    /// This instance's capacity for the stream, relative to the default 1.0.
+    instance_capacity: f64,
     #[cfg(feature = "kcl-import")]
     kcl_import: Option<kinesis_kcl_import::KclImport>,
     dispatch: DispatchConfig,
@@ -55,6 +57,7 @@ impl<'b> SubscriptionBuilder<'b> {
             fan_out: None,
             hooks: Hooks::new(),
             quiet_idle: false,
+            instance_capacity: 1.0,
             #[cfg(feature = "kcl-import")]
             kcl_import: None,
             dispatch: DispatchConfig::default(),
@@ -277,6 +280,22 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
+    /// This instance's capacity for the stream's shards, relative to the others' (1.0 by
+    /// default, for every instance alike): an instance with twice the CPU of the others says
+    /// 2.0. It is published on the instance's member row beside the load it carries
+    /// ([`StreamStats::load`](crate::StreamStats::load)), so that load over capacity compares
+    /// instances of different sizes. The process's own CPU use is not read: the handlers' time
+    /// on each shard's records is measured instead (see `docs/leases.md`, "Loads").
+    ///
+    /// # Errors
+    ///
+    /// The subscription's `handle` returns [`BrokerError::InvalidConfig`] naming `capacity`
+    /// unless it is more than zero and at most 1,000 (thousandths are kept).
+    pub fn capacity(mut self, capacity: f64) -> Self {
+        self.instance_capacity = capacity;
+        self
+    }
+
     /// Batches of up to `size` records (or what arrived within 50 ms of the first); finish
     /// with [`BatchSubscriptionBuilder::handle`].
     pub fn batch(self, size: usize) -> BatchSubscriptionBuilder<'b> {
@@ -363,6 +382,16 @@ impl<'b> SubscriptionBuilder<'b> {
             1_000
         });
         let dispatch = self.dispatch;
+        let capacity_milli = (self.instance_capacity * 1_000.0).round();
+        if !(1.0..=1_000_000.0).contains(&capacity_milli) {
+            return Err(BrokerError::InvalidConfig {
+                setting: "capacity",
+                reason: format!(
+                    "stream `{}`: an instance's capacity is more than zero and at most 1,000 (1.0 is the default); {} is not",
+                    self.stream, self.instance_capacity
+                ),
+            });
+        }
         for (setting, position) in [
             ("start_at", Some(&self.start_at)),
             ("reposition", self.reposition.as_ref()),
@@ -389,6 +418,7 @@ impl<'b> SubscriptionBuilder<'b> {
             fan_out: self.fan_out,
             hooks: self.hooks,
             quiet_idle: self.quiet_idle,
+            capacity_milli: capacity_milli as u64,
             #[cfg(feature = "kcl-import")]
             kcl_import: self.kcl_import,
             sender,

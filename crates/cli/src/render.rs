@@ -6,11 +6,56 @@
 
 use comfy_table::presets::NOTHING;
 use comfy_table::{CellAlignment, Table};
-use kinesis_lease_core::{ErrorChain, Lease};
+use kinesis_lease_core::{ErrorChain, Lease, Load};
 use serde::Serialize;
 
 use crate::lag::{Probe, Records};
 use crate::view::{state_of, Verdict};
+
+/// A load as its row published it (see `kinesis_lease_core::Load`): smoothed over about a
+/// minute, per minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LoadLine {
+    /// Records handled per minute.
+    pub records_per_min: u64,
+    /// Payload bytes handled per minute.
+    pub bytes_per_min: u64,
+    /// Milliseconds of handler time per minute (60,000: one handler busy all the time).
+    pub busy_ms_per_min: u64,
+    /// On a member: its capacity in thousandths of the default (1,000); `null` on a shard.
+    pub capacity_milli: Option<u64>,
+}
+
+impl From<&Load> for LoadLine {
+    fn from(load: &Load) -> Self {
+        Self {
+            records_per_min: load.records_per_min,
+            bytes_per_min: load.bytes_per_min,
+            busy_ms_per_min: load.busy_ms_per_min,
+            capacity_milli: load.capacity_milli,
+        }
+    }
+}
+
+/// `12.5 rec/s, 6.3 KB/s, busy 45 %` (busy: handler time over one handler's time), or `-`.
+fn load_text(load: Option<&LoadLine>) -> String {
+    let Some(load) = load else {
+        return "-".to_owned();
+    };
+    let bytes = load.bytes_per_min as f64 / 60.0;
+    let bytes = if bytes >= 1_000_000.0 {
+        format!("{:.1} MB/s", bytes / 1_000_000.0)
+    } else if bytes >= 1_000.0 {
+        format!("{:.1} KB/s", bytes / 1_000.0)
+    } else {
+        format!("{bytes:.0} B/s")
+    };
+    format!(
+        "{:.1} rec/s, {bytes}, busy {:.0} %",
+        load.records_per_min as f64 / 60.0,
+        load.busy_ms_per_min as f64 / 600.0
+    )
+}
 
 /// One shard row, as `leases` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,6 +89,8 @@ pub struct LeaseLine {
     /// the shard at `TRIM_HORIZON`): no reader can go on from there, the shard is stuck until
     /// it is `reset` to a valid position; `null` otherwise.
     pub checkpoint_refused: Option<String>,
+    /// The shard's load as its holder last published it; `null` when none was.
+    pub load: Option<LoadLine>,
 }
 
 /// The line of `row`, with its lag probe if one was made.
@@ -66,6 +113,7 @@ pub fn lease_line(row: &Lease, probe: Option<&Probe>) -> LeaseLine {
         behind_records_at_least: None,
         lag_error: None,
         checkpoint_refused: None,
+        load: row.load.as_ref().map(LoadLine::from),
     };
     match probe {
         Some(Probe::Behind(behind)) => {
@@ -126,6 +174,7 @@ pub fn leases_table(lines: &[LeaseLine]) -> String {
         "COUNTER",
         "PARENTS",
         "BEHIND",
+        "LOAD",
     ]);
     for line in lines {
         let checkpoint = match (&line.checkpoint, line.subsequence) {
@@ -154,6 +203,7 @@ pub fn leases_table(lines: &[LeaseLine]) -> String {
             line.counter.to_string(),
             parents,
             behind_text(line),
+            load_text(line.load.as_ref()),
         ]);
     }
     if let Some(col) = t.column_mut(4) {
@@ -178,6 +228,9 @@ pub struct MemberLine {
     pub counter: Option<u64>,
     /// The shards it holds (owner and token), sorted.
     pub shards: Vec<String>,
+    /// The load it carries (the sum of its shards') and its capacity, as its member row
+    /// published them at the last look; `null` when it published none.
+    pub load: Option<LoadLine>,
 }
 
 /// The lines of `members`: every verdict with the shards its owner holds, then owners that
@@ -195,6 +248,7 @@ pub fn member_lines(
             judged: v.judged.clone(),
             counter: v.counters.map(|(_, last)| last),
             shards: holdings.get(&v.owner).cloned().unwrap_or_default(),
+            load: v.load.as_ref().map(LoadLine::from),
         })
         .collect();
     for (owner, shards) in holdings {
@@ -206,6 +260,7 @@ pub fn member_lines(
                 judged: "holds rows but has no member row (taken before the roster?)".into(),
                 counter: None,
                 shards: shards.clone(),
+                load: None,
             });
         }
     }
@@ -214,12 +269,21 @@ pub fn member_lines(
 
 /// The aligned table of `members`.
 pub fn members_table(lines: &[MemberLine]) -> String {
-    let mut t = table(&["OWNER", "ALIVE", "SHARDS", "HELD", "JUDGED"]);
+    let mut t = table(&[
+        "OWNER", "ALIVE", "SHARDS", "LOAD", "CAPACITY", "HELD", "JUDGED",
+    ]);
     for line in lines {
+        let capacity = line
+            .load
+            .as_ref()
+            .map(|l| l.capacity_milli.unwrap_or(Load::DEFAULT_CAPACITY_MILLI))
+            .map_or("-".to_owned(), |c| format!("{:.2}", c as f64 / 1_000.0));
         t.add_row(vec![
             line.owner.clone(),
             if line.alive { "yes" } else { "no" }.to_owned(),
             line.shards.len().to_string(),
+            load_text(line.load.as_ref()),
+            capacity,
             if line.shards.is_empty() {
                 "-".to_owned()
             } else {
@@ -414,6 +478,7 @@ mod tests {
             presence: "present",
             judged: "counter 1 -> 2 within 0.5 s".into(),
             counters: Some((1, 2)),
+            load: None,
         }];
         let holdings = [
             ("a".to_owned(), vec!["shardId-1".to_owned()]),
@@ -426,5 +491,64 @@ mod tests {
         assert_eq!(lines[1].presence, "no_member_row");
         let text = members_table(&lines);
         assert!(text.lines().nth(1).unwrap().contains("yes"));
+    }
+
+    #[test]
+    fn loads_show_per_shard_and_per_member_with_the_capacity() {
+        let mut hot = row("shardId-1", Some("a"), None);
+        hot.load = Some(Load::new(750, 378_000, 27_000));
+        let lines = [hot.clone(), row("shardId-2", Some("a"), None)]
+            .iter()
+            .map(|r| lease_line(r, None))
+            .collect::<Vec<_>>();
+        let text = leases_table(&lines);
+        assert!(text.lines().next().unwrap().contains("LOAD"), "{text}");
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .contains("12.5 rec/s, 6.3 KB/s, busy 45 %"),
+            "{text}"
+        );
+        assert!(
+            text.lines().nth(2).unwrap().trim_end().ends_with('-'),
+            "{text}"
+        );
+        let json = serde_json::to_value(&lines[0]).unwrap();
+        assert_eq!(json["load"]["busy_ms_per_min"], 27_000);
+        assert_eq!(json["load"]["capacity_milli"], serde_json::Value::Null);
+        assert_eq!(
+            serde_json::to_value(&lines[1]).unwrap()["load"],
+            serde_json::Value::Null
+        );
+
+        let member = |owner: &str, load: Option<Load>| Verdict {
+            owner: owner.into(),
+            alive: true,
+            presence: "present",
+            judged: "counter 1 -> 2 within 0.5 s".into(),
+            counters: Some((1, 2)),
+            load,
+        };
+        let verdicts = vec![
+            member("a", hot.load.map(|l| l.with_capacity(2_000))),
+            member("b", None),
+        ];
+        let holdings = [("a".to_owned(), vec!["shardId-1".to_owned()])].into();
+        let lines = member_lines(&verdicts, &holdings);
+        let text = members_table(&lines);
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.contains("LOAD") && header.contains("CAPACITY"),
+            "{text}"
+        );
+        let a = text.lines().nth(1).unwrap();
+        assert!(a.contains("busy 45 %") && a.contains("2.00"), "{text}");
+        let json = serde_json::to_value(&lines[0]).unwrap();
+        assert_eq!(json["load"]["capacity_milli"], 2_000);
+        assert_eq!(
+            serde_json::to_value(&lines[1]).unwrap()["load"],
+            serde_json::Value::Null
+        );
     }
 }

@@ -129,6 +129,8 @@ pub struct Verdict {
     pub judged: String,
     /// The member row's counter at the first and the last look (`None`: no member row).
     pub counters: Option<(u64, u64)>,
+    /// The load and capacity its member row published at the last look, if any.
+    pub load: Option<kinesis_lease_core::Load>,
 }
 
 /// Judges liveness from counter movement: the first look at the member rows, then later looks
@@ -232,6 +234,7 @@ impl Judge {
                     presence,
                     judged,
                     counters,
+                    load: last.load,
                 }
             })
             .collect()

@@ -209,10 +209,14 @@ impl Ctx {
         if delivery.is_revoked() {
             return Tried::Done;
         }
-        // Timed (with metrics on) for one call in 64, and for every call that waits.
-        let mut started = (crate::metrics::ON
-            && fastrand::u32(..crate::metrics::SAMPLE_EVERY) == 0)
-            .then(Instant::now);
+        // The shard's load (`ShardSettlement::busy`): the first poll is timed in one call in
+        // `BUSY_SAMPLE_EVERY` and counts that many times over, and a call that waits is timed
+        // from then on whole, so both parts are counted without bias at two clock reads per
+        // `BUSY_SAMPLE_EVERY` calls done at their first poll. The same draw times one call in
+        // 64 for the `HandlerDuration` histogram (with metrics on).
+        let draw = fastrand::u32(..crate::metrics::SAMPLE_EVERY);
+        let sampled =
+            (draw < crate::metrics::SAMPLE_EVERY / crate::BUSY_SAMPLE_EVERY).then(Instant::now);
         // One span per call: what the handler logs names its record.
         let span = tracing::info_span!(
             "handle",
@@ -231,25 +235,36 @@ impl Ctx {
         // The hot path: a handler done at its first poll needs no watch on the lease (the
         // shard was checked just above).
         let first = std::future::poll_fn(|cx| Poll::Ready(call.poll_unpin(cx))).await;
+        let polled = sampled.map(|started| {
+            let now = Instant::now();
+            delivery.add_busy((now - started) * crate::BUSY_SAMPLE_EVERY);
+            (started, now)
+        });
         let outcome = match first {
-            Poll::Ready(outcome) => outcome,
+            Poll::Ready(outcome) => {
+                if let (true, 0, Some((started, now))) = (crate::metrics::ON, draw, polled) {
+                    delivery.metrics().handled(now - started);
+                }
+                outcome
+            }
             // A handler that waits: from now on the lease is checked before every poll.
             Poll::Pending => {
-                if crate::metrics::ON && started.is_none() {
-                    started = Some(Instant::now());
-                }
-                tokio::select! {
+                let waiting = polled.map_or_else(Instant::now, |(_, now)| now);
+                let outcome = tokio::select! {
                     biased;
                     // The lease is lost: stop the attempt now, the next owner handles the
                     // record.
                     () = delivery.abandoned() => return Tried::Done,
                     outcome = &mut call => outcome,
+                };
+                delivery.add_busy(waiting.elapsed());
+                if crate::metrics::ON {
+                    let from = polled.map_or(waiting, |(started, _)| started);
+                    delivery.metrics().handled(from.elapsed());
                 }
+                outcome
             }
         };
-        if let Some(started) = started {
-            delivery.metrics().handled(started.elapsed());
-        }
         let result = outcome.unwrap_or_else(|panic| Err(panic_error(panic)));
         drop(running);
         match result {
@@ -286,7 +301,7 @@ impl Ctx {
             if batch.is_empty() {
                 return BatchTried::done(done);
             }
-            let started = crate::metrics::ON.then(Instant::now);
+            let started = Instant::now();
             let span = tracing::info_span!(
                 "handle_batch",
                 stream = batch[0].stream(),
@@ -313,8 +328,12 @@ impl Ctx {
                 _ = abandoned => continue,
                 outcome = AssertUnwindSafe(call).catch_unwind() => outcome,
             };
-            if let (Some(started), Some(first)) = (started, batch.first()) {
-                first.metrics().handled(started.elapsed());
+            // The call's time, shared evenly among its records (and so among their shards).
+            let took = started.elapsed();
+            let share = took / u32::try_from(batch.len()).unwrap_or(u32::MAX);
+            batch.iter().for_each(|d| d.add_busy(share));
+            if let (true, Some(first)) = (crate::metrics::ON, batch.first()) {
+                first.metrics().handled(took);
             }
             drop(running);
             let (failed, error) = match outcome {

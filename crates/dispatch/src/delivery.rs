@@ -191,6 +191,13 @@ impl Delivery {
     }
 
     /// The shard's metric handles.
+    /// Adds `took` of handler time to the shard's (see [`ShardSettlement::busy`]).
+    ///
+    /// [`ShardSettlement::busy`]: crate::ShardSettlement::busy
+    pub(crate) fn add_busy(&self, took: std::time::Duration) {
+        self.data.settlement.add_busy(took);
+    }
+
     pub(crate) fn metrics(&self) -> &crate::metrics::ShardMetrics {
         self.data.settlement.metrics()
     }

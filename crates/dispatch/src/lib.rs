@@ -50,3 +50,15 @@ pub use lane::{lane_of, LANE_HASH_KEYS};
 pub use retry::{Exhausted, RetryPolicy};
 pub use settlement::{CheckpointCursor, Progress, ShardSettlement, Stuck};
 pub use stream::DeliveryStream;
+
+/// Of the handler calls done at their first poll, one in this many is timed for
+/// [`ShardSettlement::busy`] and counts this many times over: two clock reads per record
+/// would cost more than the rest of the load's bookkeeping. Calls that wait are all timed.
+pub const BUSY_SAMPLE_EVERY: u32 = 8;
+
+// The draw that samples for the load also samples one call in 64 for the metrics' histogram:
+// the load's rate must divide it, or it is sampled at another rate than it is weighted.
+const _: () = assert!(
+    BUSY_SAMPLE_EVERY > 0 && metrics::SAMPLE_EVERY.is_multiple_of(BUSY_SAMPLE_EVERY),
+    "BUSY_SAMPLE_EVERY must divide metrics::SAMPLE_EVERY"
+);

@@ -19,7 +19,7 @@
 //! (one write per interval carries whatever settled since the last one).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::time::{Duration, SystemTime};
@@ -119,6 +119,9 @@ pub struct ShardSettlement {
     running: AtomicUsize,
     /// Tasks waiting in [`idle`](Self::idle): an attempt's end notifies only when some wait.
     idle_waiters: AtomicUsize,
+    /// Handler time spent on this shard's records, in nanoseconds (estimated: see
+    /// [`busy`](Self::busy)).
+    busy_nanos: AtomicU64,
     /// The shard's metric handles (nothing without the `metrics` feature).
     metrics: crate::metrics::ShardMetrics,
     /// The shard's last turn in each lane of the channel it is fed into (see `fair_lane`),
@@ -179,6 +182,7 @@ impl ShardSettlement {
             lost: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             idle_waiters: AtomicUsize::new(0),
+            busy_nanos: AtomicU64::new(0),
             turns: std::sync::OnceLock::new(),
         })
     }
@@ -440,6 +444,24 @@ impl ShardSettlement {
         {
             self.changed.notify_waiters();
         }
+    }
+
+    /// Handler time spent on this shard's records so far: the shard's load as the service
+    /// feels it (the `kinesis-fleet` keeper smooths it into the load its row publishes).
+    ///
+    /// An estimate without bias, cheap enough for every record: the first poll of one handler
+    /// call in [`BUSY_SAMPLE_EVERY`](crate::BUSY_SAMPLE_EVERY) is timed and counts that many
+    /// times over, and a call that waits (its first poll is pending) is timed from then on to
+    /// its end. A batch handler's call is timed whole and shared evenly among its records. A
+    /// stream consumer's time with a delivery is not known and counts nothing.
+    pub fn busy(&self) -> Duration {
+        Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Adds `took` of handler time to this shard's.
+    pub(crate) fn add_busy(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.busy_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
     /// Waits until no handler attempt runs on this shard's deliveries. After

@@ -68,6 +68,10 @@ pub struct ReaderConfig {
     /// member row, renewed every renew interval, stands for the rest. Off, every held row is
     /// renewed every renew interval, as the lease contract says. See `keeper`.
     pub quiet_idle: bool,
+    /// This instance's capacity for the stream's shards, in thousandths of the default
+    /// (1,000): published on its member row with the load it carries, so that a member with
+    /// twice the capacity counts as half as loaded by the same load.
+    pub capacity_milli: u64,
 }
 
 impl ReaderConfig {
@@ -100,6 +104,7 @@ impl ReaderConfig {
             fan_out: None,
             hooks: Hooks::new(),
             quiet_idle: false,
+            capacity_milli: kinesis_lease_core::Load::DEFAULT_CAPACITY_MILLI,
         }
     }
 
@@ -165,6 +170,13 @@ impl ReaderConfig {
                     "a subscription repositions to TRIM_HORIZON, LATEST or AT_TIMESTAMP; a sequence number belongs to one shard",
                 ));
             }
+        }
+        if self.capacity_milli == 0 || self.capacity_milli > 1_000_000 {
+            return Err(invalid(
+                "capacity",
+                format!("{} thousandths", self.capacity_milli),
+                "must be more than zero and at most 1,000 times the default",
+            ));
         }
         if self.max_reads_per_second == 0 {
             return Err(invalid(

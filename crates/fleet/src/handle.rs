@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use kinesis_dispatch::{ShardSettlement, Stuck};
-use kinesis_lease_core::{Checkpoint, ErrorChain};
+use kinesis_lease_core::{Checkpoint, ErrorChain, Load};
 use tokio::sync::watch;
 
 use crate::lag::processing_lag;
@@ -65,6 +65,11 @@ pub struct ShardStats {
     /// answer is lost). `None` otherwise, and also while a handler that could not be cancelled
     /// (a stream consumer holding a delivery) may still run.
     pub handing_to: Option<String>,
+    /// The shard's load, smoothed over about a minute: records and payload bytes handled and
+    /// handler time spent, per minute (see [`Load`]). Measured at each renewal and published
+    /// on the shard's row with it; `None` before the first, unless the row carried the load
+    /// its last holder measured.
+    pub load: Option<Load>,
 }
 
 /// The running coordinator and shard readers of one subscription.
@@ -134,6 +139,12 @@ impl CoordinatorHandle {
     /// Per held shard: checkpoint, lag and delivery counts.
     pub fn stats(&self) -> Vec<ShardStats> {
         shard_stats(&self.shared)
+    }
+
+    /// This instance's load for the stream (the sum of its held shards' loads) and its
+    /// capacity, as its member row publishes them at each renewal.
+    pub fn load(&self) -> Load {
+        self.shared.instance_load()
     }
 
     /// A cloneable handle on [`stats`](Self::stats), for other tasks while this one runs.
@@ -239,6 +250,7 @@ fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .clone(),
+                load: *held.load.lock().unwrap_or_else(|p| p.into_inner()),
             }
         })
         .collect();
@@ -257,6 +269,12 @@ impl StatsSource {
     /// Per held shard: checkpoint, lags and delivery counts, as now.
     pub fn stats(&self) -> Vec<ShardStats> {
         shard_stats(&self.shared)
+    }
+
+    /// This instance's load for the stream (the sum of its held shards' loads) and its
+    /// capacity, as its member row publishes them at each renewal.
+    pub fn load(&self) -> Load {
+        self.shared.instance_load()
     }
 
     /// The subscription's stream.

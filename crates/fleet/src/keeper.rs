@@ -47,8 +47,6 @@ pub(crate) struct Keeper {
     pub(crate) taken_at: Instant,
     /// The membership incarnation the row was taken under (see `member`).
     pub(crate) incarnation: u64,
-    /// RecordsProcessed and DataBytesProcessed, published at each renewal and when dropped.
-    pub(crate) counted: crate::metrics::Counted,
     /// With `quiet_idle`: the pokes checked and the time they clear (see the module docs).
     pub(crate) quiet: Option<Quiet>,
     /// Rings when a listing shows this row wanted by another instance, or with a token not
@@ -57,6 +55,8 @@ pub(crate) struct Keeper {
     /// A quiet keeper's write on a poke or a nudge goes no earlier than this (a failing store
     /// is not hammered).
     pub(crate) poke_retry_at: Instant,
+    /// The shard's metrics and load, read at every tick; the load goes with every renewal.
+    pub(crate) load: crate::shard_load::ShardLoad,
 }
 
 /// What one renewal came to.
@@ -193,9 +193,9 @@ impl Keeper {
         }
     }
 
-    /// One renewal with the due checkpoint, bounded by `deadline`.
+    /// One renewal with the due checkpoint and the shard's load, bounded by `deadline`.
     async fn renew(&mut self, deadline: Instant) -> (Renewed, Instant) {
-        self.counted.publish(self.shared.config.clock.now_ms());
+        let load = self.load.measure(self.shared.config.clock.now_ms());
         let shared = self.shared.clone();
         let config = &shared.config;
         let due = self.cursor.due(&self.settlement);
@@ -206,10 +206,13 @@ impl Keeper {
         let renewed = if sent >= lapse {
             None
         } else {
-            let call =
-                shared
-                    .store
-                    .renew(&self.key, &self.holder, config.lease_duration, due.as_ref());
+            let call = shared.store.renew_with_load(
+                &self.key,
+                &self.holder,
+                config.lease_duration,
+                due.as_ref(),
+                &load,
+            );
             let renewed = timeout_at(lapse, call).await.ok();
             shared.metrics.renewed(sent.elapsed());
             renewed
@@ -222,6 +225,7 @@ impl Keeper {
         };
         match renewed {
             Ok(Outcome::Written(row)) => {
+                self.load.landed(load);
                 if let Some(cp) = &due {
                     self.record_written(cp);
                 }
@@ -308,9 +312,9 @@ impl Keeper {
                     tracing::debug!("poked: writing the row to check it");
                 }
                 _ = tick.tick() => {
-                    if self.may_skip() {
-                        // Idle, quiet: the member row's renewal stands for this one.
-                        self.counted.publish(self.shared.config.clock.now_ms());
+                    // Idle, quiet: the member row's renewal stands for this one (and carries
+                    // this shard's load in its total), unless the row's load is out of date.
+                    if self.may_skip() && !self.load.drifted(self.shared.config.clock.now_ms()) {
                         continue;
                     }
                 }

@@ -220,7 +220,9 @@ impl Member {
                 _ = &mut stop => break,
                 _ = tick.tick() => {
                     let sent = Instant::now();
-                    let call = shared.store.renew(&self.key, &self.holder, config.lease_duration, None);
+                    let load = shared.instance_load();
+                    shared.metrics.instance_load(&load);
+                    let call = shared.store.renew_with_load(&self.key, &self.holder, config.lease_duration, None, &load);
                     match timeout(config.keep_for(), call).await {
                         Ok(Ok(Outcome::Written(row))) => {
                             shared.member.send_modify(|state| {

@@ -12,7 +12,11 @@
 //! settlement at each renewal and when the shard is let go: nothing per record), and the
 //! processing lag: `MillisBehindProcessed` (gauge: the age of the oldest record read and not
 //! settled, 0 when all settled) and `RecordsUnsettled` (gauge: records read and not settled),
-//! set at each renewal and 0 once the shard is let go.
+//! set at each renewal and 0 once the shard is let go. The shard's smoothed load (see
+//! `load_meter`), set at each renewal and 0 once the shard is let go: `RecordsPerSecond`,
+//! `BytesPerSecond` and `HandlerBusyRatio` (handler seconds per second: 0.5 is half a handler
+//! busy all the time). Per stream, this instance's total and capacity as its member row
+//! publishes them: `InstanceHandlerBusyRatio` and `InstanceCapacity` (gauges).
 
 #[cfg(feature = "metrics")]
 mod enabled {
@@ -27,6 +31,8 @@ mod enabled {
         hand_overs: metrics::Counter,
         dead: metrics::Counter,
         renewal: metrics::Histogram,
+        busy: metrics::Gauge,
+        capacity: metrics::Gauge,
     }
 
     impl StreamMetrics {
@@ -39,6 +45,8 @@ mod enabled {
                 hand_overs: metrics::counter!("HandOvers", &label),
                 dead: metrics::counter!("MembersFoundDead", &label),
                 renewal: metrics::histogram!("RenewalLatency", &label),
+                busy: metrics::gauge!("InstanceHandlerBusyRatio", &label),
+                capacity: metrics::gauge!("InstanceCapacity", &label),
             }
         }
         pub(crate) fn held(&self, n: usize) {
@@ -59,6 +67,11 @@ mod enabled {
         pub(crate) fn renewed(&self, took: Duration) {
             self.renewal.record(took.as_secs_f64());
         }
+        pub(crate) fn instance_load(&self, load: &Load) {
+            self.busy.set(load.busy_share());
+            let capacity = load.capacity_milli.unwrap_or(Load::DEFAULT_CAPACITY_MILLI);
+            self.capacity.set(capacity as f64 / 1_000.0);
+        }
     }
 
     /// What one holding of a shard settled, published as counter increments, and its
@@ -70,6 +83,9 @@ mod enabled {
         bytes: metrics::Counter,
         lag: metrics::Gauge,
         unsettled: metrics::Gauge,
+        records_rate: metrics::Gauge,
+        bytes_rate: metrics::Gauge,
+        busy: metrics::Gauge,
         published: (u64, u64),
     }
 
@@ -82,6 +98,9 @@ mod enabled {
                 bytes: metrics::counter!("DataBytesProcessed", &labels),
                 lag: metrics::gauge!("MillisBehindProcessed", &labels),
                 unsettled: metrics::gauge!("RecordsUnsettled", &labels),
+                records_rate: metrics::gauge!("RecordsPerSecond", &labels),
+                bytes_rate: metrics::gauge!("BytesPerSecond", &labels),
+                busy: metrics::gauge!("HandlerBusyRatio", &labels),
                 published: (0, 0),
             }
         }
@@ -100,6 +119,13 @@ mod enabled {
             self.bytes.increment(now.1.saturating_sub(self.published.1));
             self.published = now;
         }
+
+        /// Sets the shard's smoothed load.
+        pub(crate) fn load(&self, load: &Load) {
+            self.records_rate.set(load.records_per_sec());
+            self.bytes_rate.set(load.bytes_per_sec());
+            self.busy.set(load.busy_share());
+        }
     }
 
     impl Drop for Counted {
@@ -108,12 +134,16 @@ mod enabled {
             self.publish(0);
             self.lag.set(0.0);
             self.unsettled.set(0.0);
+            self.records_rate.set(0.0);
+            self.bytes_rate.set(0.0);
+            self.busy.set(0.0);
         }
     }
 
     use std::sync::Arc;
 
     use kinesis_dispatch::ShardSettlement;
+    use kinesis_lease_core::Load;
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -134,6 +164,7 @@ mod enabled {
         pub(crate) fn handed_over(&self) {}
         pub(crate) fn member_found_dead(&self) {}
         pub(crate) fn renewed(&self, _took: Duration) {}
+        pub(crate) fn instance_load(&self, _load: &kinesis_lease_core::Load) {}
     }
 
     /// Nothing: the `metrics` feature is off.
@@ -149,6 +180,7 @@ mod enabled {
             Self
         }
         pub(crate) fn publish(&mut self, _now_ms: u64) {}
+        pub(crate) fn load(&self, _load: &kinesis_lease_core::Load) {}
     }
 }
 

@@ -48,6 +48,9 @@ pub(crate) struct Held {
     /// Whom the shard is being handed to, once its reader stopped and its handlers finished
     /// (see `ShardStats::handing_to`).
     pub(crate) handing_to: Arc<Mutex<Option<String>>>,
+    /// The shard's smoothed load as its keeper last measured it (see `load_meter`); `None`
+    /// before its first renewal, unless its row carried one.
+    pub(crate) load: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
 }
 
 #[derive(Debug)]
@@ -98,6 +101,17 @@ impl Drop for AbortAside {
 impl Shared {
     pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The load this instance carries (the sum of its held shards' last measured loads) and
+    /// its capacity, as its member row publishes them.
+    pub(crate) fn instance_load(&self) -> kinesis_lease_core::Load {
+        let loads: Vec<kinesis_lease_core::Load> = self
+            .held()
+            .values()
+            .filter_map(|held| *held.load.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)
     }
 
     pub(crate) fn key(&self, shard: &str) -> Result<LeaseKey, ReaderError> {

@@ -1,6 +1,6 @@
 //! `Lease`: one row of the lease table as every store reads it back.
 
-use crate::{Checkpoint, Holder, LeaseKey};
+use crate::{Checkpoint, Holder, LeaseKey, Load};
 
 /// One row of the lease table: who reads a shard, until when, and how far it got.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,11 @@ pub struct Lease {
     /// left in [`pokes`](Self::pokes). A writer that counts pokes without naming their row
     /// (an earlier release) leaves it behind the count.
     pub poked_at: u64,
+    /// The load its holder last published (see [`Load`]): a shard's own on a shard's row, the
+    /// instance's total and capacity on a member row. Kept by takes, hand-overs and releases,
+    /// so a new holder starts from what the shard cost its last one. `None` until a holder
+    /// that measures loads renewed it.
+    pub load: Option<Load>,
 }
 
 impl Lease {
@@ -58,6 +63,7 @@ impl Lease {
             pokes: 0,
             poked: None,
             poked_at: 0,
+            load: None,
         }
     }
 

@@ -22,6 +22,7 @@ mod error;
 mod holder;
 mod key;
 mod lease;
+mod load;
 #[cfg(feature = "testkit")]
 mod outage;
 pub mod rules;
@@ -37,4 +38,5 @@ pub use error::{BoxError, ErrorChain, LeaseError};
 pub use holder::Holder;
 pub use key::LeaseKey;
 pub use lease::Lease;
+pub use load::Load;
 pub use store::{BoxFuture, LeaseResult, LeaseStore, Lost, Outcome, Take};

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    BoxFuture, Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore, Outcome,
-    Take,
+    BoxFuture, Checkpoint, Holder, Lease, LeaseError, LeaseKey, LeaseResult, LeaseStore, Load,
+    Outcome, Take,
 };
 
 /// Wraps a store; while [`OutageSwitch::cut`] is in force every call fails with
@@ -160,6 +160,21 @@ impl LeaseStore for Outage {
             self,
             "renew",
             self.inner.renew(key, holder, ttl, checkpoint)
+        )
+    }
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        forward!(
+            self,
+            "renew",
+            self.inner
+                .renew_with_load(key, holder, ttl, checkpoint, load)
         )
     }
     fn checkpoint<'a>(

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::{Checkpoint, Epochs, Holder, Lease, LeaseError, LeaseKey};
+use crate::{Checkpoint, Epochs, Holder, Lease, LeaseError, LeaseKey, Load};
 
 /// The boxed future every [`LeaseStore`] method returns, so the trait stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -109,8 +109,8 @@ impl Take {
 ///
 /// *Renew, checkpoint, release.* These succeed only while this holder (owner and token) holds
 /// the row. Renew
-/// moves the expiry to now + ttl and may carry a checkpoint, so steady state costs one write
-/// per renewal. Release clears the owner and the expiry and may carry a final checkpoint, so a
+/// moves the expiry to now + ttl and may carry a checkpoint and the holder's measured
+/// [`Load`], so steady state costs one write per renewal. Release clears the owner and the expiry and may carry a final checkpoint, so a
 /// graceful hand-over is one write.
 ///
 /// *Lost.* A write whose condition fails returns [`Outcome::Lost`] with the current holder and
@@ -195,6 +195,24 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>>;
+
+    /// As [`renew`](Self::renew), also storing `load` as the row's [`Lease::load`] in the
+    /// same write: loads ride on the renewals rows get anyway, at no write of their own.
+    ///
+    /// The default body renews without storing it, so a store written before loads still
+    /// works (instances then see no loads and share shards by count); a decorator over another
+    /// store should forward this method, or the loads never reach the table.
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        let _ = load;
+        self.renew(key, holder, ttl, checkpoint)
+    }
 
     /// Writes `checkpoint` while `holder` holds the row.
     fn checkpoint<'a>(

@@ -28,12 +28,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_lease_core::{
-    BoxFuture, Checkpoint, Holder, Lease, LeaseKey, LeaseResult, LeaseStore, Outcome, Take,
+    BoxFuture, Checkpoint, Holder, Lease, LeaseKey, LeaseResult, LeaseStore, Load, Outcome, Take,
 };
 
 use crate::item::{
-    index_key, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, OWNER, PAGES, PARENTS, POKED,
-    POKED_AT, POKES, REPOSITIONED, ROSTER_EPOCH, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
+    index_key, CAPACITY_MILLI, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, LOAD_BUSY_MS,
+    LOAD_BYTES, LOAD_RECORDS, OWNER, PAGES, PARENTS, POKED, POKED_AT, POKES, REPOSITIONED,
+    ROSTER_EPOCH, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, PAGED_FORMAT};
 
@@ -187,6 +188,14 @@ pub(crate) fn row_size(row: &Lease) -> usize {
         .map_or(0, |r| string(REPOSITIONED, r));
     if !row.parents.is_empty() {
         size += PARENTS.len() + row.parents.iter().map(String::len).sum::<usize>();
+    }
+    if let Some(load) = &row.load {
+        size += number(LOAD_RECORDS, load.records_per_min)
+            + number(LOAD_BYTES, load.bytes_per_min)
+            + number(LOAD_BUSY_MS, load.busy_ms_per_min);
+        size += load
+            .capacity_milli
+            .map_or(0, |capacity| number(CAPACITY_MILLI, capacity));
     }
     if let Some(cp) = &row.checkpoint {
         size += string(CHECKPOINT, &cp.stored());
@@ -464,6 +473,24 @@ impl LeaseStore for BilledStore {
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
         Box::pin(async move {
             let outcome = self.inner.renew(key, holder, ttl, checkpoint).await;
+            self.bill_update(key, &outcome).await;
+            outcome
+        })
+    }
+
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self
+                .inner
+                .renew_with_load(key, holder, ttl, checkpoint, load)
+                .await;
             self.bill_update(key, &outcome).await;
             outcome
         })

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use kinesis_lease_core::{Checkpoint, Lease, LeaseError, LeaseKey};
+use kinesis_lease_core::{Checkpoint, Lease, LeaseError, LeaseKey, Load};
 
 pub(crate) const KEY: &str = "lease_key";
 pub(crate) const OWNER: &str = "lease_owner";
@@ -24,6 +24,14 @@ pub(crate) const POKES: &str = "lease_pokes";
 pub(crate) const POKED: &str = "lease_poked";
 /// The count that poke left (see `Lease::poked_at`).
 pub(crate) const POKED_AT: &str = "lease_poked_at";
+/// A row's published load (see `Lease::load`): records handled per minute.
+pub(crate) const LOAD_RECORDS: &str = "load_records";
+/// Payload bytes handled per minute.
+pub(crate) const LOAD_BYTES: &str = "load_bytes";
+/// Milliseconds of handler time per minute.
+pub(crate) const LOAD_BUSY_MS: &str = "load_busy_ms";
+/// On a member row: the instance's capacity in thousandths of the default.
+pub(crate) const CAPACITY_MILLI: &str = "capacity_milli";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A stream's epoch row's count of its roster's bumps (see `LeaseStore::epochs`); absent
@@ -99,6 +107,24 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         }
         Some(_) => return Err(bad(format!("`{CHECKPOINT}` is not a string"))),
     };
+    // Written together by `renew_with_load`: a row has all three or none. Read leniently: a
+    // load is advice, and a row whose load another release wrote otherwise (a fraction, say)
+    // must still be read, or every write that returns it would fail.
+    let lenient = |name: &str| number(name).ok().flatten();
+    let load = match (
+        lenient(LOAD_RECORDS),
+        lenient(LOAD_BYTES),
+        lenient(LOAD_BUSY_MS),
+    ) {
+        (Some(records), Some(bytes), Some(busy)) => {
+            let load = Load::new(records, bytes, busy);
+            Some(match lenient(CAPACITY_MILLI) {
+                Some(capacity) => load.with_capacity(capacity),
+                None => load,
+            })
+        }
+        _ => None,
+    };
     let parents = match item.get(PARENTS) {
         None => Vec::new(),
         Some(AttributeValue::Ss(p)) => p.clone(),
@@ -117,6 +143,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         pokes,
         poked,
         poked_at,
+        load,
     })
 }
 
@@ -141,4 +168,71 @@ pub(crate) fn lost_from(item: Option<&Item>) -> kinesis_lease_core::Lost {
         })
         .unwrap_or(0);
     kinesis_lease_core::Lost { holder, counter }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(load: &[(&str, AttributeValue)]) -> Item {
+        let mut item: Item = [
+            (KEY.to_owned(), s("s:shardId-1")),
+            (COUNTER.to_owned(), n(3)),
+            (OWNER.to_owned(), s("a")),
+        ]
+        .into();
+        item.extend(load.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        item
+    }
+
+    #[test]
+    fn a_load_is_read_whole_with_its_capacity() {
+        let row = to_lease(
+            "t",
+            &item(&[
+                (LOAD_RECORDS, n(600)),
+                (LOAD_BYTES, n(60_000)),
+                (LOAD_BUSY_MS, n(12_000)),
+                (CAPACITY_MILLI, n(2_000)),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            row.load,
+            Some(Load::new(600, 60_000, 12_000).with_capacity(2_000))
+        );
+    }
+
+    /// A load is advice: a row whose load is partial, or written otherwise by another release,
+    /// is still read (every write returns its row: failing to read it would fail the write).
+    #[test]
+    fn a_load_written_otherwise_reads_as_none_and_the_row_still_reads() {
+        for load in [
+            vec![(LOAD_RECORDS, n(600))],
+            vec![
+                (LOAD_RECORDS, n(600)),
+                (LOAD_BYTES, n(60_000)),
+                (LOAD_BUSY_MS, AttributeValue::N("12000.5".into())),
+            ],
+            vec![
+                (LOAD_RECORDS, s("600")),
+                (LOAD_BYTES, n(60_000)),
+                (LOAD_BUSY_MS, n(12_000)),
+            ],
+        ] {
+            let row = to_lease("t", &item(&load)).unwrap();
+            assert_eq!((row.load, row.counter), (None, 3), "{load:?}");
+        }
+        let odd_capacity = to_lease(
+            "t",
+            &item(&[
+                (LOAD_RECORDS, n(6)),
+                (LOAD_BYTES, n(60)),
+                (LOAD_BUSY_MS, n(12)),
+                (CAPACITY_MILLI, s("two")),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(odd_capacity.load, Some(Load::new(6, 60, 12)));
+    }
 }

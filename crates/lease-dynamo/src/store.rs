@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{Delete, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use kinesis_lease_core::{
     duration_ms, rules, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseError, LeaseKey,
-    LeaseResult, LeaseStore, Outcome, SystemClock, Take,
+    LeaseResult, LeaseStore, Load, Outcome, SystemClock, Take,
 };
 
 use crate::condition::{self, Cond};
@@ -195,6 +195,23 @@ impl DynamoLeaseStore {
     /// hold after its own first attempt). When a condition fails, the item DynamoDB returns is
     /// read for that id: if it is ours, an earlier attempt of this same call landed and only
     /// its response was lost, so the write is reported as written, once.
+    /// A renewal: the expiry moves, and the checkpoint and the load are stored when given.
+    async fn renewal(
+        &self,
+        key: &LeaseKey,
+        holder: &Holder,
+        ttl: Duration,
+        checkpoint: Option<&Checkpoint>,
+        load: Option<&Load>,
+    ) -> LeaseResult<Outcome> {
+        let now = self.clock.now_ms();
+        let expr = Expr::default()
+            .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
+            .checkpoint(checkpoint)
+            .load(load);
+        self.update(key, expr, condition::held(holder)).await
+    }
+
     async fn update(&self, key: &LeaseKey, expr: Expr, condition: Cond) -> LeaseResult<Outcome> {
         let raw_key = key.to_string();
         let resource = self.resource(&raw_key);
@@ -570,13 +587,18 @@ impl LeaseStore for DynamoLeaseStore {
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        Box::pin(async move {
-            let now = self.clock.now_ms();
-            let expr = Expr::default()
-                .set(EXPIRY, ":expiry", n(now.saturating_add(duration_ms(ttl))))
-                .checkpoint(checkpoint);
-            self.update(key, expr, condition::held(holder)).await
-        })
+        Box::pin(self.renewal(key, holder, ttl, checkpoint, None))
+    }
+
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(self.renewal(key, holder, ttl, checkpoint, Some(load)))
     }
 
     fn checkpoint<'a>(

@@ -2,9 +2,11 @@
 //! counter every write bumps (`ADD counter :one`).
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use kinesis_lease_core::Checkpoint;
+use kinesis_lease_core::{Checkpoint, Load};
 
-use crate::item::{n, s, CHECKPOINT, COUNTER, SUBSEQUENCE};
+use crate::item::{
+    n, s, CAPACITY_MILLI, CHECKPOINT, COUNTER, LOAD_BUSY_MS, LOAD_BYTES, LOAD_RECORDS, SUBSEQUENCE,
+};
 
 /// An update expression under construction: SET and REMOVE clauses plus values.
 #[derive(Default)]
@@ -36,6 +38,22 @@ impl Expr {
                     None => with.remove(SUBSEQUENCE),
                 }
             }
+        }
+    }
+
+    /// Sets the row's published load, when given (and its capacity, or removes the one
+    /// stored when it has none).
+    pub(crate) fn load(self, load: Option<&Load>) -> Self {
+        let Some(load) = load else {
+            return self;
+        };
+        let with = self
+            .set(LOAD_RECORDS, ":load_records", n(load.records_per_min))
+            .set(LOAD_BYTES, ":load_bytes", n(load.bytes_per_min))
+            .set(LOAD_BUSY_MS, ":load_busy", n(load.busy_ms_per_min));
+        match load.capacity_milli {
+            Some(capacity) => with.set(CAPACITY_MILLI, ":capacity", n(capacity)),
+            None => with.remove(CAPACITY_MILLI),
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kinesis_lease_core::{
     duration_ms, rules, BoxFuture, Checkpoint, Clock, Holder, Lease, LeaseKey, LeaseResult,
-    LeaseStore, Outcome, SystemClock, Take,
+    LeaseStore, Load, Outcome, SystemClock, Take,
 };
 
 use crate::MemoryLeaseTable;
@@ -96,6 +96,26 @@ impl MemoryLeaseStore {
     ) -> Outcome {
         self.write(key, |row, _| rules::holds(row, holder), apply)
     }
+
+    /// A renewal: the expiry moves, and the checkpoint and the load are stored when given.
+    fn renewal(
+        &self,
+        key: &LeaseKey,
+        holder: &Holder,
+        ttl: Duration,
+        checkpoint: Option<&Checkpoint>,
+        load: Option<&Load>,
+    ) -> Outcome {
+        self.held_write(key, holder, |row, now| {
+            row.expiry_ms = now.saturating_add(duration_ms(ttl));
+            if let Some(cp) = checkpoint {
+                row.checkpoint = Some(cp.clone());
+            }
+            if let Some(load) = load {
+                row.load = Some(*load);
+            }
+        })
+    }
 }
 
 impl LeaseStore for MemoryLeaseStore {
@@ -163,14 +183,18 @@ impl LeaseStore for MemoryLeaseStore {
         ttl: Duration,
         checkpoint: Option<&'a Checkpoint>,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        Box::pin(async move {
-            Ok(self.held_write(key, holder, |row, now| {
-                row.expiry_ms = now.saturating_add(duration_ms(ttl));
-                if let Some(cp) = checkpoint {
-                    row.checkpoint = Some(cp.clone());
-                }
-            }))
-        })
+        Box::pin(async move { Ok(self.renewal(key, holder, ttl, checkpoint, None)) })
+    }
+
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move { Ok(self.renewal(key, holder, ttl, checkpoint, Some(load))) })
     }
 
     fn checkpoint<'a>(

@@ -39,6 +39,7 @@ impl State {
         let kpl = Arc::new(kinesis_shard_reader::KplCounters::default());
         let refusal = Arc::new(kinesis_shard_reader::Refusal::default());
         let nudge = Arc::new(tokio::sync::Notify::new());
+        let load = Arc::new(Mutex::new(lease.load.map(|l| l.without_capacity())));
         shared.held().insert(
             shard.clone(),
             Held {
@@ -49,6 +50,7 @@ impl State {
                 refusal: refusal.clone(),
                 nudge: nudge.clone(),
                 handing_to: Arc::default(),
+                load: load.clone(),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);
@@ -66,12 +68,18 @@ impl State {
             written,
             taken_at: sent,
             incarnation,
-            counted: crate::metrics::Counted::new(&config.stream, &shard, settlement.clone()),
             quiet: config
                 .quiet_idle
                 .then(|| crate::quiet::Quiet::new(&shard, pokes, sent)),
             nudge,
             poke_retry_at: sent,
+            load: crate::shard_load::ShardLoad::new(
+                &config.stream,
+                settlement.clone(),
+                lease.load.as_ref(),
+                load,
+                sent,
+            ),
         };
         let reader = Reader {
             context: shared.read.clone(),

@@ -41,7 +41,7 @@
 //!   *Poke*: [`poke_counts_and_changes_nothing_else`], [`evict_pokes_the_holders_member_row`].
 //!   *Epoch*: [`epochs_bump_per_stream`], [`epochs_tell_the_roster_apart`]. *Eventual reads*:
 //!   [`eventual_reads_show_written_rows`]. *Counter*: [`counter_increases_on_every_write`].
-//!   *Time*: [`clock_never_decides_a_take`].
+//!   *Time*: [`clock_never_decides_a_take`]. *Load*: [`loads_round_trip`].
 
 mod checkpoint;
 mod counter;
@@ -51,6 +51,7 @@ mod epoch;
 mod evict;
 mod hand_over;
 mod holding;
+mod load;
 mod poke;
 mod release;
 mod streams;
@@ -73,6 +74,7 @@ pub use holding::{
     lapsed_owner_checkpoint_refused, non_owner_writes_refused, retake_own_row,
     same_owner_other_token_refused,
 };
+pub use load::loads_round_trip;
 pub use poke::{evict_pokes_the_holders_member_row, poke_counts_and_changes_nothing_else};
 pub use release::release_then_take_by_another;
 pub use streams::{list_returns_one_stream, streams_are_independent};
@@ -302,6 +304,7 @@ macro_rules! conformance_tests {
             clock_never_decides_a_take,
             poke_counts_and_changes_nothing_else,
             evict_pokes_the_holders_member_row,
+            loads_round_trip,
         );
     };
 }

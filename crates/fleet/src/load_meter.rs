@@ -1,0 +1,252 @@
+//! `LoadMeter`: one held shard's load, smoothed over about a minute, from the running totals
+//! of its settlement (records and bytes settled, handler time spent).
+//!
+//! Pure: the keeper reads the totals and the time at each renewal and publishes what this
+//! returns on the row it writes anyway. An exponentially weighted average with a time
+//! constant of [`WINDOW`]: a shard that turns hot shows most of it within a minute, and one
+//! busy second does not make a shard hot. The first reading of a new holding starts from the
+//! load its row carried (what the shard cost its last holder), so a move does not make a hot
+//! shard look idle for a minute.
+
+use std::time::Duration;
+
+use kinesis_lease_core::Load;
+
+/// The time constant of the smoothing: a step in a shard's load shows 63 % of itself after
+/// this long, 95 % after three times it.
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+
+/// What the settlement counted so far (running totals, never reset while the shard is held).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Totals {
+    /// Records settled.
+    pub(crate) records: u64,
+    /// Payload bytes settled.
+    pub(crate) bytes: u64,
+    /// Handler time spent on the shard's records.
+    pub(crate) busy: Duration,
+}
+
+/// Per-second rates of records, bytes and handler seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Rates {
+    records: f64,
+    bytes: f64,
+    busy: f64,
+}
+
+/// One holding's smoothed load.
+#[derive(Debug)]
+pub(crate) struct LoadMeter {
+    /// The last reading: when (since the holding began) and the totals then.
+    last: (Duration, Totals),
+    /// The smoothed rates; `None` before the first reading when the row carried no load.
+    rates: Option<Rates>,
+}
+
+impl LoadMeter {
+    /// A meter for a holding that began with its totals at zero, starting from `prior`, the
+    /// load the row carried when it was taken, if any.
+    pub(crate) fn new(prior: Option<&Load>) -> Self {
+        Self {
+            last: (Duration::ZERO, Totals::default()),
+            rates: prior.map(|load| Rates {
+                records: load.records_per_min as f64 / 60.0,
+                bytes: load.bytes_per_min as f64 / 60.0,
+                busy: load.busy_ms_per_min as f64 / 60_000.0,
+            }),
+        }
+    }
+
+    /// Takes the totals read `at` (since the holding began) into the average; returns the
+    /// load as it now stands. A reading no later than the last changes nothing.
+    pub(crate) fn observe(&mut self, at: Duration, totals: Totals) -> Load {
+        let (then, before) = self.last;
+        if let Some(dt) = at.checked_sub(then).filter(|dt| !dt.is_zero()) {
+            let secs = dt.as_secs_f64();
+            let now = Rates {
+                records: totals.records.saturating_sub(before.records) as f64 / secs,
+                bytes: totals.bytes.saturating_sub(before.bytes) as f64 / secs,
+                busy: totals.busy.saturating_sub(before.busy).as_secs_f64() / secs,
+            };
+            // The share of the new interval in the average: 1 - e^(-dt / window).
+            let weight = 1.0 - (-secs / WINDOW.as_secs_f64()).exp();
+            self.rates = Some(match self.rates {
+                None => now,
+                Some(old) => Rates {
+                    records: old.records + weight * (now.records - old.records),
+                    bytes: old.bytes + weight * (now.bytes - old.bytes),
+                    busy: old.busy + weight * (now.busy - old.busy),
+                },
+            });
+            self.last = (at, totals);
+        }
+        self.load()
+    }
+
+    /// The load as it stands (zero before any reading, when the row carried none).
+    pub(crate) fn load(&self) -> Load {
+        let rates = self.rates.unwrap_or_default();
+        Load::new(
+            (rates.records * 60.0).round() as u64,
+            (rates.bytes * 60.0).round() as u64,
+            (rates.busy * 60_000.0).round() as u64,
+        )
+    }
+}
+
+/// True when `now` differs from the load the row shows (`written`) by enough that a row written
+/// only when its checkpoint moves (quiet idle shards) should be written for it: handler time or
+/// records by more than a quarter of the larger figure and more than a floor (600 ms or 60
+/// records a minute: 1 % of a handler, one record a second). A shard that turns idle is so
+/// written a few times as its average falls (about ten from a busy handler to nothing), then
+/// no more.
+pub(crate) fn drifted(written: Option<&Load>, now: &Load) -> bool {
+    let written = written.copied().unwrap_or_default();
+    let apart = |a: u64, b: u64, floor: u64| {
+        let gap = a.abs_diff(b);
+        gap > floor && gap * 4 > a.max(b)
+    };
+    apart(written.busy_ms_per_min, now.busy_ms_per_min, 600)
+        || apart(written.records_per_min, now.records_per_min, 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RENEW: Duration = Duration::from_secs(3);
+
+    /// Readings every renew interval of a shard settling `records` a second of 500 bytes,
+    /// each costing `busy_ms` of handler time, for `secs` seconds from `start`.
+    fn run(
+        meter: &mut LoadMeter,
+        start: &mut (Duration, Totals),
+        secs: u64,
+        records: u64,
+        busy_ms: u64,
+    ) -> Load {
+        let mut load = meter.load();
+        for _ in 0..secs / RENEW.as_secs() {
+            start.0 += RENEW;
+            start.1.records += records * RENEW.as_secs();
+            start.1.bytes += records * RENEW.as_secs() * 500;
+            start.1.busy += Duration::from_millis(busy_ms * records * RENEW.as_secs());
+            load = meter.observe(start.0, start.1);
+        }
+        load
+    }
+
+    #[test]
+    fn a_steady_shard_reads_its_rates_from_the_first_reading() {
+        let mut meter = LoadMeter::new(None);
+        let mut at = (Duration::ZERO, Totals::default());
+        let load = run(&mut meter, &mut at, 3, 10, 20);
+        assert_eq!(
+            (
+                load.records_per_min,
+                load.bytes_per_min,
+                load.busy_ms_per_min
+            ),
+            (600, 300_000, 12_000),
+            "10 records a second of 500 bytes and 20 ms each"
+        );
+        let load = run(&mut meter, &mut at, 300, 10, 20);
+        assert_eq!(load.records_per_min, 600, "steady stays");
+        assert_eq!(load.capacity_milli, None);
+    }
+
+    #[test]
+    fn a_shard_turning_hot_shows_most_of_it_within_a_minute_and_all_of_it_in_three() {
+        let mut meter = LoadMeter::new(None);
+        let mut at = (Duration::ZERO, Totals::default());
+        run(&mut meter, &mut at, 300, 1, 10);
+        let minute = run(&mut meter, &mut at, 60, 21, 10);
+        // From 60 to 1,260 records a minute: 63 % of the step after one window.
+        assert!(
+            (800..=900).contains(&minute.records_per_min),
+            "after a minute: {minute:?}"
+        );
+        let three = run(&mut meter, &mut at, 120, 21, 10);
+        assert!(
+            three.records_per_min >= 1_190,
+            "after three minutes: {three:?}"
+        );
+    }
+
+    #[test]
+    fn one_busy_interval_does_not_make_a_shard_hot() {
+        let mut meter = LoadMeter::new(None);
+        let mut at = (Duration::ZERO, Totals::default());
+        run(&mut meter, &mut at, 300, 1, 10);
+        let spike = run(&mut meter, &mut at, 3, 100, 10);
+        assert!(
+            spike.records_per_min < 60 * 10,
+            "3 s at 100x moves a minute's average by a twentieth of the step: {spike:?}"
+        );
+    }
+
+    #[test]
+    fn a_new_holding_starts_from_the_load_its_row_carried() {
+        let prior = Load::new(1_200, 600_000, 30_000);
+        let mut meter = LoadMeter::new(Some(&prior));
+        assert_eq!(meter.load(), prior, "before any reading");
+        // The new holder's first seconds are slow (a cold start): the average barely moves.
+        let mut at = (Duration::ZERO, Totals::default());
+        let load = run(&mut meter, &mut at, 3, 0, 0);
+        assert!(load.records_per_min > 1_100, "{load:?}");
+    }
+
+    #[test]
+    fn a_quiet_row_is_written_for_its_load_a_few_times_as_it_turns_idle_then_never() {
+        let mut meter = LoadMeter::new(None);
+        let mut at = (Duration::ZERO, Totals::default());
+        run(&mut meter, &mut at, 300, 10, 20);
+        let mut written = Some(meter.load());
+        assert!(!drifted(written.as_ref(), &meter.load()), "steady");
+        let mut writes = 0;
+        for _ in 0..200 {
+            let now = run(&mut meter, &mut at, 3, 0, 0);
+            if drifted(written.as_ref(), &now) {
+                writes += 1;
+                written = Some(now);
+            }
+        }
+        assert!(
+            (5..=15).contains(&writes),
+            "{writes} writes from busy to idle"
+        );
+        assert!(written.unwrap().busy_ms_per_min <= 600, "{written:?}");
+        let idle = meter.load();
+        assert!(!drifted(written.as_ref(), &idle), "idle stays unwritten");
+        assert!(
+            !drifted(None, &Load::default()),
+            "an idle row that never carried a load"
+        );
+        assert!(
+            drifted(None, &Load::new(120, 0, 0)),
+            "a load the row never showed"
+        );
+    }
+
+    #[test]
+    fn a_reading_no_later_than_the_last_changes_nothing() {
+        let mut meter = LoadMeter::new(None);
+        let totals = Totals {
+            records: 30,
+            bytes: 300,
+            busy: Duration::from_millis(300),
+        };
+        let first = meter.observe(RENEW, totals);
+        let again = meter.observe(
+            RENEW,
+            Totals {
+                records: 90,
+                ..totals
+            },
+        );
+        assert_eq!(first, again);
+        let earlier = meter.observe(Duration::from_secs(1), totals);
+        assert_eq!(first, earlier);
+    }
+}
