@@ -20,6 +20,8 @@ pub(crate) struct Subscription {
     pub(crate) quiet_idle: bool,
     /// This instance's capacity in thousandths of the default (see `capacity`).
     pub(crate) capacity_milli: u64,
+    /// Shards balanced by load (see `balance_by_load`).
+    pub(crate) balance_by_load: bool,
     #[cfg(feature = "kcl-import")]
     pub(crate) kcl_import: Option<kinesis_kcl_import::KclImport>,
     pub(crate) sender: DeliverySender,

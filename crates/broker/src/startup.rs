@@ -230,6 +230,7 @@ impl Broker {
             config.hooks = sub.hooks.clone();
             config.quiet_idle = sub.quiet_idle;
             config.capacity_milli = sub.capacity_milli;
+            config.balance_by_load = sub.balance_by_load;
             config
                 .validate()
                 .map_err(|source| stream_error(&sub.stream, source))?;

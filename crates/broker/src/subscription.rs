@@ -38,6 +38,7 @@ pub struct SubscriptionBuilder<'b> {
     quiet_idle: bool,
     /// This instance's capacity for the stream, relative to the default 1.0.
     instance_capacity: f64,
+    balance_by_load: bool,
     #[cfg(feature = "kcl-import")]
     kcl_import: Option<kinesis_kcl_import::KclImport>,
     dispatch: DispatchConfig,
@@ -58,6 +59,7 @@ impl<'b> SubscriptionBuilder<'b> {
             hooks: Hooks::new(),
             quiet_idle: false,
             instance_capacity: 1.0,
+            balance_by_load: false,
             #[cfg(feature = "kcl-import")]
             kcl_import: None,
             dispatch: DispatchConfig::default(),
@@ -296,6 +298,21 @@ impl<'b> SubscriptionBuilder<'b> {
         self
     }
 
+    /// Balances the stream's shards among instances by load instead of by count (off by
+    /// default). Every 10 s each instance compares its handler time over its
+    /// [`capacity`](Self::capacity) with one other instance's (a single small read of that
+    /// instance's member row, whatever the number of shards) and, when giving it one of its
+    /// shards lowers the larger of the two by more than 5 %, hands that shard over gracefully
+    /// (nothing is delivered twice). A shard moves at most once in five minutes, and an
+    /// instance gives one shard at a time; on a stream whose shards cost alike, the shares come
+    /// out as by count. Turn it on for every instance of the stream: an instance without it
+    /// asks for shards by count and undoes moves by load. See `docs/leases.md`, "Balancing by
+    /// load".
+    pub fn balance_by_load(mut self) -> Self {
+        self.balance_by_load = true;
+        self
+    }
+
     /// Batches of up to `size` records (or what arrived within 50 ms of the first); finish
     /// with [`BatchSubscriptionBuilder::handle`].
     pub fn batch(self, size: usize) -> BatchSubscriptionBuilder<'b> {
@@ -419,6 +436,7 @@ impl<'b> SubscriptionBuilder<'b> {
             hooks: self.hooks,
             quiet_idle: self.quiet_idle,
             capacity_milli: capacity_milli as u64,
+            balance_by_load: self.balance_by_load,
             #[cfg(feature = "kcl-import")]
             kcl_import: self.kcl_import,
             sender,

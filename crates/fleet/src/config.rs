@@ -72,6 +72,12 @@ pub struct ReaderConfig {
     /// (1,000): published on its member row with the load it carries, so that a member with
     /// twice the capacity counts as half as loaded by the same load.
     pub capacity_milli: u64,
+    /// Balances shards by load instead of by count (off by default): every
+    /// `load_plan::SAMPLE_INTERVAL` this instance compares its load over capacity with one other
+    /// member's (one small read) and hands it a shard when that lowers the larger of the two
+    /// (see `load_plan`); it asks nobody for shards by count. Every instance of the stream
+    /// should run with it: one without it still asks by count, undoing moves by load.
+    pub balance_by_load: bool,
 }
 
 impl ReaderConfig {
@@ -105,6 +111,7 @@ impl ReaderConfig {
             hooks: Hooks::new(),
             quiet_idle: false,
             capacity_milli: kinesis_lease_core::Load::DEFAULT_CAPACITY_MILLI,
+            balance_by_load: false,
         }
     }
 

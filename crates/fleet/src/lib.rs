@@ -28,6 +28,7 @@ mod hooks;
 mod keeper;
 mod lag;
 mod load_meter;
+mod load_plan;
 mod member;
 mod member_state;
 mod metrics;

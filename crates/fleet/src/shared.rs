@@ -51,6 +51,10 @@ pub(crate) struct Held {
     /// The shard's smoothed load as its keeper last measured it (see `load_meter`); `None`
     /// before its first renewal, unless its row carried one.
     pub(crate) load: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
+    /// From when the shard may be given away to balance load (see `load_plan`): a minute
+    /// after it was taken, five after it came by a hand-over, so a shard moves at most once in
+    /// several minutes.
+    pub(crate) movable_at: tokio::time::Instant,
 }
 
 #[derive(Debug)]
@@ -109,7 +113,13 @@ impl Shared {
         let loads: Vec<kinesis_lease_core::Load> = self
             .held()
             .values()
-            .filter_map(|held| *held.load.lock().unwrap_or_else(|p| p.into_inner()))
+            .map(|held| {
+                // A shard not measured yet counts among the shards, at no load.
+                held.load
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_default()
+            })
             .collect();
         kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)
     }

@@ -27,6 +27,8 @@ pub struct Load {
     /// instance like the others, 2,000 for one that takes twice the load. `None` on a shard's
     /// row (and on a member row written by a release before loads).
     pub capacity_milli: Option<u64>,
+    /// On a member row, how many shards the instance holds; `None` on a shard's row.
+    pub shards: Option<u64>,
 }
 
 impl Load {
@@ -41,23 +43,33 @@ impl Load {
             bytes_per_min,
             busy_ms_per_min,
             capacity_milli: None,
+            shards: None,
         }
     }
 
-    /// The same load without a capacity (a shard's, from a member row's figure or back).
+    /// The same load as a shard's: without a capacity or a count of shards.
     pub fn without_capacity(mut self) -> Load {
         self.capacity_milli = None;
+        self.shards = None;
         self
     }
 
-    /// The sum of `loads` (records, bytes and handler time), with no capacity.
+    /// The sum of `loads` (records, bytes and handler time), with no capacity, and the count
+    /// of loads summed as its count of shards.
     pub fn sum<'a>(loads: impl IntoIterator<Item = &'a Load>) -> Load {
-        loads.into_iter().fold(Load::default(), |total, load| Load {
-            records_per_min: total.records_per_min.saturating_add(load.records_per_min),
-            bytes_per_min: total.bytes_per_min.saturating_add(load.bytes_per_min),
-            busy_ms_per_min: total.busy_ms_per_min.saturating_add(load.busy_ms_per_min),
-            capacity_milli: None,
-        })
+        loads.into_iter().fold(
+            Load {
+                shards: Some(0),
+                ..Load::default()
+            },
+            |total, load| Load {
+                records_per_min: total.records_per_min.saturating_add(load.records_per_min),
+                bytes_per_min: total.bytes_per_min.saturating_add(load.bytes_per_min),
+                busy_ms_per_min: total.busy_ms_per_min.saturating_add(load.busy_ms_per_min),
+                capacity_milli: None,
+                shards: total.shards.map(|n| n + 1),
+            },
+        )
     }
 
     /// The same load with `capacity_milli` as its capacity.
@@ -88,18 +100,8 @@ mod tests {
 
     #[test]
     fn a_sum_adds_each_measure_and_carries_no_capacity() {
-        let a = Load {
-            records_per_min: 600,
-            bytes_per_min: 60_000,
-            busy_ms_per_min: 30_000,
-            capacity_milli: None,
-        };
-        let b = Load {
-            records_per_min: 6,
-            bytes_per_min: 600,
-            busy_ms_per_min: 300,
-            capacity_milli: Some(2_000),
-        };
+        let a = Load::new(600, 60_000, 30_000);
+        let b = Load::new(6, 600, 300).with_capacity(2_000);
         let total = Load::sum([&a, &b]);
         assert_eq!(
             (
@@ -109,7 +111,9 @@ mod tests {
             ),
             (606, 60_600, 30_300)
         );
-        assert_eq!(total.capacity_milli, None);
+        assert_eq!((total.capacity_milli, total.shards), (None, Some(2)));
+        assert_eq!(Load::sum([]).shards, Some(0), "an instance holding nothing");
+        assert_eq!(total.without_capacity().shards, None);
         assert_eq!(total.with_capacity(1_500).capacity_milli, Some(1_500));
         assert!((a.busy_share() - 0.5).abs() < 1e-9);
         assert!((a.records_per_sec() - 10.0).abs() < 1e-9);

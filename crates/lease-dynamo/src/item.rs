@@ -32,6 +32,8 @@ pub(crate) const LOAD_BYTES: &str = "load_bytes";
 pub(crate) const LOAD_BUSY_MS: &str = "load_busy_ms";
 /// On a member row: the instance's capacity in thousandths of the default.
 pub(crate) const CAPACITY_MILLI: &str = "capacity_milli";
+/// On a member row: how many shards the instance holds.
+pub(crate) const LOAD_SHARDS: &str = "load_shards";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A stream's epoch row's count of its roster's bumps (see `LeaseStore::epochs`); absent
@@ -117,11 +119,10 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
         lenient(LOAD_BUSY_MS),
     ) {
         (Some(records), Some(bytes), Some(busy)) => {
-            let load = Load::new(records, bytes, busy);
-            Some(match lenient(CAPACITY_MILLI) {
-                Some(capacity) => load.with_capacity(capacity),
-                None => load,
-            })
+            let mut load = Load::new(records, bytes, busy);
+            load.capacity_milli = lenient(CAPACITY_MILLI);
+            load.shards = lenient(LOAD_SHARDS);
+            Some(load)
         }
         _ => None,
     };
@@ -194,13 +195,13 @@ mod tests {
                 (LOAD_BYTES, n(60_000)),
                 (LOAD_BUSY_MS, n(12_000)),
                 (CAPACITY_MILLI, n(2_000)),
+                (LOAD_SHARDS, n(4)),
             ]),
         )
         .unwrap();
-        assert_eq!(
-            row.load,
-            Some(Load::new(600, 60_000, 12_000).with_capacity(2_000))
-        );
+        let mut want = Load::new(600, 60_000, 12_000).with_capacity(2_000);
+        want.shards = Some(4);
+        assert_eq!(row.load, Some(want));
     }
 
     /// A load is advice: a row whose load is partial, or written otherwise by another release,

@@ -5,7 +5,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use kinesis_lease_core::{Checkpoint, Load};
 
 use crate::item::{
-    n, s, CAPACITY_MILLI, CHECKPOINT, COUNTER, LOAD_BUSY_MS, LOAD_BYTES, LOAD_RECORDS, SUBSEQUENCE,
+    n, s, CAPACITY_MILLI, CHECKPOINT, COUNTER, LOAD_BUSY_MS, LOAD_BYTES, LOAD_RECORDS, LOAD_SHARDS,
+    SUBSEQUENCE,
 };
 
 /// An update expression under construction: SET and REMOVE clauses plus values.
@@ -51,9 +52,13 @@ impl Expr {
             .set(LOAD_RECORDS, ":load_records", n(load.records_per_min))
             .set(LOAD_BYTES, ":load_bytes", n(load.bytes_per_min))
             .set(LOAD_BUSY_MS, ":load_busy", n(load.busy_ms_per_min));
-        match load.capacity_milli {
+        let with = match load.capacity_milli {
             Some(capacity) => with.set(CAPACITY_MILLI, ":capacity", n(capacity)),
             None => with.remove(CAPACITY_MILLI),
+        };
+        match load.shards {
+            Some(shards) => with.set(LOAD_SHARDS, ":load_shards", n(shards)),
+            None => with.remove(LOAD_SHARDS),
         }
     }
 

@@ -159,6 +159,15 @@ impl Link {
         self.present.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// The present members of the latest roster listing (the watcher lists it as soon as the
+    /// roster's count moves, so a member that joined is here within a take interval or so).
+    pub(super) fn present(&self) -> HashSet<String> {
+        self.present
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// True when the latest roster listing shows a present member not among `members`.
     pub(super) fn shows_others(&self, members: &HashSet<String>) -> bool {
         self.present

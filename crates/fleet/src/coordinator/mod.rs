@@ -51,7 +51,8 @@
 //! This file holds the coordinator's state and its loop; each job the loop runs has a file of
 //! its own, found by its name: `discovery` (listing the stream's shards, creating rows),
 //! `listing` (the epoch, the rows, observing counters, twins), `take_round` (taking up to the
-//! fair share, asking for a hand-over), `janitor` (deleting rows nothing needs), `shard_task`
+//! fair share, asking for a hand-over), `load_balance` (giving a shard to balance load),
+//! `janitor` (deleting rows nothing needs), `shard_task`
 //! (spawning a held shard's reader and keeper), `ring_watch` (watching the ring successor,
 //! burials) and `store_calls` (the bounded store calls they share). The jobs extend `State`
 //! with `impl` blocks and import nothing of each other; the ring watch and the store calls
@@ -87,6 +88,7 @@ mod discovery;
 mod janitor;
 mod link;
 mod listing;
+mod load_balance;
 mod ring_watch;
 mod shard_task;
 mod store_calls;
@@ -225,6 +227,7 @@ impl Coordinator {
             first_round_at: None,
             left_free: HashSet::new(),
             asked: None,
+            giving: None,
             next_expiry: None,
         };
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
@@ -321,6 +324,9 @@ struct State {
     left_free: HashSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
+    /// The shard this instance marked to give away to balance load, and when (see
+    /// `load_balance`).
+    giving: Option<(String, Instant)>,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
     /// listed again then, so a crashed owner's shards are taken without waiting for the next
     /// list interval.
@@ -336,6 +342,12 @@ impl State {
         let mut take = interval(config.take_interval);
         sync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         take.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Balancing by load: instances started together compare themselves at moments spread
+        // over the interval, not all at once.
+        let every = crate::load_plan::SAMPLE_INTERVAL;
+        let mut balance =
+            tokio::time::interval_at(Instant::now() + every.mul_f64(1.0 + fastrand::f64()), every);
+        balance.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Fan-out: the consumer is registered and ACTIVE before any shard is taken.
         if let Some(name) = &config.fan_out {
             let registered = tokio::select! {
@@ -397,6 +409,7 @@ impl State {
                 }
                 _ = sync.tick() => self.sync_shards().await,
                 _ = take.tick() => self.tick().await,
+                _ = balance.tick(), if config.balance_by_load => self.balance_by_load().await,
                 Ok(()) = membership.changed() => {
                     let now = membership.borrow_and_update().may_take();
                     if now && !may_take {

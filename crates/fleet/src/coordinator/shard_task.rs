@@ -51,6 +51,7 @@ impl State {
                 nudge: nudge.clone(),
                 handing_to: Arc::default(),
                 load: load.clone(),
+                movable_at: sent + crate::load_plan::dwell(false),
             },
         );
         let (signal_tx, signal_rx) = watch::channel(kinesis_shard_reader::Signal::Reading);

@@ -159,6 +159,12 @@ impl State {
                         self.asked = None;
                     }
                     self.start(lease, holder, plan, sent, incarnation, pokes);
+                    if rank == take_plan::Rank::HandedToMe {
+                        // It came by a hand-over: it stays a while (see `load_plan::dwell`).
+                        if let Some(held) = shared.held().get_mut(&shard) {
+                            held.movable_at = sent + crate::load_plan::dwell(true);
+                        }
+                    }
                 }
                 Ok(Outcome::Lost(lost)) => {
                     tracing::debug!(%shard, holder = ?lost.holder, "take lost");
@@ -234,6 +240,10 @@ impl State {
     ) {
         let shared = self.shared.clone();
         let config = &shared.config;
+        if config.balance_by_load {
+            // Balanced by load: the heavier members give (see `load_balance`), nobody asks.
+            return;
+        }
         // One request at a time: while a row is marked wanted by this instance, or for as
         // long as its owner may take to hand it over (two leases to let deliveries settle and
         // one to wait for running handlers).

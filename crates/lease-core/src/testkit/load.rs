@@ -6,11 +6,13 @@ use super::{holder, lost_to, seq, written, Harness, TTL};
 use crate::{Load, Take};
 
 fn load(records: u64, capacity_milli: Option<u64>) -> Load {
-    let load = Load::new(records, records * 512, records * 3);
-    match capacity_milli {
-        Some(capacity) => load.with_capacity(capacity),
-        None => load,
+    let mut load = Load::new(records, records * 512, records * 3);
+    if let Some(capacity) = capacity_milli {
+        // A member row's: its capacity and its count of shards.
+        load = load.with_capacity(capacity);
+        load.shards = Some(records / 100);
     }
+    load
 }
 
 /// `renew_with_load` stores the load (and a capacity when given) in one write, only while the
