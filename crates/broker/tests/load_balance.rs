@@ -130,6 +130,15 @@ fn max_over_mean(counts: &[usize]) -> f64 {
 
 #[tokio::test(start_paused = true)]
 async fn two_hot_shards_end_on_instances_of_their_own_and_nothing_is_handled_twice() {
+    for seed in [1, 2, 3] {
+        // The members each instance compares itself with, and when, come from `fastrand`:
+        // seeded, a failure replays.
+        fastrand::seed(seed);
+        two_hot_shards(seed).await;
+    }
+}
+
+async fn two_hot_shards(seed: u64) {
     let (by_count, _) = run(false, 360, 120).await;
     let (by_load, handled) = run(true, 360, 120).await;
     let twice = handled
@@ -140,8 +149,8 @@ async fn two_hot_shards_end_on_instances_of_their_own_and_nothing_is_handled_twi
         .count();
     let converged = converged_after(&handled, 360);
     eprintln!(
-        "records handled per instance in the last two minutes: by count {by_count:?}, by load \
-         {by_load:?}; by load balanced from {converged:?} s of steady load"
+        "seed {seed}: records handled per instance in the last two minutes: by count \
+         {by_count:?}, by load {by_load:?}; by load balanced from {converged:?} s of steady load"
     );
     assert_eq!(
         twice, 0,
@@ -176,6 +185,7 @@ fn counts(fleet: &[RunningBroker]) -> Vec<usize> {
 /// once shared nothing moves.
 #[tokio::test(start_paused = true)]
 async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
+    fastrand::seed(4);
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, SHARDS).expect("stream");
     let table = MemoryLeaseTable::new();
@@ -222,6 +232,34 @@ async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
         .collect();
     eprintln!("the newcomer had its share {joined_after} s after it started");
     assert_eq!(settled, after, "nothing moves once shared");
+    for running in fleet {
+        running.shutdown().await;
+    }
+}
+
+/// Turning the option on one instance at a time: the first to restart with it finds the others
+/// holding every shard and giving nothing (they balance by count and never give). Holding
+/// nothing, it asks by count as without the option, and is not left empty.
+#[tokio::test(start_paused = true)]
+async fn the_first_instance_with_the_option_among_others_without_it_is_not_left_empty() {
+    fastrand::seed(5);
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, SHARDS).expect("stream");
+    let table = MemoryLeaseTable::new();
+    let handled = Handled::default();
+    let mut fleet = Vec::new();
+    for who in 0..3 {
+        fleet.push(start(&kinesis, &table, who, false, &handled).await);
+    }
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(counts(&fleet), [4, 4, 4]);
+    fleet.push(start(&kinesis, &table, 3, true, &handled).await);
+    sleep(Duration::from_secs(60)).await;
+    assert!(
+        counts(&fleet)[3] >= 1,
+        "the instance with the option holds nothing: {:?}",
+        counts(&fleet)
+    );
     for running in fleet {
         running.shutdown().await;
     }

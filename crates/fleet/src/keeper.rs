@@ -55,9 +55,6 @@ pub(crate) struct Keeper {
     /// A quiet keeper's write on a poke or a nudge goes no earlier than this (a failing store
     /// is not hammered).
     pub(crate) poke_retry_at: Instant,
-    /// The row is wanted by another instance, and the hand-over is put off until the shard
-    /// was held for a lease: every tick writes the row meanwhile, and hands it over then.
-    pub(crate) deferred: bool,
     /// The shard's metrics and load, read at every tick; the load goes with every renewal.
     pub(crate) load: crate::shard_load::ShardLoad,
 }
@@ -282,14 +279,8 @@ impl Keeper {
             let (renewed, next) = self.renew(deadline).await;
             deadline = next;
             match self.after_renewal(renewed) {
-                Ok(Some(asker)) if self.taken_at.elapsed() >= self.shared.config.lease_duration => {
-                    return self.hand_off(asker, deadline, tick).await;
-                }
-                // Taken less than a lease ago: read it first (an instance that asks at once must
-                // not move a shard just taken, with a backlog to settle before it goes: sim seed
-                // 72137, 18.6 s unread against 18.5). The mark stays on the row.
-                Ok(Some(_)) => self.deferred = true,
-                Ok(None) => self.deferred = false,
+                Ok(Some(asker)) => return self.hand_off(asker, deadline, tick).await,
+                Ok(None) => {}
                 Err(exit) => return exit,
             }
         }

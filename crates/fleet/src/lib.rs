@@ -26,6 +26,7 @@ mod coordinator;
 mod handle;
 mod hooks;
 mod keeper;
+mod keeper_quiet;
 mod lag;
 mod load_meter;
 mod load_plan;

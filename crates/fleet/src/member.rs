@@ -220,7 +220,11 @@ impl Member {
                 _ = &mut stop => break,
                 _ = tick.tick() => {
                     let sent = Instant::now();
-                    let load = shared.instance_load();
+                    let mut load = shared.instance_load();
+                    if *shared.phase.borrow() != kinesis_shard_reader::Phase::Running {
+                        // Shutting down: it takes nothing more (`load_balance`).
+                        load.capacity_milli = Some(0);
+                    }
                     shared.metrics.instance_load(&load);
                     let call = shared.store.renew_with_load(&self.key, &self.holder, config.lease_duration, None, &load);
                     match timeout(config.keep_for(), call).await {

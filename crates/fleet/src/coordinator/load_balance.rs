@@ -1,22 +1,42 @@
 //! Balancing by load (`ReaderConfig::balance_by_load`): every sample interval this instance
 //! reads one other member's row, picked at random (one small eventually consistent read, half
 //! a read unit on DynamoDB, whatever the number of shards or members), weighs itself against it
-//! (`load_plan`) and, when a move of one of its shards is worth it, marks that row wanted by
-//! the other member. Its own keeper then hands the shard over as it does for any request: the
-//! reader stops, what was handed out settles, one write moves the row, the epoch moves, and the
-//! other member takes it and starts after the checkpoint. Nothing is delivered twice.
+//! (`load_plan`) and, when a move of one of its shards is worth it, confirms the member with a
+//! consistent read and marks that row wanted by it. Its own keeper then hands the shard over as
+//! it does for any request: the reader stops, what was handed out settles, one write moves the
+//! row, the epoch moves, and the other member takes it and starts after the checkpoint.
 //!
 //! One move at a time: no new one while the last shard given is still held here (for at most
-//! three leases). A member whose row this instance has seen stand still for a lease (these
-//! readings count with the watch's: `Link`) is never given a shard.
+//! six leases). A member whose row this instance has seen stand still for a lease (these
+//! readings count with the watch's: `Link`), or that publishes no capacity because it is
+//! shutting down, is never given a shard. Each store call here is cut off after a take
+//! interval, so a slow table skips a comparison rather than hold up the take rounds.
+//!
+//! Where loads are not published (a store without `renew_with_load`, members of an earlier
+//! release), nothing is weighed and the instance asks for shards by count as without the
+//! option (`State::loads_seen`); an instance that holds nothing asks by count too, so one that
+//! turns the option on while the others have not is not left empty.
 
-use kinesis_lease_core::{ErrorChain, Outcome};
+use std::future::Future;
+
+use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Outcome};
 use tokio::time::Instant;
 
 use crate::load_plan::{self, Movable, Side};
 
-use super::store_calls::bounded;
 use super::State;
+
+/// What a member row says of its member as a taker.
+enum Taker {
+    /// Present, renewing, and weighed.
+    Weighed(Side),
+    /// Present, but publishes no capacity: it is shutting down.
+    Leaving,
+    /// It publishes no load (an earlier release, or a store that does not keep loads).
+    Unweighed,
+    /// Not held by it, or seen standing still for a lease.
+    Gone,
+}
 
 impl State {
     /// One comparison with a member picked at random, and the move it calls for, if any.
@@ -29,7 +49,7 @@ impl State {
         let now = Instant::now();
         if let Some((shard, at)) = &self.giving {
             if shared.held().contains_key(shard)
-                && now.duration_since(*at) < config.lease_duration * 3
+                && now.duration_since(*at) < config.lease_duration * 6
             {
                 return;
             }
@@ -51,28 +71,18 @@ impl State {
         let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
             return;
         };
-        let row = match bounded(&shared, "read", shared.store.read_eventually(&key)).await {
-            Ok(Some(row)) => row,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%taker, error = %ErrorChain(&error), "reading a member's load failed");
-                return;
-            }
-        };
-        // Alive as far as this reading shows, and weighed: a member row of an earlier release,
-        // or one released or taken by its burier, gets nothing.
-        let live = row.is_held_by(&taker)
-            && row
-                .token
-                .as_deref()
-                .is_some_and(crate::roster::is_roster_token)
-            && self
-                .link
-                .record_eventual(&row, now)
-                .is_some_and(|since| now.duration_since(since) < config.lease_duration);
-        let (Some(theirs), true) = (row.load.as_ref().and_then(Side::of), live) else {
+        let Some(Ok(row)) = self.quick(shared.store.read_eventually(&key)).await else {
             return;
         };
+        let theirs = match self.as_taker(row.as_ref(), &taker, now) {
+            Taker::Weighed(side) => side,
+            Taker::Unweighed => {
+                self.loads_seen = false;
+                return;
+            }
+            Taker::Leaving | Taker::Gone => return,
+        };
+        self.loads_seen = true;
         let Some(mine) = Side::of(&shared.instance_load()) else {
             return;
         };
@@ -97,30 +107,85 @@ impl State {
         let Some(shard) = load_plan::choose(mine, theirs, &movable).map(str::to_owned) else {
             return;
         };
+        // An eventually consistent reading decides nothing alone: confirm the member is there,
+        // renewing, and not leaving.
+        let Some(Ok(row)) = self.quick(shared.store.read(&key)).await else {
+            return;
+        };
+        if !matches!(
+            self.as_taker(row.as_ref(), &taker, Instant::now()),
+            Taker::Weighed(_)
+        ) {
+            return;
+        }
         let Ok(row_key) = shared.key(&shard) else {
             return;
         };
-        let marked = bounded(
-            &shared,
-            "request",
-            shared.store.request(&row_key, &taker, &config.owner),
-        )
-        .await;
+        let marked = self
+            .quick(shared.store.request(&row_key, &taker, &config.owner))
+            .await;
+        // The keeper of a quiet row writes it only when told; it hands the row over at that
+        // write when the mark landed (also when the answer was lost), and at the next listing
+        // otherwise.
+        let nudge = || {
+            if let Some(held) = shared.held().get(&shard) {
+                held.nudge.notify_one();
+            }
+        };
         match marked {
-            Ok(Outcome::Written(_)) => {
+            Some(Ok(Outcome::Written(_))) => {
                 tracing::info!(%shard, %taker, mine = mine.weight, theirs = theirs.weight, "giving a shard to balance load");
-                // A quiet keeper writes its row only when told: tell it now.
-                if let Some(held) = shared.held().get(&shard) {
-                    held.nudge.notify_one();
+                nudge();
+                self.giving = Some((shard, now));
+            }
+            Some(Ok(Outcome::Lost(lost))) => {
+                // Marked already (by an asker, or by an earlier mark of ours whose answer was
+                // lost): the keeper hands it over to whoever it names.
+                if lost.holder.as_deref() == Some(config.owner.as_str()) {
+                    nudge();
+                    self.giving = Some((shard, now));
                 }
-                self.giving = Some((shard, now));
             }
-            Ok(Outcome::Lost(_)) => {}
-            Err(error) => {
+            Some(Err(error)) => {
                 tracing::warn!(%shard, %taker, error = %ErrorChain(&error), "marking a shard to give failed");
-                // It may have landed: wait as for one that did.
+                nudge();
                 self.giving = Some((shard, now));
             }
+            // No answer in time: it may land; wait as for one that did.
+            None => {
+                nudge();
+                self.giving = Some((shard, now));
+            }
+        }
+    }
+
+    /// `call`, cut off after a take interval: `None` when it did not answer by then.
+    async fn quick<T>(&self, call: impl Future<Output = LeaseResult<T>>) -> Option<LeaseResult<T>> {
+        tokio::time::timeout(self.shared.config.take_interval, call)
+            .await
+            .ok()
+    }
+
+    /// What `row` (read at `now`) says of `taker` as a taker.
+    fn as_taker(&self, row: Option<&Lease>, taker: &str, now: Instant) -> Taker {
+        let Some(row) = row else {
+            return Taker::Gone;
+        };
+        let live = row.is_held_by(taker)
+            && row
+                .token
+                .as_deref()
+                .is_some_and(crate::roster::is_roster_token)
+            && self
+                .link
+                .record_eventual(row, now)
+                .is_some_and(|since| now.duration_since(since) < self.shared.config.lease_duration);
+        match (live, row.load.as_ref()) {
+            (false, _) => Taker::Gone,
+            (true, Some(load)) if load.capacity_milli == Some(0) => Taker::Leaving,
+            (true, load) => load
+                .and_then(Side::of)
+                .map_or(Taker::Unweighed, Taker::Weighed),
         }
     }
 }

@@ -228,6 +228,7 @@ impl Coordinator {
             left_free: HashSet::new(),
             asked: None,
             giving: None,
+            loads_seen: false,
             next_expiry: None,
         };
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
@@ -327,6 +328,9 @@ struct State {
     /// The shard this instance marked to give away to balance load, and when (see
     /// `load_balance`).
     giving: Option<(String, Instant)>,
+    /// Balancing by load: the last member row compared showed a load. While none did (loads
+    /// not published), shards are asked for by count as without the option.
+    loads_seen: bool,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
     /// listed again then, so a crashed owner's shards are taken without waiting for the next
     /// list interval.

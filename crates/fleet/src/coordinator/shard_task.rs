@@ -74,7 +74,6 @@ impl State {
                 .then(|| crate::quiet::Quiet::new(&shard, pokes, sent)),
             nudge,
             poke_retry_at: sent,
-            deferred: false,
             load: crate::shard_load::ShardLoad::new(
                 &config.stream,
                 settlement.clone(),

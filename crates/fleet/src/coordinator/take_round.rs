@@ -205,7 +205,7 @@ impl State {
         }
         self.left_free = left_free;
         let held_now = shared.held().len();
-        if held_now + 1 < plan.target {
+        if held_now + 1 < plan.target && !self.balanced_by_load() {
             // Well below the fair share (the rows may be held by a member that will hand them
             // over, or freed by a change whose notice was lost): look again in a while.
             self.relist_by(now + config.lease_duration);
@@ -229,6 +229,14 @@ impl State {
         self.clean_up(&rows).await;
     }
 
+    /// Shards are placed by load here: the option is on, the members publish loads, and this
+    /// instance holds some (one that holds nothing asks by count, so that turning the option
+    /// on while the others have not cannot leave it empty). Counts then say nothing of the
+    /// share: no asks by count, and no listing every lease for holding less than it.
+    fn balanced_by_load(&self) -> bool {
+        self.shared.config.balance_by_load && self.loads_seen && !self.shared.held().is_empty()
+    }
+
     /// Below the fair share with nothing left to take: ask the most-loaded live owner for one
     /// shard, if it holds at least two more than this instance. Owners one apart do not move
     /// (hysteresis); every move narrows the spread, so shares converge (16 over 3: 6 + 5 + 5).
@@ -240,8 +248,8 @@ impl State {
     ) {
         let shared = self.shared.clone();
         let config = &shared.config;
-        if config.balance_by_load {
-            // Balanced by load: the heavier members give (see `load_balance`), nobody asks.
+        if self.balanced_by_load() {
+            // The heavier members give (see `load_balance`): nobody asks by count.
             return;
         }
         // One request at a time: while a row is marked wanted by this instance, or for as
