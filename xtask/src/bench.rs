@@ -15,6 +15,7 @@ const SCENARIOS: &[(&str, bool)] = &[
     ("poison", false),
     ("scale", false),
     ("fleet_cost", false),
+    ("fleet_balance", false),
     ("takeover", false),
     ("kpl_deaggregate", false),
     ("drain", true),
