@@ -172,6 +172,11 @@ async fn two_hot_shards(seed: u64) {
     );
 }
 
+fn sorted(mut counts: Vec<usize>) -> Vec<usize> {
+    counts.sort_unstable();
+    counts
+}
+
 /// The shards each instance holds now.
 fn counts(fleet: &[RunningBroker]) -> Vec<usize> {
     fleet
@@ -182,12 +187,13 @@ fn counts(fleet: &[RunningBroker]) -> Vec<usize> {
 
 /// On an idle stream every shard weighs alike: instances share by count, a newcomer gets its
 /// share from the others (nobody asks by count under this option: the heavier give), and
-/// once shared nothing moves.
+/// once shared nothing moves, though 14 shards leave counts one apart (a planner without
+/// hysteresis trades a shard back and forth between them).
 #[tokio::test(start_paused = true)]
 async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
     fastrand::seed(4);
     let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, SHARDS).expect("stream");
+    kinesis.create_stream(STREAM, 14).expect("stream");
     let table = MemoryLeaseTable::new();
     let handled = Handled::default();
     let mut fleet = Vec::new();
@@ -195,14 +201,18 @@ async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
         fleet.push(start(&kinesis, &table, who, true, &handled).await);
     }
     sleep(Duration::from_secs(30)).await;
-    assert_eq!(counts(&fleet), [4, 4, 4], "a shared start, by count");
+    assert_eq!(
+        sorted(counts(&fleet)),
+        [4, 5, 5],
+        "a shared start, by count"
+    );
     fleet.push(start(&kinesis, &table, 3, true, &handled).await);
     // Shards taken at the start may move a minute after their take; the others compare
     // themselves with the newcomer every 10 s or so.
     let mut joined_after = None;
     for second in 0..180 {
         sleep(Duration::from_secs(1)).await;
-        if counts(&fleet) == [3, 3, 3, 3] {
+        if sorted(counts(&fleet)) == [3, 3, 4, 4] {
             joined_after = Some(second);
             break;
         }
