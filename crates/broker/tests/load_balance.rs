@@ -57,17 +57,27 @@ async fn start(
     broker.start().await.expect("start")
 }
 
-/// Runs the fleet for `secs` of steady load; returns the records each instance handled in the
-/// last `last` seconds, and the handled map.
-async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled) {
+/// A stream of `shards` shards, a lease table, and one instance started on them per entry of
+/// `by_load` (with the option or without it), as `instance-0`, `instance-1`, ...
+async fn fleet(
+    shards: u32,
+    by_load: &[bool],
+) -> (MemoryStream, MemoryLeaseTable, Handled, Vec<RunningBroker>) {
     let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, SHARDS).expect("stream");
+    kinesis.create_stream(STREAM, shards).expect("stream");
     let table = MemoryLeaseTable::new();
     let handled = Handled::default();
     let mut fleet = Vec::new();
-    for who in 0..3 {
-        fleet.push(start(&kinesis, &table, who, by_load, &handled).await);
+    for (who, by_load) in by_load.iter().enumerate() {
+        fleet.push(start(&kinesis, &table, who, *by_load, &handled).await);
     }
+    (kinesis, table, handled, fleet)
+}
+
+/// Runs the fleet for `secs` of steady load; returns the records each instance handled in the
+/// last `last` seconds, and the handled map.
+async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled) {
+    let (kinesis, _table, handled, fleet) = fleet(SHARDS, &[by_load; 3]).await;
     // Past the shared start and the pinned `LATEST` start.
     sleep(Duration::from_secs(5)).await;
     let keys: Vec<String> = (0..SHARDS).map(key_of).collect();
@@ -192,14 +202,7 @@ fn counts(fleet: &[RunningBroker]) -> Vec<usize> {
 #[tokio::test(start_paused = true)]
 async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
     fastrand::seed(4);
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 14).expect("stream");
-    let table = MemoryLeaseTable::new();
-    let handled = Handled::default();
-    let mut fleet = Vec::new();
-    for who in 0..3 {
-        fleet.push(start(&kinesis, &table, who, true, &handled).await);
-    }
+    let (kinesis, table, handled, mut fleet) = fleet(14, &[true; 3]).await;
     sleep(Duration::from_secs(30)).await;
     assert_eq!(
         sorted(counts(&fleet)),
@@ -253,14 +256,7 @@ async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
 #[tokio::test(start_paused = true)]
 async fn the_first_instance_with_the_option_among_others_without_it_is_not_left_empty() {
     fastrand::seed(5);
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, SHARDS).expect("stream");
-    let table = MemoryLeaseTable::new();
-    let handled = Handled::default();
-    let mut fleet = Vec::new();
-    for who in 0..3 {
-        fleet.push(start(&kinesis, &table, who, false, &handled).await);
-    }
+    let (kinesis, table, handled, mut fleet) = fleet(SHARDS, &[false; 3]).await;
     sleep(Duration::from_secs(30)).await;
     assert_eq!(counts(&fleet), [4, 4, 4]);
     fleet.push(start(&kinesis, &table, 3, true, &handled).await);

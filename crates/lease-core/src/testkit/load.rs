@@ -25,10 +25,7 @@ pub async fn loads_round_trip(h: &Harness) {
     assert_eq!(taken.load, None, "a new row carries no load");
     let first = load(600, None);
     let renewed = written(
-        h.store
-            .renew_with_load(&key, &a, TTL, Some(&seq("7")), &first)
-            .await
-            .unwrap_or_else(|e| panic!("renew with load {key} failed: {e}")),
+        h.renew_with_load(&key, &a, Some(&seq("7")), &first).await,
         "renew with a load",
     );
     assert_eq!(renewed.load, Some(first), "the written row");
@@ -37,35 +34,26 @@ pub async fn loads_round_trip(h: &Harness) {
     assert_eq!(h.read(&key).await.load, Some(first), "read back");
     let member = load(1_200, Some(2_000));
     written(
-        h.store
-            .renew_with_load(&key, &a, TTL, None, &member)
-            .await
-            .unwrap_or_else(|e| panic!("renew with load {key} failed: {e}")),
+        h.renew_with_load(&key, &a, None, &member).await,
         "renew with a load and a capacity",
     );
     assert_eq!(h.read(&key).await.load, Some(member), "the capacity too");
-    let renew = |load: Load| {
-        let (key, a) = (key.clone(), a.clone());
-        async move {
-            h.store
-                .renew_with_load(&key, &a, TTL, None, &load)
-                .await
-                .unwrap_or_else(|e| panic!("renew with load {key} failed: {e}"))
-        }
-    };
-    written(renew(first).await, "renew with a load and no capacity");
+    written(
+        h.renew_with_load(&key, &a, None, &first).await,
+        "renew with a load and no capacity",
+    );
     assert_eq!(
         h.read(&key).await.load,
         Some(first),
         "a load without a capacity replaces the whole load, the capacity too"
     );
-    written(renew(member).await, "renew with the capacity again");
+    written(
+        h.renew_with_load(&key, &a, None, &member).await,
+        "renew with the capacity again",
+    );
     let stands = h.read(&key).await;
     lost_to(
-        h.store
-            .renew_with_load(&key, &b, TTL, None, &first)
-            .await
-            .unwrap_or_else(|e| panic!("renew with load {key} failed: {e}")),
+        h.renew_with_load(&key, &b, None, &first).await,
         "renew with a load by a non-holder",
         Some("a"),
         stands.counter,

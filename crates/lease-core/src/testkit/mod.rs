@@ -89,8 +89,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    Checkpoint, Holder, Lease, LeaseKey, LeaseStore, Lost, ManualClock, Outcome, SequenceNumber,
-    Take,
+    Checkpoint, Holder, Lease, LeaseKey, LeaseStore, Load, Lost, ManualClock, Outcome,
+    SequenceNumber, Take,
 };
 
 /// What the checks run against.
@@ -167,6 +167,19 @@ impl Harness {
             .renew(key, holder, TTL, cp)
             .await
             .unwrap_or_else(|e| panic!("renew {key} by {holder:?} failed: {e}"))
+    }
+
+    async fn renew_with_load(
+        &self,
+        key: &LeaseKey,
+        holder: &Holder,
+        cp: Option<&Checkpoint>,
+        load: &Load,
+    ) -> Outcome {
+        self.store
+            .renew_with_load(key, holder, TTL, cp, load)
+            .await
+            .unwrap_or_else(|e| panic!("renew with load {key} by {holder:?} failed: {e}"))
     }
 
     async fn checkpoint(&self, key: &LeaseKey, holder: &Holder, cp: &Checkpoint) -> Outcome {
