@@ -127,6 +127,7 @@ impl State {
                         token: row.token.clone(),
                         wanted: row.wanted_by.is_some(),
                         since: now,
+                        load: row.load,
                     },
                 );
             }

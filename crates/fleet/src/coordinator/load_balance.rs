@@ -12,6 +12,13 @@
 //! shutting down, is never given a shard. Each store call here is cut off after a take
 //! interval, so a slow table skips a comparison rather than hold up the take rounds.
 //!
+//! When no single shard may go, an exchange may (`load_plan::swap`): this instance first marks
+//! the taker's chosen shards wanted by itself (the taker's keepers hand them over, as to any
+//! asker) and gives its own only when, with the marks that landed, the taker still ends lighter
+//! than this instance was. An exchange makes up to ten store calls (each cut off as above) in
+//! the coordinator's loop, so a slow table delays the take rounds by up to ten take intervals
+//! at such a comparison.
+//!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
 //! option (`State::loads_seen`); an instance that holds nothing asks by count too, so one that
@@ -19,7 +26,7 @@
 
 use std::future::Future;
 
-use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Outcome};
+use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Load, Outcome};
 use tokio::time::Instant;
 
 use crate::load_plan::{self, Movable, Side};
@@ -104,9 +111,28 @@ impl State {
                 })
             })
             .collect();
-        let Some(shard) = load_plan::choose(mine, theirs, &movable).map(str::to_owned) else {
-            return;
+        let (shard, back) = match load_plan::choose(mine, theirs, &movable) {
+            Some(shard) => (shard.to_owned(), Vec::new()),
+            None => {
+                // No single shard may go: perhaps an exchange, against the taker's shards as
+                // the last listing showed them.
+                let theirs_held = self.held_by(&taker);
+                let Some(swap) = load_plan::swap(mine, theirs, &movable, &theirs_held) else {
+                    return;
+                };
+                let back = swap
+                    .take
+                    .iter()
+                    .filter_map(|s| theirs_held.iter().find(|m| m.shard == *s).cloned())
+                    .collect();
+                (swap.give.to_owned(), back)
+            }
         };
+        let given = movable
+            .iter()
+            .find(|m| m.shard == shard)
+            .map(|m| m.load)
+            .unwrap_or_default();
         // An eventually consistent reading decides nothing alone: confirm the member is there,
         // renewing, and not leaving.
         let Some(Ok(row)) = self.quick(shared.store.read(&key)).await else {
@@ -116,6 +142,9 @@ impl State {
             self.as_taker(row.as_ref(), &taker, Instant::now()),
             Taker::Weighed(_)
         ) {
+            return;
+        }
+        if !back.is_empty() && !self.take_back((mine, theirs), &given, &back, &taker).await {
             return;
         }
         let Ok(row_key) = shared.key(&shard) else {
@@ -157,6 +186,72 @@ impl State {
                 self.giving = Some((shard, now));
             }
         }
+    }
+
+    /// What the last listing showed `member` to hold, with loads, and not marked wanted.
+    fn held_by(&self, member: &str) -> Vec<Movable> {
+        self.observed
+            .iter()
+            // Held under a token: a row handed to the member but not taken yet (or an orphan
+            // of its) would take a mark that its take then clears.
+            .filter(|(_, seen)| {
+                seen.owner.as_deref() == Some(member) && seen.token.is_some() && !seen.wanted
+            })
+            .filter_map(|(shard, seen)| {
+                Some(Movable {
+                    shard: shard.clone(),
+                    load: seen.load?,
+                })
+            })
+            .collect()
+    }
+
+    /// An exchange's first half: marks the taker's shards in `back` wanted by this instance
+    /// (the taker's keepers hand them over, as to any asker). True when some landed and, with
+    /// what landed, giving this instance's shard still leaves the taker lighter than this
+    /// instance was and lowers the pair's sum of weight squared (`load_plan::exchange_lowers`):
+    /// never a move that raises the largest weight. Marks that landed bring their shards here
+    /// even when this instance's shard is not given then (there is no taking a mark back): it
+    /// is heavier for a while, and gives again. Stops marking when this instance may no longer
+    /// take (leaving, or its member row not renewed).
+    async fn take_back(
+        &mut self,
+        (mine, theirs): (Side, Side),
+        given: &Load,
+        back: &[Movable],
+        taker: &str,
+    ) -> bool {
+        let shared = self.shared.clone();
+        let mut landed = Vec::new();
+        for m in back {
+            if !shared.member.borrow().may_take() {
+                break;
+            }
+            let Ok(key) = shared.key(&m.shard) else {
+                continue;
+            };
+            match self
+                .quick(shared.store.request(&key, &shared.config.owner, taker))
+                .await
+            {
+                Some(Ok(Outcome::Written(_))) => {
+                    super::store_calls::poke_holder(&shared, &key, taker);
+                    landed.push(m.load);
+                }
+                Some(Ok(Outcome::Lost(_))) => {}
+                outcome => {
+                    // It may have landed (the answer lost, or cut off): poke as for one that
+                    // did, so that a quiet keeper does not hold the mark unanswered; counted
+                    // as not landed, so the give below errs towards a lighter taker.
+                    if let Some(Err(error)) = outcome {
+                        tracing::warn!(shard = %m.shard, %taker, error = %ErrorChain(&error), "asking for a shard in exchange failed");
+                    }
+                    super::store_calls::poke_holder(&shared, &key, taker);
+                }
+            }
+        }
+        tracing::info!(%taker, asked = back.len(), marked = landed.len(), "asked for shards in exchange");
+        !landed.is_empty() && load_plan::exchange_lowers(mine, theirs, given, &landed)
     }
 
     /// `call`, cut off after a take interval: `None` when it did not answer by then.

@@ -249,6 +249,8 @@ struct Seen {
     /// Whether the row was marked wanted (see `twin`).
     wanted: bool,
     since: Instant,
+    /// The load the row showed at the last listing (see `load_balance`'s exchanges).
+    load: Option<kinesis_lease_core::Load>,
 }
 
 impl Seen {

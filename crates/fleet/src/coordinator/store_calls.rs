@@ -37,3 +37,27 @@ pub(super) async fn bounded<T>(
             })
         })
 }
+
+/// Tells `holder` through its member row that `row`, which it holds, was marked wanted: a
+/// quiet keeper (see `quiet`) does not write its row until then. In a task of its own, off
+/// the caller's path: a slow lease table must not delay a take round. When the poke does not
+/// land (failed, or a store without pokes), the epoch is bumped instead: every instance lists
+/// the rows at its next epoch read, and the listing rings the holder.
+pub(super) fn poke_holder(
+    shared: &std::sync::Arc<Shared>,
+    row: &kinesis_lease_core::LeaseKey,
+    holder: &str,
+) {
+    let Ok(member) = crate::member::member_key(row.stream(), holder) else {
+        return;
+    };
+    let (shared, holder, about) = (shared.clone(), holder.to_owned(), row.clone());
+    let poke = async move {
+        let poked = bounded(&shared, "poke", shared.store.poke(&member, &about)).await;
+        if !matches!(poked, Ok(true)) {
+            tracing::warn!(%holder, poked = ?poked.as_ref().map_err(ToString::to_string), "the holder asked was not poked; bumping the epoch so it learns from a listing");
+            shared.bump_epoch("hand-over request not poked").await;
+        }
+    };
+    tokio::spawn(tracing::Instrument::in_current_span(poke));
+}

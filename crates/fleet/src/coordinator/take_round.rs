@@ -286,25 +286,7 @@ impl State {
         match asked.await {
             Ok(Outcome::Written(_)) => {
                 tracing::info!(shard = %row.key.shard(), %victim, mine, theirs = ask.holds, target, "asked for a shard");
-                // Tell the holder through its member row: a quiet keeper (see `quiet`) does
-                // not write its row until then. In a task of its own, off the take round's
-                // path: a slow lease table must not delay the round's takes.
-                if let Ok(member) = crate::member::member_key(row.key.stream(), victim) {
-                    let (shared, victim, about) =
-                        (shared.clone(), victim.to_owned(), row.key.clone());
-                    let poke = async move {
-                        let poked =
-                            bounded(&shared, "poke", shared.store.poke(&member, &about)).await;
-                        if !matches!(poked, Ok(true)) {
-                            // Not poked (failed, or a store without pokes): every instance
-                            // lists the rows at its next epoch read, and the listing rings the
-                            // holder.
-                            tracing::warn!(%victim, poked = ?poked.as_ref().map_err(ToString::to_string), "the holder asked was not poked; bumping the epoch so it learns from a listing");
-                            shared.bump_epoch("hand-over request not poked").await;
-                        }
-                    };
-                    tokio::spawn(tracing::Instrument::in_current_span(poke));
-                }
+                super::store_calls::poke_holder(&shared, &row.key, victim);
                 let now = Instant::now();
                 self.asked = Some((row.key.shard().to_owned(), now));
                 self.relist_by(now + config.lease_duration * 3);
