@@ -2,7 +2,7 @@
 //! while 40,000 records over 50 keys are put; one process is killed with SIGKILL mid-stream.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kinesis_broker::{lease::LeaseStore, DynamoLeaseStore};
@@ -11,48 +11,6 @@ use kinesis_integ::*;
 const SHARDS: i32 = 16;
 const RECORDS: usize = 40_000;
 const KEYS: usize = 50;
-
-/// Kills every child still running when the test ends, passed or not.
-struct Reaper(HashMap<&'static str, Child>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for child in self.0.values_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// One handled record: (shard, sequence, key, payload index, unix ms its handler began).
-type Line = (String, String, String, usize, u128);
-
-fn read_log(path: &std::path::Path) -> Vec<Line> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.split('\t');
-            let (shard, seq, key, at, payload) = (
-                parts.next()?,
-                parts.next()?,
-                parts.next()?,
-                parts.next()?,
-                parts.next()?,
-            );
-            let i = payload.rsplit('#').next()?.trim().parse().ok()?;
-            let at = at.parse().ok()?;
-            Some((shard.to_owned(), seq.to_owned(), key.to_owned(), i, at))
-        })
-        .collect()
-}
-
-fn unix_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
-}
 
 /// Per shard of `shards`, how long after `killed_ms` a survivor's handler first began on one
 /// of its records: the time the shard went unprocessed (`None` when nothing was handled).
@@ -178,32 +136,9 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
     );
     producer.await.unwrap();
     // Every record handled at least once.
-    let deadline = Instant::now() + patience(Duration::from_secs(120));
-    loop {
-        let seen: HashSet<usize> = owners
-            .iter()
-            .flat_map(|o| read_log(&dir.join(o)))
-            .map(|l| l.3)
-            .collect();
-        if seen.len() == RECORDS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {RECORDS} records handled",
-            seen.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_all_handled(&dir, &owners, RECORDS, Duration::from_secs(120)).await;
     // Graceful stop of the survivors (SIGTERM).
-    for (owner, mut child) in std::mem::take(&mut children.0) {
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{owner} exited with {status}");
-    }
+    children.stop_all();
     let logs: HashMap<&str, Vec<Line>> = owners
         .iter()
         .map(|o| (*o, read_log(&dir.join(o))))

@@ -6,6 +6,9 @@
 //!
 //! Usage: `crash-broker ACCOUNT TABLE STREAM OWNER OUTFILE [FAN_OUT_CONSUMER]`; endpoints
 //! from the environment. With a consumer name, shards are read by enhanced fan-out.
+//! By default 4 workers by key; `BROKER_BY_LOAD=1` makes the handler serial and places shards
+//! by load (`balance_by_load()`), and `BROKER_HANDLER_MS=N` makes each handler call wait N ms
+//! before it writes its line (for the multi-process balancing test).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -44,30 +47,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(consumer) => subscription.fan_out(consumer),
         None => subscription,
     };
-    subscription
-        .start_at(StartAt::TrimHorizon)
-        .workers(4)
-        .by_key()
-        .handle(move |d: Delivery| {
-            let file = file.clone();
-            async move {
-                let at = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_millis();
-                let line = format!(
-                    "{}\t{}\t{}\t{at}\t{}\n",
-                    d.shard(),
-                    d.sequence(),
-                    d.partition_key(),
-                    String::from_utf8_lossy(d.payload())
-                );
-                // Written to the kernel before the ack: a SIGKILL cannot lose it.
-                file.lock()
-                    .map_err(|_| std::io::Error::other("poisoned"))?
-                    .write_all(line.as_bytes())
+    let by_load = std::env::var("BROKER_BY_LOAD").is_ok_and(|v| v == "1");
+    let cost = std::time::Duration::from_millis(
+        std::env::var("BROKER_HANDLER_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0),
+    );
+    let subscription = subscription.start_at(StartAt::TrimHorizon);
+    let subscription = if by_load {
+        subscription.balance_by_load()
+    } else {
+        subscription.workers(4).by_key()
+    };
+    subscription.handle(move |d: Delivery| {
+        let file = file.clone();
+        async move {
+            if !cost.is_zero() {
+                tokio::time::sleep(cost).await;
             }
-        })?;
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            let line = format!(
+                "{}\t{}\t{}\t{at}\t{}\n",
+                d.shard(),
+                d.sequence(),
+                d.partition_key(),
+                String::from_utf8_lossy(d.payload())
+            );
+            // Written to the kernel before the ack: a SIGKILL cannot lose it.
+            file.lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .write_all(line.as_bytes())
+        }
+    })?;
     let running = broker.start().await?;
     eprintln!("{owner} running");
     running.run_until_signal().await?;

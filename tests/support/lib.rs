@@ -6,11 +6,13 @@
 //! reads by itself: the code under test has no test-only endpoint plumbing. Without them every
 //! test fails loudly, naming the command to use.
 
+mod broker_process;
 mod kcl;
 mod patience;
 mod proxy;
 mod read_meter;
 
+pub use broker_process::{read_log, unix_ms, wait_all_handled, Line, Reaper};
 pub use kcl::{kcl_consumer, kcl_consumers, KclProcess, KclRun};
 pub use patience::{patience, PATIENCE};
 pub use proxy::FaultProxy;

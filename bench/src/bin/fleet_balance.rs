@@ -14,10 +14,13 @@
 //! changing hands, sampled every second) in the last 4 minutes scaled to an hour, and the lease
 //! table's read and write units a second over those 4 minutes.
 //!
+//! After each pair of runs a line on stderr splits the by-count and by-load reads by kind of
+//! call (`Billed::reads_by_call`): where the units went.
+//!
 //! `FLEET_BALANCE_SIZES=16x3,100x10` (the default) picks the fleets; `cargo xtask bench
 //! fleet_balance`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,6 +92,8 @@ struct Outcome {
     moves_per_hour: f64,
     /// Read and write units a second over the quiet window.
     units: (f64, f64),
+    /// Read units a second over the quiet window, per kind of call.
+    reads_by_call: BTreeMap<&'static str, f64>,
 }
 
 async fn start(
@@ -144,10 +149,12 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
     let mut owners: HashMap<String, usize> = HashMap::new();
     let mut moves = 0u64;
     let mut bill_from = None;
+    let mut reads_from = BTreeMap::new();
     for second in 0..STEADY {
         second_starts.push(id);
         if second == STEADY - QUIET {
             bill_from = Some(billed.bill());
+            reads_from = billed.reads_by_call();
         }
         for (shard, key) in keys.iter().enumerate() {
             for _ in 0..rates[shard] {
@@ -170,6 +177,10 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
         (after.read_units - before.read_units) / QUIET as f64,
         (after.write_units - before.write_units) / QUIET as f64,
     );
+    let mut reads_by_call = billed.reads_by_call();
+    for (call, units) in &mut reads_by_call {
+        *units = (*units - reads_from.get(call).copied().unwrap_or(0.0)) / QUIET as f64;
+    }
     sleep(Duration::from_secs(10)).await;
     for running in fleet {
         running.shutdown().await;
@@ -196,6 +207,7 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
         converged,
         moves_per_hour: moves as f64 * 3_600.0 / QUIET as f64,
         units,
+        reads_by_call,
     }
 }
 
@@ -253,6 +265,18 @@ fn main() {
                 ),
                 "<= +10 % units",
                 Some(load_r + load_w <= (count_r + count_w) * 1.10),
+            );
+            let by_call = |o: &Outcome| {
+                o.reads_by_call
+                    .iter()
+                    .map(|(call, units)| format!("{call} {units:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            eprintln!(
+                "{name}: RCU/s by call, count: {}; load: {}",
+                by_call(&count),
+                by_call(&by_load)
             );
         }
     }

@@ -8,8 +8,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kinesis_broker::lease::{LeaseStore, Outcome};
 use kinesis_broker::testing::{hash_key, MemoryStream};
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker};
+use kinesis_lease_dynamo::Billed;
 use tokio::time::sleep;
 
 const STREAM: &str = "s";
@@ -31,13 +33,14 @@ fn key_of(i: u32) -> String {
 async fn start(
     kinesis: &MemoryStream,
     table: &MemoryLeaseTable,
+    billed: &Billed,
     who: usize,
     by_load: bool,
     handled: &Handled,
 ) -> RunningBroker {
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
-        .lease_store(MemoryLeaseStore::over(table))
+        .lease_store(billed.wrap(Arc::new(MemoryLeaseStore::over(table))))
         .owner_id(format!("instance-{who}"))
         .build()
         .expect("broker");
@@ -57,29 +60,81 @@ async fn start(
     broker.start().await.expect("start")
 }
 
+/// An in-process fleet: its stream, its lease table, the bill of every instance's store calls
+/// (as DynamoDB would bill them), what was handled, and the instances.
+struct Fleet {
+    kinesis: MemoryStream,
+    table: MemoryLeaseTable,
+    billed: Billed,
+    handled: Handled,
+    running: Vec<RunningBroker>,
+}
+
+impl Fleet {
+    /// Starts one more instance on the fleet's stream and table, as `instance-<n>`.
+    async fn join(&mut self, by_load: bool) {
+        let who = self.running.len();
+        let (kinesis, table, billed, handled) =
+            (&self.kinesis, &self.table, &self.billed, &self.handled);
+        let running = start(kinesis, table, billed, who, by_load, handled).await;
+        self.running.push(running);
+    }
+}
+
 /// A stream of `shards` shards, a lease table, and one instance started on them per entry of
 /// `by_load` (with the option or without it), as `instance-0`, `instance-1`, ...
-async fn fleet(
-    shards: u32,
-    by_load: &[bool],
-) -> (MemoryStream, MemoryLeaseTable, Handled, Vec<RunningBroker>) {
+async fn fleet(shards: u32, by_load: &[bool]) -> Fleet {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, shards).expect("stream");
-    let table = MemoryLeaseTable::new();
-    let handled = Handled::default();
-    let mut fleet = Vec::new();
-    for (who, by_load) in by_load.iter().enumerate() {
-        fleet.push(start(&kinesis, &table, who, *by_load, &handled).await);
+    let mut fleet = Fleet {
+        kinesis,
+        table: MemoryLeaseTable::new(),
+        billed: Billed::new(),
+        handled: Handled::default(),
+        running: Vec::new(),
+    };
+    for by_load in by_load {
+        fleet.join(*by_load).await;
     }
-    (kinesis, table, handled, fleet)
+    fleet
+}
+
+/// What moved during the steady load.
+#[derive(Debug)]
+struct Moved {
+    /// Shards that changed hands (holdings sampled every second).
+    moves: usize,
+    /// How far the stream's epoch moved.
+    epoch_bumps: u64,
+    /// Read units the instances spent listing the rows ([`LISTING_UNITS`] a listing).
+    listing_units: f64,
+}
+
+/// What one listing of the 12 rows costs: the index header, its page and every row, 1 RCU each.
+const LISTING_UNITS: f64 = 14.0;
+
+/// Read units spent listing shard rows so far.
+fn listing_units(billed: &Billed) -> f64 {
+    billed.reads_by_call().get("list").copied().unwrap_or(0.0)
 }
 
 /// Runs the fleet for `secs` of steady load; returns the records each instance handled in the
-/// last `last` seconds, and the handled map.
-async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled) {
-    let (kinesis, _table, handled, fleet) = fleet(SHARDS, &[by_load; 3]).await;
+/// last `last` seconds, the handled map, and what moved.
+async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled, Moved) {
+    let Fleet {
+        kinesis,
+        table,
+        billed,
+        handled,
+        running: fleet,
+    } = fleet(SHARDS, &[by_load; 3]).await;
     // Past the shared start and the pinned `LATEST` start.
     sleep(Duration::from_secs(5)).await;
+    let lists_from = listing_units(&billed);
+    let store = MemoryLeaseStore::over(&table);
+    let epoch_from = store.epoch(STREAM).await.expect("epoch");
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    let mut moves = 0;
     let keys: Vec<String> = (0..SHARDS).map(key_of).collect();
     let mut id = 0u64;
     let mut counted_from = None;
@@ -95,9 +150,17 @@ async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled) {
             }
         }
         sleep(Duration::from_secs(1)).await;
+        for (who, running) in fleet.iter().enumerate() {
+            for shard in running.stats().shards(STREAM) {
+                let before = owners.insert(shard.shard.clone(), who);
+                moves += usize::from(before.is_some_and(|b| b != who));
+            }
+        }
     }
     // Let what was put settle, then stop.
     sleep(Duration::from_secs(10)).await;
+    let epoch_bumps = store.epoch(STREAM).await.expect("epoch") - epoch_from;
+    let listing_units = listing_units(&billed) - lists_from;
     for running in fleet {
         running.shutdown().await;
     }
@@ -112,7 +175,12 @@ async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled) {
             }
         }
     }
-    (per_instance, handled)
+    let moved = Moved {
+        moves,
+        epoch_bumps,
+        listing_units,
+    };
+    (per_instance, handled, moved)
 }
 
 /// The first second of steady load from which every 10 s window's records (by when they were
@@ -149,8 +217,8 @@ async fn two_hot_shards_end_on_instances_of_their_own_and_nothing_is_handled_twi
 }
 
 async fn two_hot_shards(seed: u64) {
-    let (by_count, _) = run(false, 360, 120).await;
-    let (by_load, handled) = run(true, 360, 120).await;
+    let (by_count, _, _) = run(false, 360, 120).await;
+    let (by_load, handled, moved) = run(true, 360, 120).await;
     let twice = handled
         .lock()
         .unwrap()
@@ -160,11 +228,28 @@ async fn two_hot_shards(seed: u64) {
     let converged = converged_after(&handled, 360);
     eprintln!(
         "seed {seed}: records handled per instance in the last two minutes: by count \
-         {by_count:?}, by load {by_load:?}; by load balanced from {converged:?} s of steady load"
+         {by_count:?}, by load {by_load:?}; by load balanced from {converged:?} s of steady \
+         load; {moved:?}"
     );
     assert_eq!(
         twice, 0,
         "records handled twice: moves are graceful hand-overs"
+    );
+    // A hand-over by load pokes its taker, which reads the row and takes it; the epoch (which
+    // makes every instance list every row) stays where it was.
+    assert!(moved.moves > 0, "nothing moved by load");
+    assert_eq!(
+        moved.epoch_bumps, 0,
+        "hand-overs by load moved the epoch: {moved:?}"
+    );
+    // Nor does the taker list the rows: it reads the one it was poked about. What listings
+    // remain are a giver's before an exchange (its listing out of date): at most one for two
+    // moves, and two more. (A taker listing at each poke: 8 to 14 listings for 7 to 10 moves.)
+    let listings = moved.listing_units / LISTING_UNITS;
+    assert!(
+        listings * 2.0 <= moved.moves as f64 + 4.0,
+        "{listings} listings of the rows for {} moves",
+        moved.moves
     );
     // By count, one instance holds both hot shards: 22 of 34 records a second, 2.2x the mean.
     assert!(
@@ -202,26 +287,27 @@ fn counts(fleet: &[RunningBroker]) -> Vec<usize> {
 #[tokio::test(start_paused = true)]
 async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
     fastrand::seed(4);
-    let (kinesis, table, handled, mut fleet) = fleet(14, &[true; 3]).await;
+    let mut all = fleet(14, &[true; 3]).await;
     sleep(Duration::from_secs(30)).await;
     assert_eq!(
-        sorted(counts(&fleet)),
+        sorted(counts(&all.running)),
         [4, 5, 5],
         "a shared start, by count"
     );
-    fleet.push(start(&kinesis, &table, 3, true, &handled).await);
+    all.join(true).await;
+    let fleet = &all.running;
     // Shards taken at the start may move a minute after their take; the others compare
     // themselves with the newcomer every 10 s or so.
     let mut joined_after = None;
     for second in 0..180 {
         sleep(Duration::from_secs(1)).await;
-        if sorted(counts(&fleet)) == [3, 3, 4, 4] {
+        if sorted(counts(fleet)) == [3, 3, 4, 4] {
             joined_after = Some(second);
             break;
         }
     }
     let joined_after =
-        joined_after.unwrap_or_else(|| panic!("newcomer not served: {:?}", counts(&fleet)));
+        joined_after.unwrap_or_else(|| panic!("newcomer not served: {:?}", counts(fleet)));
     let settled: Vec<Vec<String>> = fleet
         .iter()
         .map(|r| {
@@ -245,7 +331,7 @@ async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
         .collect();
     eprintln!("the newcomer had its share {joined_after} s after it started");
     assert_eq!(settled, after, "nothing moves once shared");
-    for running in fleet {
+    for running in all.running {
         running.shutdown().await;
     }
 }
@@ -256,15 +342,97 @@ async fn on_an_idle_stream_shares_come_out_as_by_count_and_then_stay() {
 #[tokio::test(start_paused = true)]
 async fn the_first_instance_with_the_option_among_others_without_it_is_not_left_empty() {
     fastrand::seed(5);
-    let (kinesis, table, handled, mut fleet) = fleet(SHARDS, &[false; 3]).await;
+    let mut all = fleet(SHARDS, &[false; 3]).await;
     sleep(Duration::from_secs(30)).await;
-    assert_eq!(counts(&fleet), [4, 4, 4]);
-    fleet.push(start(&kinesis, &table, 3, true, &handled).await);
+    assert_eq!(counts(&all.running), [4, 4, 4]);
+    all.join(true).await;
+    let fleet = &all.running;
     sleep(Duration::from_secs(60)).await;
     assert!(
-        counts(&fleet)[3] >= 1,
+        counts(fleet)[3] >= 1,
         "the instance with the option holds nothing: {:?}",
-        counts(&fleet)
+        counts(fleet)
+    );
+    for running in all.running {
+        running.shutdown().await;
+    }
+}
+
+/// A shard marked for a member that has left since (it shut down before the hand-over landed)
+/// is read again within seconds: the giver sees the taker's member row is no longer held and
+/// moves the epoch at once, rather than poke a member that will never take the row.
+#[tokio::test(start_paused = true)]
+async fn a_shard_handed_to_a_member_that_left_is_read_again_within_seconds() {
+    fastrand::seed(6);
+    let Fleet {
+        kinesis,
+        table,
+        running: mut fleet,
+        ..
+    } = fleet(4, &[true, true]).await;
+    let keys: Vec<String> = (0..4).map(key_of).collect();
+    // Loads to publish and compare: a record a second on each shard, for a minute.
+    for second in 0..60u64 {
+        for key in &keys {
+            kinesis.put(STREAM, key, second.to_string()).expect("put");
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+    let taker = fleet.pop().expect("two instances");
+    taker.shutdown().await;
+    let giver = &fleet[0];
+    for _ in 0..100 {
+        if giver.stats().shards(STREAM).len() == 4 {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        giver.stats().shards(STREAM).len(),
+        4,
+        "the survivor holds all"
+    );
+    // The mark the taker made before it left (as an exchange's `request` does).
+    let store = MemoryLeaseStore::over(&table);
+    let rows = store.list(STREAM).await.expect("list");
+    let row = rows
+        .iter()
+        .find(|r| r.is_held_by("instance-0"))
+        .expect("a row held by the survivor");
+    let shard = row.key.shard().to_owned();
+    let marked = store
+        .request(&row.key, "instance-1", "instance-0")
+        .await
+        .expect("request");
+    assert!(
+        matches!(marked, Outcome::Written(_)),
+        "not marked: {marked:?}"
+    );
+    // The keeper hands the row over at its next renewal (within 3 s).
+    let mut gone_at = None;
+    let mut back_after = None;
+    for tenth in 0..300u64 {
+        sleep(Duration::from_millis(100)).await;
+        let held = giver
+            .stats()
+            .shards(STREAM)
+            .iter()
+            .any(|s| s.shard == shard);
+        match (held, gone_at) {
+            (false, None) => gone_at = Some(tenth),
+            (true, Some(at)) => {
+                back_after = Some(Duration::from_millis((tenth - at) * 100));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(gone_at.is_some(), "the marked row was never handed over");
+    let back_after = back_after.expect("the row handed to a member gone was never read again");
+    eprintln!("read again {back_after:?} after the hand-over");
+    assert!(
+        back_after <= Duration::from_secs(4),
+        "read again only {back_after:?} after the hand-over to a member gone"
     );
     for running in fleet {
         running.shutdown().await;

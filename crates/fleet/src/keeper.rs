@@ -435,14 +435,14 @@ impl Keeper {
                         "shard handed over"
                     );
                     shared_metrics_handed_over(&self.shared);
-                    shared.bump_epoch_aside("hand-over");
+                    shared.announce_hand_over(&self.key, &asker);
                     return Exit::HandedOver;
                 }
                 // An earlier attempt landed and only its response was lost.
                 Some(Ok(Outcome::Lost(lost))) if lost.holder.as_deref() == Some(asker.as_str()) => {
                     tracing::info!(%asker, "shard handed over (an earlier attempt landed)");
                     shared_metrics_handed_over(&self.shared);
-                    shared.bump_epoch_aside("hand-over");
+                    shared.announce_hand_over(&self.key, &asker);
                     return Exit::HandedOver;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {

@@ -147,9 +147,25 @@ pub(crate) struct Swap<'a> {
     pub(crate) take: Vec<&'a str>,
 }
 
+/// The least share of the giver's weight an exchange must take off it: an exchange costs two
+/// moves or more, and shards of about one weight must not trade places for nothing. Half of
+/// [`THRESHOLD`], since the taker's bound already keeps the pair that far apart: with the
+/// whole threshold on both sides, a member with three hot shards next to members near the
+/// mean often finds no exchange whose cold shards fit both bounds (`fleet_balance` 100x10
+/// stayed at 1.38).
+pub(crate) const EXCHANGE_GAIN: f64 = THRESHOLD / 2.0;
+
+/// Whether the pair is far enough apart for some exchange to pass [`swap`]'s bounds: the
+/// weight the taker may still take below [`top`] is more than the [`EXCHANGE_GAIN`] the giver
+/// must shed (in weight, so that capacities of their own count on each side).
+pub(crate) fn may_exchange(giver: Side, taker: Side) -> bool {
+    (top(giver) - taker.ratio(taker.weight)) * taker.capacity > giver.weight * EXCHANGE_GAIN
+}
+
 /// When no single shard is worth giving ([`choose`] found none), an exchange that is: one of
-/// the giver's shards for lighter ones of the taker's, leaving the giver lighter, the taker
-/// below the giver's weight less [`THRESHOLD`], and the two as near each other as the shards
+/// the giver's shards for lighter ones of the taker's, leaving the giver lighter by more than
+/// [`EXCHANGE_GAIN`], the taker below the giver's weight less [`THRESHOLD`], and the
+/// two as near each other as the shards
 /// allow. This is what moves a fleet out of the
 /// spot where single moves stop: a member with three hot shards among members each near the
 /// mean cannot give one (the taker would end heavier than it was), and cold shards do not move
@@ -172,6 +188,9 @@ pub(crate) fn swap<'a>(
     // The heaviest first, so that a swap takes few shards.
     back.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.shard.cmp(&b.1.shard)));
     let mut best: Option<(f64, Swap<'a>)> = None;
+    if !may_exchange(giver, taker) {
+        return None;
+    }
     for given in mine {
         let w = weight(&given.load);
         if holds(giver, taker, w, 0.0) {
@@ -192,7 +211,10 @@ pub(crate) fn swap<'a>(
                 }
             }
         }
-        if !holds(giver, taker, w, sum) {
+        // Two moves or more for one: the giver must come down by [`EXCHANGE_GAIN`] too, or
+        // shards of about one weight trade places for nothing.
+        let gain = giver.ratio(giver.weight) - giver.ratio(giver.weight - w + sum);
+        if !holds(giver, taker, w, sum) || gain <= giver.ratio(giver.weight) * EXCHANGE_GAIN {
             continue;
         }
         let after = giver
@@ -420,6 +442,7 @@ mod tests {
         let (mine, theirs) = three_hot_against_one_hot_and_ten_cold();
         let (giver, taker) = (side_of(&mine, 1_000), side_of(&theirs, 1_000));
         assert_eq!(choose(giver, taker, &mine), None);
+        assert!(may_exchange(giver, taker));
         let swap = swap(giver, taker, &mine, &theirs).expect("a swap");
         assert_eq!(swap.give, "hot-1");
         assert!(swap.take.iter().all(|s| s.starts_with("cold-")), "{swap:?}");
@@ -443,10 +466,41 @@ mod tests {
     }
 
     #[test]
+    fn an_exchange_of_shards_alike_is_no_gain() {
+        // No single shard may go (a cold one would leave the taker at 24,780, above the
+        // giver's 25,470 less 5 %), but a cold shard measured at 1,010 for one at 990 would
+        // pass the taker's bound: it takes 20 off the giver, nothing worth two moves (seen in
+        // fleet_balance as cold shards traded back and forth).
+        let mut mine = shards(&[("hot-1", 10_000), ("hot-2", 10_000)]);
+        mine.extend((0..5).map(|i| Movable {
+            shard: format!("cold-{i}"),
+            load: Load::new(0, 0, 1_010),
+        }));
+        let mut theirs = shards(&[("hot-3", 10_000)]);
+        theirs.extend((0..13).map(|i| Movable {
+            shard: format!("chill-{i}"),
+            load: Load::new(0, 0, 990),
+        }));
+        let (giver, taker) = (side_of(&mine, 1_000), side_of(&theirs, 1_000));
+        assert_eq!(choose(giver, taker, &mine), None);
+        assert_eq!(swap(giver, taker, &mine, &theirs), None);
+    }
+
+    #[test]
+    fn a_taker_of_larger_capacity_may_still_exchange() {
+        // Giver 10,000 at capacity 1 (10.0); taker 37,200 at capacity 4 (9.3): the taker may
+        // take 800 more below the giver's 9.5, more than the 250 the giver must shed.
+        let (giver, taker) = (side(10_000, 0, 1_000), side(37_200, 0, 4_000));
+        assert!(may_exchange(giver, taker));
+        assert!(!may_exchange(giver, side(37_200, 0, 3_925)));
+    }
+
+    #[test]
     fn members_near_each_other_swap_nothing() {
         let mine = shards(&[("hot-1", 10_000), ("cold-1", 1_000), ("cold-2", 1_000)]);
         let theirs = shards(&[("hot-2", 10_000), ("cold-3", 1_000), ("cold-4", 900)]);
         let (giver, taker) = (side_of(&mine, 1_000), side_of(&theirs, 1_000));
+        assert!(!may_exchange(giver, taker) && !may_exchange(taker, giver));
         assert_eq!(swap(giver, taker, &mine, &theirs), None);
         assert_eq!(swap(taker, giver, &theirs, &mine), None);
     }

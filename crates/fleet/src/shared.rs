@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     /// take a row once its counter stood still for a lease, so quiet keepers renew every
     /// renew interval while they are seen (see `quiet`).
     pub(crate) legacy_rows: std::sync::atomic::AtomicBool,
+    /// Shards are placed by load (the option on, and the last member compared publishes
+    /// loads): a hand-over pokes its taker instead of moving the epoch, when the taker's own
+    /// member row shows it listens (see [`Shared::announce_hand_over`]).
+    pub(crate) poke_hand_overs: std::sync::atomic::AtomicBool,
     /// Epoch bumps running in tasks of their own (`Shared::bump_epoch_aside`): aborted when
     /// the coordinator ends (`AbortAside`), so none outlives the subscription, writes after an
     /// abort, or keeps its delivery stream open.
@@ -177,6 +181,67 @@ impl Shared {
         aside.push(task.abort_handle());
     }
 
+    /// Tells `to` that the row keyed `key` was just handed to it. By default (and whenever
+    /// shards are not placed by load) the stream's epoch moves, and every instance lists the
+    /// rows at its next epoch read. With shards placed by load, where moves are frequent while
+    /// the fleet balances, only the taker needs to know: the taker's member row is read
+    /// (consistent) and, when it shows a present member that publishes loads (this release or
+    /// a later one: the release that first published loads also lists when poked) and is not
+    /// shutting down, poked about the row; its coordinator lists the rows when poked about a
+    /// row it does not hold. The epoch moves at once when the taker is not such a member (it
+    /// left, was found dead, is shutting down, or runs an earlier release) or the read or the
+    /// poke failed, and later when the row still waits for its taker two renew intervals and a
+    /// take interval after the poke (a taker that stopped meanwhile). In a task of its own, as
+    /// [`Shared::bump_epoch_aside`]; a leaving instance's last bump covers it.
+    pub(crate) fn announce_hand_over(self: &std::sync::Arc<Self>, key: &LeaseKey, to: &str) {
+        if !self
+            .poke_hand_overs
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.bump_epoch_aside("hand-over");
+            return;
+        }
+        let Ok(member) = LeaseKey::member(key.stream(), to) else {
+            self.bump_epoch_aside("hand-over");
+            return;
+        };
+        let (shared, key, to) = (self.clone(), key.clone(), to.to_owned());
+        let announce = async move {
+            let config = &shared.config;
+            let most = config.lease_duration;
+            let taker = tokio::time::timeout(most, shared.store.read(&member)).await;
+            let listens = match &taker {
+                Ok(Ok(Some(row))) => pokes_take_hand_overs(row, &to),
+                _ => false,
+            };
+            if !listens {
+                shared.bump_epoch("hand-over to a taker not poked").await;
+                return;
+            }
+            let poked = tokio::time::timeout(most, shared.store.poke(&member, &key)).await;
+            if !matches!(poked, Ok(Ok(true))) {
+                shared.bump_epoch("hand-over not poked").await;
+                return;
+            }
+            tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
+            let waiting = match tokio::time::timeout(most, shared.store.read(&key)).await {
+                Ok(Ok(Some(row))) => {
+                    row.owner.as_deref() == Some(to.as_str()) && row.token.is_none()
+                }
+                Ok(Ok(None)) => false,
+                _ => true,
+            };
+            if waiting {
+                tracing::info!(shard = %key.shard(), %to, "a shard handed over and poked about is not taken yet; moving the epoch");
+                shared.bump_epoch("hand-over not taken").await;
+            }
+        };
+        let task = tokio::spawn(announce.instrument(tracing::Span::current()));
+        let mut aside = self.aside.lock().unwrap_or_else(|p| p.into_inner());
+        aside.retain(|handle| !handle.is_finished());
+        aside.push(task.abort_handle());
+    }
+
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
     /// most a lease in all: for the last bump of an instance that is leaving, which no later
     /// tick of its own would retry, and for a burial's. False when every attempt failed.
@@ -202,4 +267,19 @@ impl Shared {
     pub(crate) fn fail(&self, error: ReaderError) {
         self.read.fail(error);
     }
+}
+
+/// Whether `row`, a member row read just now, shows `member` present (held under a roster
+/// token), publishing loads (a release that lists when poked about a row handed to it) and
+/// not shutting down (capacity 0): a hand-over to it may be announced by a poke alone.
+fn pokes_take_hand_overs(row: &kinesis_lease_core::Lease, member: &str) -> bool {
+    row.is_held_by(member)
+        && row
+            .token
+            .as_deref()
+            .is_some_and(crate::roster::is_roster_token)
+        && row
+            .load
+            .as_ref()
+            .is_some_and(|load| load.shards.is_some() && load.capacity_milli != Some(0))
 }

@@ -63,6 +63,8 @@ struct Meter {
     index: HashMap<String, BTreeMap<String, BTreeSet<String>>>,
     /// Per stream, the epoch counter's value (its size counts).
     epochs: HashMap<String, u64>,
+    /// Read units per kind of call (see [`Billed::reads_by_call`]).
+    reads_by_call: BTreeMap<&'static str, f64>,
 }
 
 /// Wraps a store and bills its calls as DynamoDB would bill [`DynamoLeaseStore`]'s; clones
@@ -143,6 +145,14 @@ impl Billed {
     /// The bill so far.
     pub fn bill(&self) -> Bill {
         self.meter.lock().unwrap_or_else(|p| p.into_inner()).bill
+    }
+
+    /// Read units so far per kind of call: `list` and `list members` (a listing of shard rows
+    /// or of member rows), `read` and `read member` (consistent), `read eventually` and
+    /// `read member eventually`, and `epoch` (either epoch read): where a fleet's reads go.
+    pub fn reads_by_call(&self) -> BTreeMap<&'static str, f64> {
+        let meter = self.meter.lock().unwrap_or_else(|p| p.into_inner());
+        meter.reads_by_call.clone()
     }
 
     /// The size of the largest item of `stream`'s index now (its header or a page), in bytes.
@@ -257,6 +267,11 @@ impl Meter {
             } else {
                 0
             }
+    }
+
+    /// Adds the read units billed since `before` to `kind`'s tally.
+    fn tally(&mut self, kind: &'static str, before: f64) {
+        *self.reads_by_call.entry(kind).or_default() += self.bill.read_units - before;
     }
 
     fn read_item(&mut self, size: usize) {
@@ -577,9 +592,11 @@ impl LeaseStore for BilledStore {
             let epochs = self.inner.epochs(stream).await;
             if epochs.is_ok() {
                 let mut meter = self.meter();
+                let before = meter.bill.read_units;
                 let size = meter.epoch_size(stream);
                 meter.bill.read_requests += 1;
                 meter.read_item_eventually(size);
+                meter.tally("epoch", before);
             }
             epochs
         })
@@ -590,9 +607,11 @@ impl LeaseStore for BilledStore {
             let epoch = self.inner.epoch(stream).await;
             if epoch.is_ok() {
                 let mut meter = self.meter();
+                let before = meter.bill.read_units;
                 let size = meter.epoch_size(stream);
                 meter.bill.read_requests += 1;
                 meter.read_item_eventually(size);
+                meter.tally("epoch", before);
             }
             epoch
         })
@@ -603,8 +622,11 @@ impl LeaseStore for BilledStore {
             let row = self.inner.read(key).await;
             if let Ok(row) = &row {
                 let mut meter = self.meter();
+                let before = meter.bill.read_units;
                 meter.bill.read_requests += 1;
                 meter.read_item(row.as_ref().map_or(0, row_size));
+                let member = LeaseKey::roster_of(key.stream()).is_some();
+                meter.tally(if member { "read member" } else { "read" }, before);
             }
             row
         })
@@ -618,8 +640,16 @@ impl LeaseStore for BilledStore {
             let row = self.inner.read_eventually(key).await;
             if let Ok(row) = &row {
                 let mut meter = self.meter();
+                let before = meter.bill.read_units;
                 meter.bill.read_requests += 1;
                 meter.read_item_eventually(row.as_ref().map_or(0, row_size));
+                let member = LeaseKey::roster_of(key.stream()).is_some();
+                let kind = if member {
+                    "read member eventually"
+                } else {
+                    "read eventually"
+                };
+                meter.tally(kind, before);
             }
             row
         })
@@ -630,6 +660,7 @@ impl LeaseStore for BilledStore {
             let rows = self.inner.list(stream).await;
             if let Ok(rows) = &rows {
                 let mut meter = self.meter();
+                let before = meter.bill.read_units;
                 meter.read_index(stream);
                 // The listing's header read tells the store every page named there.
                 let mut seen = self.seen();
@@ -640,6 +671,8 @@ impl LeaseStore for BilledStore {
                 for row in rows {
                     meter.read_item(row_size(row));
                 }
+                let members = LeaseKey::roster_of(stream).is_some();
+                meter.tally(if members { "list members" } else { "list" }, before);
             }
             rows
         })

@@ -98,6 +98,7 @@ impl State {
     /// Records what the listing shows; fails the subscription when another process with this
     /// owner id is seen writing a row.
     pub(super) fn observe(&mut self, rows: &[Lease], now: Instant) -> Result<(), ReaderError> {
+        self.listed_at = Some(now);
         let me = self.shared.config.owner.clone();
         let held: HashSet<String> = self.shared.held().keys().cloned().collect();
         for row in rows {

@@ -4,7 +4,8 @@
 //! (`load_plan`) and, when a move of one of its shards is worth it, confirms the member with a
 //! consistent read and marks that row wanted by it. Its own keeper then hands the shard over as
 //! it does for any request: the reader stops, what was handed out settles, one write moves the
-//! row, the epoch moves, and the other member takes it and starts after the checkpoint.
+//! row, the other member is poked about it (`Shared::announce_hand_over`; the epoch moves only
+//! when it cannot be), and it takes the row and starts after the checkpoint.
 //!
 //! One move at a time: no new one while the last shard given is still held here (for at most
 //! six leases). A member whose row this instance has seen stand still for a lease (these
@@ -81,15 +82,23 @@ impl State {
         let Some(Ok(row)) = self.quick(shared.store.read_eventually(&key)).await else {
             return;
         };
+        // The number of shards it says it holds: whether the last listing still shows them.
+        let their_count = row.as_ref().and_then(|r| r.load.as_ref()?.shards);
         let theirs = match self.as_taker(row.as_ref(), &taker, now) {
             Taker::Weighed(side) => side,
             Taker::Unweighed => {
                 self.loads_seen = false;
+                shared
+                    .poke_hand_overs
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
                 return;
             }
             Taker::Leaving | Taker::Gone => return,
         };
         self.loads_seen = true;
+        shared
+            .poke_hand_overs
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let Some(mine) = Side::of(&shared.instance_load()) else {
             return;
         };
@@ -115,8 +124,25 @@ impl State {
             Some(shard) => (shard.to_owned(), Vec::new()),
             None => {
                 // No single shard may go: perhaps an exchange, against the taker's shards as
-                // the last listing showed them.
+                // the last listing showed them. Placed by load, hand-overs do not move the
+                // epoch (only their takers list), so that listing may be out of date: when the
+                // pair is far enough apart for an exchange and the listing shows the taker
+                // holding another number of shards than its row says, list again first (at
+                // most once in six sample intervals) and weigh at a later comparison.
+                if !load_plan::may_exchange(mine, theirs) {
+                    return;
+                }
                 let theirs_held = self.held_by(&taker);
+                let listed = self.held_by_count(&taker);
+                let window = load_plan::SAMPLE_INTERVAL * 6;
+                if their_count != Some(listed)
+                    && self
+                        .listed_at
+                        .is_none_or(|at| now.duration_since(at) >= window)
+                {
+                    self.relist_now();
+                    return;
+                }
                 let Some(swap) = load_plan::swap(mine, theirs, &movable, &theirs_held) else {
                     return;
                 };
@@ -186,6 +212,15 @@ impl State {
                 self.giving = Some((shard, now));
             }
         }
+    }
+
+    /// How many rows the last listing showed `member` to hold (under a token).
+    fn held_by_count(&self, member: &str) -> u64 {
+        let held = self
+            .observed
+            .values()
+            .filter(|seen| seen.owner.as_deref() == Some(member) && seen.token.is_some());
+        held.count() as u64
     }
 
     /// What the last listing showed `member` to hold, with loads, and not marked wanted.

@@ -201,6 +201,7 @@ impl Coordinator {
             bump_owed: std::sync::atomic::AtomicBool::new(false),
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
             legacy_rows: std::sync::atomic::AtomicBool::new(false),
+            poke_hand_overs: std::sync::atomic::AtomicBool::new(false),
             aside: Mutex::default(),
         });
         let state = State {
@@ -229,6 +230,7 @@ impl Coordinator {
             asked: None,
             giving: None,
             loads_seen: false,
+            listed_at: None,
             next_expiry: None,
         };
         let coordinator = tokio::spawn(state.run(reports).instrument(span));
@@ -333,6 +335,8 @@ struct State {
     /// Balancing by load: the last member row compared showed a load. While none did (loads
     /// not published), shards are asked for by count as without the option.
     loads_seen: bool,
+    /// When the rows were last listed (`observed` is what that listing showed).
+    listed_at: Option<Instant>,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
     /// listed again then, so a crashed owner's shards are taken without waiting for the next
     /// list interval.
@@ -397,7 +401,10 @@ impl State {
         // Takes wait for the join's roster bump (`MemberState::may_take`); once it lands, the
         // take round runs at once rather than at the next tick (a start was a second later).
         let mut membership = shared.member.subscribe();
-        let mut may_take = membership.borrow_and_update().may_take();
+        let (mut may_take, mut seen_pokes) = {
+            let state = membership.borrow_and_update();
+            (state.may_take(), state.pokes)
+        };
         loop {
             tokio::select! {
                 biased;
@@ -417,7 +424,26 @@ impl State {
                 _ = take.tick() => self.tick().await,
                 _ = balance.tick(), if config.balance_by_load => self.balance_by_load().await,
                 Ok(()) = membership.changed() => {
-                    let now = membership.borrow_and_update().may_take();
+                    let (now, pokes, poked) = {
+                        let state = membership.borrow_and_update();
+                        (state.may_take(), state.pokes, state.poked.clone())
+                    };
+                    if pokes != seen_pokes {
+                        // Poked once about a row not held here (a row handed to this
+                        // instance, see `Shared::announce_hand_over`): take it. Poked more
+                        // than once since the last renewal (which rows, the member row does
+                        // not tell): list the rows at the next take tick.
+                        let once = pokes == seen_pokes + 1;
+                        seen_pokes = pokes;
+                        match poked.as_deref() {
+                            Some(shard) if once => {
+                                if !shared.held().contains_key(shard) {
+                                    self.take_handed(shard).await;
+                                }
+                            }
+                            _ => self.relist_now(),
+                        }
+                    }
                     if now && !may_take {
                         self.relist_now();
                         self.tick().await;
@@ -472,8 +498,18 @@ impl State {
             Exit::Lost => self.relist_now(),
             // The round the hand-over's epoch bump starts (sent aside as the keeper ended) may
             // come before or after this; the row may name an instance that has left since it
-            // asked.
-            Exit::HandedOver => self.relist_now(),
+            // asked. Placed by load, the taker is poked instead and the epoch moves only when
+            // it does not take the row in time (`Shared::announce_hand_over`): nothing here
+            // to list for.
+            Exit::HandedOver => {
+                if !self
+                    .shared
+                    .poke_hand_overs
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    self.relist_now();
+                }
+            }
             Exit::Released => {}
         }
     }

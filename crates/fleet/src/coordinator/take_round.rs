@@ -116,7 +116,6 @@ impl State {
         let plan = take_plan::plan(readable, &view);
         tracing::debug!(members = ?self.members, target = plan.target, room = plan.room, candidates = plan.candidates.len(), "take round");
         self.next_expiry = plan.next_expiry.map(|left| now + left);
-        let ttl = config.lease_duration;
         let mut room = plan.room;
         let mut left_over = false;
         let mut took_any = false;
@@ -129,67 +128,16 @@ impl State {
                 left_free.insert(row.key.shard().to_owned());
                 continue;
             }
-            let reposition = config.reposition();
-            let plan = start::plan(
-                row,
-                &config.start_at,
-                reposition.as_ref().map(|(p, m)| (*p, m.as_str())),
-                config.clock.now_ms(),
-                config.start_slack,
-            );
-            let mut take = Take::fenced(ttl, row.counter);
-            take.checkpoint = plan.checkpoint.clone();
-            take.repositioned = plan.marker.clone();
-            let holder = Holder::new(config.owner.clone(), roster::new_token());
-            let (incarnation, pokes) = {
-                let member = shared.member.borrow();
-                (member.incarnation, member.pokes)
-            };
-            let shard = row.key.shard().to_owned();
-            self.tokens
-                .entry(shard.clone())
-                .or_default()
-                .insert(holder.token.clone());
-            let sent = Instant::now();
-            match bounded(&shared, "take", shared.store.take(&row.key, &holder, &take)).await {
-                Ok(Outcome::Written(lease)) => {
+            match self
+                .take_row(row, rank == take_plan::Rank::HandedToMe)
+                .await
+            {
+                Took::Written => {
                     room = room.saturating_sub(1);
                     took_any = true;
-                    if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
-                        self.asked = None;
-                    }
-                    self.start(lease, holder, plan, sent, incarnation, pokes);
-                    if rank == take_plan::Rank::HandedToMe {
-                        // It came by a hand-over: it stays a while (see `load_plan::dwell`).
-                        if let Some(held) = shared.held().get_mut(&shard) {
-                            held.movable_at = sent + crate::load_plan::dwell(true);
-                        }
-                    }
                 }
-                Ok(Outcome::Lost(lost)) => {
-                    tracing::debug!(%shard, holder = ?lost.holder, "take lost");
-                    lost_any = true;
-                    if lost.holder.as_deref() == Some(config.owner.as_str()) {
-                        // Our own row moved since the listing (a renewal whose answer was lost
-                        // had landed): nobody else takes a present member's row, so unless we
-                        // list again and retake it, it stays unread for good.
-                        self.relist_now();
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted at the next listing if it landed");
-                    self.relist_now();
-                    self.pending.insert(
-                        shard,
-                        Pending {
-                            holder,
-                            plan,
-                            sent,
-                            incarnation,
-                            pokes,
-                        },
-                    );
-                }
+                Took::Lost => lost_any = true,
+                Took::Failed => {}
             }
         }
         // What a first round withheld was to make this instance visible, not others' shares.
@@ -299,6 +247,136 @@ impl State {
                 let now = Instant::now();
                 self.asked = Some((row.key.shard().to_owned(), now));
                 self.relist_by(now + config.lease_duration * 3);
+            }
+        }
+    }
+}
+
+/// How a take of one row went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Took {
+    /// Taken: its reader runs.
+    Written,
+    /// The row moved since it was read.
+    Lost,
+    /// No answer: settled at the next listing (pending).
+    Failed,
+}
+
+impl State {
+    /// Poked about `shard`, a row not held here: when it was handed to this instance (a move
+    /// by load, see `Shared::announce_hand_over`), reads that one row and takes it, rather
+    /// than list every row. A row that names another owner or none was poked about for
+    /// something already over (a request its holder here answered by handing the row over
+    /// before this poke was seen): nothing to do. Anything else (a row of this owner id with a
+    /// token, a read that fails, this instance not taking now, a take of it in flight) lists
+    /// the rows at the next take tick.
+    ///
+    /// Parents are not checked, as the take round's `take_plan::readable` does: a row is
+    /// handed over only by a holder that read it, so its parents were finished then, and a
+    /// finished row is never read again.
+    pub(super) async fn take_handed(&mut self, shard: &str) {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        if !shared.member.borrow().may_take()
+            || self.pending.contains_key(shard)
+            || shared.held().contains_key(shard)
+        {
+            self.relist_now();
+            return;
+        }
+        let Ok(key) = shared.key(shard) else {
+            self.relist_now();
+            return;
+        };
+        let row = match bounded(&shared, "read", shared.store.read(&key)).await {
+            Ok(Some(row)) => row,
+            _ => {
+                self.relist_now();
+                return;
+            }
+        };
+        if !row.is_held_by(&config.owner) {
+            return;
+        }
+        if row.token.is_some() || row.is_finished() {
+            self.relist_now();
+            return;
+        }
+        tracing::debug!(%shard, "poked about a row handed here: taking it");
+        let took = self.take_row(&row, true).await;
+        if took == Took::Written && !self.balanced_by_load() {
+            // It asks by count (it sees no loads, or has just taken its first row): a take
+            // round at the next tick asks for the next one, as the epoch's move did.
+            self.relist_now();
+        }
+    }
+
+    /// Takes `row` as read (fenced on its counter), and starts its reader when the take lands.
+    /// `handed`: it came by a hand-over, and stays a while (see `load_plan::dwell`). A take
+    /// lost to our own row moving, or without an answer, lists again at the next take tick.
+    pub(super) async fn take_row(&mut self, row: &Lease, handed: bool) -> Took {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let reposition = config.reposition();
+        let plan = start::plan(
+            row,
+            &config.start_at,
+            reposition.as_ref().map(|(p, m)| (*p, m.as_str())),
+            config.clock.now_ms(),
+            config.start_slack,
+        );
+        let mut take = Take::fenced(config.lease_duration, row.counter);
+        take.checkpoint = plan.checkpoint.clone();
+        take.repositioned = plan.marker.clone();
+        let holder = Holder::new(config.owner.clone(), roster::new_token());
+        let (incarnation, pokes) = {
+            let member = shared.member.borrow();
+            (member.incarnation, member.pokes)
+        };
+        let shard = row.key.shard().to_owned();
+        self.tokens
+            .entry(shard.clone())
+            .or_default()
+            .insert(holder.token.clone());
+        let sent = Instant::now();
+        match bounded(&shared, "take", shared.store.take(&row.key, &holder, &take)).await {
+            Ok(Outcome::Written(lease)) => {
+                if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
+                    self.asked = None;
+                }
+                self.start(lease, holder, plan, sent, incarnation, pokes);
+                if handed {
+                    if let Some(held) = shared.held().get_mut(&shard) {
+                        held.movable_at = sent + crate::load_plan::dwell(true);
+                    }
+                }
+                Took::Written
+            }
+            Ok(Outcome::Lost(lost)) => {
+                tracing::debug!(%shard, holder = ?lost.holder, "take lost");
+                if lost.holder.as_deref() == Some(config.owner.as_str()) {
+                    // Our own row moved since the listing (a renewal whose answer was lost
+                    // had landed): nobody else takes a present member's row, so unless we
+                    // list again and retake it, it stays unread for good.
+                    self.relist_now();
+                }
+                Took::Lost
+            }
+            Err(error) => {
+                tracing::warn!(%shard, error = %ErrorChain(&error), "take failed; adopted at the next listing if it landed");
+                self.relist_now();
+                self.pending.insert(
+                    shard,
+                    Pending {
+                        holder,
+                        plan,
+                        sent,
+                        incarnation,
+                        pokes,
+                    },
+                );
+                Took::Failed
             }
         }
     }
