@@ -42,6 +42,7 @@
 pub mod clock;
 pub mod faults;
 pub mod liveness;
+pub mod load;
 pub mod plan;
 pub mod record;
 mod world;
@@ -95,11 +96,7 @@ pub fn run(seed: u64) -> Report {
     quiet_simulated_panics();
     let plan = Plan::of(seed);
     fastrand::seed(seed);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a current-thread runtime");
+    let runtime = paused_runtime();
     let (stats, rec) = runtime.block_on(async {
         let rec = Recorder::new();
         let stats = world::World::new(plan.clone(), rec.clone()).run().await;
@@ -116,6 +113,15 @@ pub fn run(seed: u64) -> Report {
         history,
         digest: hasher.finish(),
     }
+}
+
+/// A fresh single-threaded runtime on paused time, for one seed.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime")
 }
 
 /// Handlers panic on purpose; keep those panics out of the output (others still print).

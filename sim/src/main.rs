@@ -1,5 +1,7 @@
 //! `kinesis-sim`: runs simulation seeds. `cargo xtask sim --seed N` replays one seed with its
-//! history; `cargo xtask sim --seeds N [--from M]` runs a campaign of N seeds.
+//! history; `cargo xtask sim --seeds N [--from M]` runs a campaign of N seeds;
+//! `--load-seed N` and `--load-seeds N [--from M]` do the same for the load simulation
+//! (`kinesis_sim::load`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -19,6 +21,31 @@ fn main() -> ExitCode {
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok())
     };
+    if let Some(seed) = value("--load-seed") {
+        let report = kinesis_sim::load::run_load(seed);
+        if args.iter().any(|a| a == "--history") || !report.passed() {
+            for line in &report.history {
+                println!("{line}");
+            }
+        }
+        println!("{:?}", report.plan);
+        println!(
+            "records {}, moves {}, heaviest at the end {:.2}x the offline placement",
+            report.puts, report.moves, report.ratio_at_end
+        );
+        for violation in &report.violations {
+            println!("violation: {violation}");
+        }
+        return if report.passed() {
+            println!("load seed {seed} passed");
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    if let Some(count) = value("--load-seeds") {
+        return load_campaign(count, value("--from").unwrap_or(0));
+    }
     if let Some(seed) = value("--seed") {
         let report = kinesis_sim::run(seed);
         if args.iter().any(|a| a == "--history") || !report.passed() {
@@ -37,7 +64,10 @@ fn main() -> ExitCode {
         };
     }
     let Some(count) = value("--seeds") else {
-        eprintln!("usage: kinesis-sim --seed N [--history] | --seeds N [--from M]");
+        eprintln!(
+            "usage: kinesis-sim --seed N [--history] | --seeds N [--from M] | --load-seed N [--history] | \
+             --load-seeds N [--from M]"
+        );
         return ExitCode::from(2);
     };
     let from = value("--from").unwrap_or(0);
@@ -73,6 +103,41 @@ fn main() -> ExitCode {
         count - failed.len() as u64,
         failed.len(),
         if failed.is_empty() { String::new() } else { format!(" {failed:?}") },
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A campaign of `count` load seeds from `from` (`load`): each seed's figures, then the
+/// failures.
+fn load_campaign(count: u64, from: u64) -> ExitCode {
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let mut worst: f64 = 0.0;
+    for seed in from..from + count {
+        let report = kinesis_sim::load::run_load(seed);
+        worst = worst.max(report.ratio_at_end);
+        println!(
+            "load seed {seed}: {} brokers, {} shards, {} moves, heaviest at the end {:.2}x the offline placement{}",
+            report.plan.capacities.len(),
+            report.plan.rates.len(),
+            report.moves,
+            report.ratio_at_end,
+            if report.passed() { String::new() } else { format!("; FAILED: {:?}", report.violations) }
+        );
+        if !report.passed() {
+            failed.push(seed);
+        }
+    }
+    println!(
+        "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?}; worst at the end {worst:.2}x; {:.0} s",
+        from + count,
+        count - failed.len() as u64,
+        failed.len(),
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {

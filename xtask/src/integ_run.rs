@@ -87,6 +87,7 @@ const CLI_TEST: &str = "import_kcl";
 /// Targets known to take longest (over a minute each): started first, so the slowest is not
 /// the last to begin.
 const SLOW_FIRST: &[&str] = &[
+    "balance_by_load",
     "kcl_import",
     "fault_crash",
     "fault_network",

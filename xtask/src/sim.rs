@@ -3,14 +3,21 @@
 //! `cargo xtask sim --seed N` replays one seed and prints its history when it fails (add
 //! `--history` to print it anyway); `cargo xtask sim --seeds N [--from M]` runs a campaign of
 //! N seeds. `RUST_LOG=kinesis_fleet=debug,kinesis_shard_reader=debug` shows the brokers' own logs of a replay.
+//! `--load-seed N [--history]` and `--load-seeds N [--from M]` do the same for the load
+//! simulation (balancing by load; `kinesis_sim::load`).
 
 use std::process::Command;
 
 use crate::root;
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    if !args.iter().any(|a| a == "--seed" || a == "--seeds") {
-        return Err("usage: cargo xtask sim --seed N [--history] | --seeds N [--from M]".into());
+    let flags = ["--seed", "--seeds", "--load-seed", "--load-seeds"];
+    if !args.iter().any(|a| flags.contains(&a.as_str())) {
+        return Err(
+            "usage: cargo xtask sim --seed N [--history] | --seeds N [--from M] | \
+                    --load-seed N [--history] | --load-seeds N [--from M]"
+                .into(),
+        );
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(&cargo)

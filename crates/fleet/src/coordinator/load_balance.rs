@@ -102,7 +102,7 @@ impl State {
         let Some(mine) = Side::of(&shared.instance_load()) else {
             return;
         };
-        let movable: Vec<Movable> = shared
+        let mut movable: Vec<Movable> = shared
             .held()
             .iter()
             .filter(|(_, held)| now >= held.movable_at)
@@ -120,6 +120,9 @@ impl State {
                 })
             })
             .collect();
+        // By shard id: the planner keeps the first of equal candidates, and the held map's
+        // order differs from run to run (a seeded simulation replays exactly).
+        movable.sort_by(|a, b| a.shard.cmp(&b.shard));
         let (shard, back) = match load_plan::choose(mine, theirs, &movable) {
             Some(shard) => (shard.to_owned(), Vec::new()),
             None => {
