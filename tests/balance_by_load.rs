@@ -17,7 +17,7 @@ use kinesis_integ::*;
 
 const SHARDS: i32 = 12;
 /// Seconds of steady load; records put from `MEASURED_FROM` on are counted.
-const STEADY: usize = 165;
+const STEADY: usize = 150;
 const MEASURED_FROM: usize = 90;
 const OWNERS: [&str; 3] = ["p0", "p1", "p2"];
 
