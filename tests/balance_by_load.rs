@@ -6,7 +6,6 @@
 //! mean; every record is handled, none twice (a move is a graceful hand-over).
 
 use std::collections::{BTreeMap, HashMap};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
@@ -73,15 +72,13 @@ async fn two_hot_shards_of_twelve_spread_over_three_processes_by_load() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut children = Reaper(HashMap::new());
     for owner in OWNERS {
-        let child = Command::new(env!("CARGO_BIN_EXE_crash-broker"))
-            .args([&account, &table, &stream, owner])
-            .arg(dir.join(owner))
-            .env("BROKER_BY_LOAD", "1")
-            .env("BROKER_HANDLER_MS", "20")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{owner}.log"))).unwrap())
-            .spawn()
-            .expect("spawn broker process");
+        let child = spawn_crash_broker(
+            env!("CARGO_BIN_EXE_crash-broker"),
+            [&account, &table, &stream],
+            &dir,
+            owner,
+            &[("BROKER_BY_LOAD", "1"), ("BROKER_HANDLER_MS", "20")],
+        );
         children.0.insert(owner, child);
     }
     // Steady load begins once every shard is held.

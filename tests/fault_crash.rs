@@ -2,7 +2,6 @@
 //! while 40,000 records over 50 keys are put; one process is killed with SIGKILL mid-stream.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kinesis_broker::{lease::LeaseStore, DynamoLeaseStore};
@@ -52,18 +51,13 @@ async fn sigkill_one_of_three_processes_loses_nothing() {
     let owners = ["p0", "p1", "p2"];
     let mut children = Reaper(HashMap::new());
     for owner in owners {
-        let child = Command::new(env!("CARGO_BIN_EXE_crash-broker"))
-            .args([
-                &account,
-                &table,
-                &stream,
-                owner,
-                dir.join(owner).to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{owner}.log"))).unwrap())
-            .spawn()
-            .expect("spawn broker process");
+        let child = spawn_crash_broker(
+            env!("CARGO_BIN_EXE_crash-broker"),
+            [&account, &table, &stream],
+            &dir,
+            owner,
+            &[],
+        );
         children.0.insert(owner, child);
     }
     let producer = {

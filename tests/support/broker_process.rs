@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Kills every child still running when the test ends, passed or not.
@@ -31,6 +31,27 @@ impl Reaper {
             assert!(status.success(), "{owner} exited with {status}");
         }
     }
+}
+
+/// Starts a `crash-broker` process (`bin`: the test's `CARGO_BIN_EXE_crash-broker`) as `owner`
+/// in `account` on `table` and `stream`, with `env` set: it logs the records it handles to
+/// `dir/<owner>` (see [`read_log`]) and its own logs to `dir/<owner>.log`.
+pub fn spawn_crash_broker(
+    bin: &str,
+    [account, table, stream]: [&str; 3],
+    dir: &Path,
+    owner: &str,
+    env: &[(&str, &str)],
+) -> Child {
+    let log = std::fs::File::create(dir.join(format!("{owner}.log"))).expect("a log file");
+    Command::new(bin)
+        .args([account, table, stream, owner])
+        .arg(dir.join(owner))
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn broker process")
 }
 
 /// Waits until the logs in `dir` of `owners` (one file each, named by owner) hold every

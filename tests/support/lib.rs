@@ -12,7 +12,7 @@ mod patience;
 mod proxy;
 mod read_meter;
 
-pub use broker_process::{read_log, unix_ms, wait_all_handled, Line, Reaper};
+pub use broker_process::{read_log, spawn_crash_broker, unix_ms, wait_all_handled, Line, Reaper};
 pub use kcl::{kcl_consumer, kcl_consumers, KclProcess, KclRun};
 pub use patience::{patience, PATIENCE};
 pub use proxy::FaultProxy;

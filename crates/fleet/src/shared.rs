@@ -173,9 +173,13 @@ impl Shared {
     /// saw a giver listed as the shard's reader beside its taker for 8 s, seed 11381).
     pub(crate) fn bump_epoch_aside(self: &std::sync::Arc<Self>, why: &'static str) {
         let shared = self.clone();
-        let task = tokio::spawn(
-            async move { shared.bump_epoch(why).await }.instrument(tracing::Span::current()),
-        );
+        self.run_aside(async move { shared.bump_epoch(why).await });
+    }
+
+    /// Runs `work` in a task of its own, in the current span, aborted when the coordinator
+    /// ends (see `aside`).
+    fn run_aside(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let task = tokio::spawn(work.instrument(tracing::Span::current()));
         let mut aside = self.aside.lock().unwrap_or_else(|p| p.into_inner());
         aside.retain(|handle| !handle.is_finished());
         aside.push(task.abort_handle());
@@ -236,10 +240,7 @@ impl Shared {
                 shared.bump_epoch("hand-over not taken").await;
             }
         };
-        let task = tokio::spawn(announce.instrument(tracing::Span::current()));
-        let mut aside = self.aside.lock().unwrap_or_else(|p| p.into_inner());
-        aside.retain(|handle| !handle.is_finished());
-        aside.push(task.abort_handle());
+        self.run_aside(announce);
     }
 
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at

@@ -217,24 +217,27 @@ impl State {
         }
     }
 
-    /// How many rows the last listing showed `member` to hold (under a token).
+    /// The rows the last listing showed `member` to hold under a token (a row handed to the
+    /// member but not taken yet, or an orphan of its, would take a mark that its take then
+    /// clears).
+    fn listed_as_held_by<'a>(
+        &'a self,
+        member: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a super::Seen)> + 'a {
+        self.observed
+            .iter()
+            .filter(move |(_, seen)| seen.owner.as_deref() == Some(member) && seen.token.is_some())
+    }
+
+    /// How many rows the last listing showed `member` to hold.
     fn held_by_count(&self, member: &str) -> u64 {
-        let held = self
-            .observed
-            .values()
-            .filter(|seen| seen.owner.as_deref() == Some(member) && seen.token.is_some());
-        held.count() as u64
+        self.listed_as_held_by(member).count() as u64
     }
 
     /// What the last listing showed `member` to hold, with loads, and not marked wanted.
     fn held_by(&self, member: &str) -> Vec<Movable> {
-        self.observed
-            .iter()
-            // Held under a token: a row handed to the member but not taken yet (or an orphan
-            // of its) would take a mark that its take then clears.
-            .filter(|(_, seen)| {
-                seen.owner.as_deref() == Some(member) && seen.token.is_some() && !seen.wanted
-            })
+        self.listed_as_held_by(member)
+            .filter(|(_, seen)| !seen.wanted)
             .filter_map(|(shard, seen)| {
                 Some(Movable {
                     shard: shard.clone(),
