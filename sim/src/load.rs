@@ -52,6 +52,9 @@ pub const LENGTH: u64 = 1_800;
 pub const CONVERGE: u64 = 300;
 /// The most the heaviest member may weigh against the offline placement's heaviest.
 pub const BOUND: f64 = 1.25;
+/// The issue's bound on the heaviest member against the reference, after convergence: the
+/// report says when each steady window settled within it (`LoadReport::settled`).
+pub const TARGET: f64 = 1.15;
 /// Seconds within which shards that change hands between one pair of members count as one
 /// move: an exchange (a shard for a few of the taker's) lands over a few renewals.
 const EXCHANGE_WINDOW: u64 = 60;
@@ -172,6 +175,9 @@ pub struct LoadReport {
     pub moves: usize,
     /// The heaviest member against the reference at the end.
     pub ratio_at_end: f64,
+    /// Per steady window (from the start, from [`TURN`]): seconds after its change from which
+    /// the heaviest member stayed within [`TARGET`] of the reference to the window's end.
+    pub settled: [u64; 2],
 }
 
 impl LoadReport {
@@ -280,6 +286,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
     let mut history = Vec::new();
     let mut unheld_since: Vec<Option<u64>> = vec![None; shards];
     let mut ratio = 0.0;
+    let mut settled = [0u64; 2];
     for second in 0..LENGTH {
         let rates = plan.rates_at(second);
         for (shard, key) in keys.iter().enumerate() {
@@ -311,12 +318,29 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
                 }
             }
         }
+        let weights = plan.weights(&rates);
+        let weighed = |last: &[Option<usize>]| {
+            let mut loads = vec![0.0; fleet.len()];
+            for (shard, holder) in last.iter().enumerate() {
+                if let Some(m) = holder {
+                    loads[*m] += weights[shard];
+                }
+            }
+            loads
+        };
+        let before_moves = weighed(&last);
         for (shard, now) in held.iter().enumerate() {
             if let (Some(before), Some(now)) = (last[shard], now) {
                 if before != *now {
                     history.push(format!(
-                        "{second} s: shard {shard} ({} a second) broker-{before} -> broker-{now}",
-                        rates[shard]
+                        "{second} s: shard {shard} ({} a second) broker-{before} -> broker-{now}; \
+                         members weighed {:?}",
+                        rates[shard],
+                        before_moves
+                            .iter()
+                            .zip(&plan.capacities)
+                            .map(|(l, c)| (l / c).round())
+                            .collect::<Vec<_>>()
                     ));
                     moves += 1;
                     let pair = (before.min(*now), before.max(*now));
@@ -335,17 +359,14 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
             }
         }
         // Invariant 1, from `CONVERGE` after the start and after the turn.
-        let weights = plan.weights(&rates);
-        let mut loads = vec![0.0; fleet.len()];
-        for (shard, holder) in last.iter().enumerate() {
-            if let Some(m) = holder {
-                loads[*m] += weights[shard];
-            }
-        }
+        let loads = weighed(&last);
         let heaviest = (0..loads.len())
             .map(|m| loads[m] / plan.capacities[m])
             .fold(0.0, f64::max);
         ratio = heaviest / lpt(&weights, &plan.capacities);
+        if ratio > TARGET {
+            settled[usize::from(second >= TURN)] = since_change + 1;
+        }
         if since_change >= CONVERGE && ratio > BOUND && violations.len() < 20 {
             violations.push(format!(
                 "at {second} s: the heaviest member weighs {ratio:.2}x the offline placement's \
@@ -405,6 +426,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         violations,
         moves,
         ratio_at_end: ratio,
+        settled,
     }
 }
 

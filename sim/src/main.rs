@@ -118,26 +118,54 @@ fn load_campaign(count: u64, from: u64) -> ExitCode {
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut worst: f64 = 0.0;
+    let (mut moves, mut settled, mut churn, mut unbalanced) = (0, Vec::new(), 0, 0);
     for seed in from..from + count {
         let report = kinesis_sim::load::run_load(seed);
         worst = worst.max(report.ratio_at_end);
+        moves += report.moves;
+        settled.extend(report.settled);
+        let kinds = |word: &str| report.violations.iter().any(|v| v.contains(word));
+        churn += usize::from(kinds("moves in the 10 minutes"));
+        unbalanced += usize::from(kinds("offline placement's"));
         println!(
-            "load seed {seed}: {} brokers, {} shards, {} moves, heaviest at the end {:.2}x the offline placement{}",
+            "load seed {seed}: {} brokers, {} shards, {} moves, settled within {}x after {:?} s, heaviest at the end {:.2}x the offline placement{}",
             report.plan.capacities.len(),
             report.plan.rates.len(),
             report.moves,
+            kinesis_sim::load::TARGET,
+            report.settled,
             report.ratio_at_end,
-            if report.passed() { String::new() } else { format!("; FAILED: {:?}", report.violations) }
+            if report.passed() {
+                String::new()
+            } else {
+                format!(
+                    "; FAILED ({} broken): {:?}",
+                    report.violations.len(),
+                    &report.violations[..report.violations.len().min(3)]
+                )
+            }
         );
         if !report.passed() {
             failed.push(seed);
         }
     }
+    settled.sort_unstable();
+    let at = |q: f64| {
+        settled
+            .get((settled.len().saturating_sub(1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
     println!(
-        "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?}; worst at the end {worst:.2}x; {:.0} s",
+        "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?} ({churn} on churn, {unbalanced} on balance); \
+         {moves} moves; settled within {}x after median {} s, p90 {} s, max {} s; worst at the end {worst:.2}x; {:.0} s",
         from + count,
         count - failed.len() as u64,
         failed.len(),
+        kinesis_sim::load::TARGET,
+        at(0.5),
+        at(0.9),
+        at(1.0),
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {

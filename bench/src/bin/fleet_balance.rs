@@ -149,6 +149,16 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
     let mut owners: HashMap<String, usize> = HashMap::new();
     let mut moves = 0u64;
     let mut bill_from = None;
+    // `FLEET_BALANCE_HISTORY=1`: every move on stderr, to explain a figure.
+    let history = std::env::var_os("FLEET_BALANCE_HISTORY").is_some();
+    let shard_ids: HashMap<String, u64> = kinesis
+        .shards(STREAM)
+        .expect("the stream's shards")
+        .iter()
+        .zip(&rates)
+        .map(|(s, r)| (s.id.clone(), *r))
+        .collect();
+    let shard_rate = |id: &str| shard_ids.get(id).copied().unwrap_or(0);
     let mut reads_from = BTreeMap::new();
     for second in 0..STEADY {
         second_starts.push(id);
@@ -166,8 +176,17 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
         for (who, running) in fleet.iter().enumerate() {
             for shard in running.stats().shards(STREAM) {
                 let before = owners.insert(shard.shard.clone(), who);
-                if second >= STEADY - QUIET && before.is_some_and(|b| b != who) {
-                    moves += 1;
+                if let Some(before) = before.filter(|b| *b != who) {
+                    if history {
+                        eprintln!(
+                            "{second} s: {} ({} a second) broker-{before:03} -> broker-{who:03}",
+                            shard.shard,
+                            shard_rate(&shard.shard)
+                        );
+                    }
+                    if second >= STEADY - QUIET {
+                        moves += 1;
+                    }
                 }
             }
         }
@@ -212,6 +231,14 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
 }
 
 fn main() {
+    // `RUST_LOG=kinesis_fleet::coordinator::load_balance=debug` shows what the planner of each
+    // instance decided, to explain a figure.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let sizes = std::env::var("FLEET_BALANCE_SIZES").unwrap_or_else(|_| "16x3,100x10".into());
     for size in sizes.split(',') {
         let Some((shards, brokers)) = size

@@ -299,13 +299,13 @@ impl<'b> SubscriptionBuilder<'b> {
     }
 
     /// Balances the stream's shards among instances by load instead of by count (off by
-    /// default). Every 10 s each instance compares its handler time over its
-    /// [`capacity`](Self::capacity) with one other instance's (a single small read of that
-    /// instance's member row, whatever the number of shards) and, when giving it one of its
-    /// shards lowers the larger of the two by more than 5 %, hands that shard over gracefully
-    /// (nothing is delivered twice). A shard moves at most once in five minutes, and an
-    /// instance gives one shard at a time; on a stream whose shards cost alike, the shares come
-    /// out as by count. Turn it on for every instance of the stream: an instance without it
+    /// default). Every 10 s each instance reads one other instance's member row in turn (a
+    /// single small read, whatever the number of shards) and weighs its handler time over its
+    /// [`capacity`](Self::capacity) against what it knows of the others; the heaviest hand
+    /// one shard at a time, gracefully (nothing is delivered twice), to the instance the move
+    /// relieves most, when that leaves it more than 5 % below the giver. A shard moves at most
+    /// once in three minutes; on a stream whose shards cost alike, the shares come out as by
+    /// count. Turn it on for every instance of the stream: an instance without it
     /// asks for shards by count and undoes moves by load. See `docs/leases.md`, "Balancing by
     /// load".
     pub fn balance_by_load(mut self) -> Self {

@@ -221,6 +221,10 @@ impl Member {
                 _ = tick.tick() => {
                     let sent = Instant::now();
                     let mut load = shared.instance_load();
+                    if config.balance_by_load {
+                        load.pokes_seen =
+                            Some(shared.pokes_seen.load(std::sync::atomic::Ordering::SeqCst));
+                    }
                     if *shared.phase.borrow() != kinesis_shard_reader::Phase::Running {
                         // Shutting down: it takes nothing more (`load_balance`).
                         load.capacity_milli = Some(0);

@@ -86,6 +86,10 @@ pub(crate) struct Shared {
     /// loads): a hand-over pokes its taker instead of moving the epoch, when the taker's own
     /// member row shows it listens (see [`Shared::announce_hand_over`]).
     pub(crate) poke_hand_overs: std::sync::atomic::AtomicBool,
+    /// How many of the member row's pokes the coordinator has acted on (taken the row handed
+    /// here, or listed): published on the member row with the load when balancing by load
+    /// (`Load::pokes_seen`), so that givers see a hand-over on its way in.
+    pub(crate) pokes_seen: std::sync::atomic::AtomicU64,
     /// Epoch bumps running in tasks of their own (`Shared::bump_epoch_aside`): aborted when
     /// the coordinator ends (`AbortAside`), so none outlives the subscription, writes after an
     /// abort, or keeps its delivery stream open.

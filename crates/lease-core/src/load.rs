@@ -29,6 +29,12 @@ pub struct Load {
     pub capacity_milli: Option<u64>,
     /// On a member row, how many shards the instance holds; `None` on a shard's row.
     pub shards: Option<u64>,
+    /// On a member row, how many of the row's pokes ([`Lease::pokes`](crate::Lease::pokes))
+    /// its instance had acted on when it wrote this load: a row poked more often than that
+    /// has a hand-over on its way in that the load does not show yet, and a member balancing
+    /// by load does not give it another meanwhile. `None` on a shard's row, and on a member
+    /// row written by a release before it.
+    pub pokes_seen: Option<u64>,
 }
 
 impl Load {
@@ -44,6 +50,7 @@ impl Load {
             busy_ms_per_min,
             capacity_milli: None,
             shards: None,
+            pokes_seen: None,
         }
     }
 
@@ -51,6 +58,7 @@ impl Load {
     pub fn without_capacity(mut self) -> Load {
         self.capacity_milli = None;
         self.shards = None;
+        self.pokes_seen = None;
         self
     }
 
@@ -68,6 +76,7 @@ impl Load {
                 busy_ms_per_min: total.busy_ms_per_min.saturating_add(load.busy_ms_per_min),
                 capacity_milli: None,
                 shards: total.shards.map(|n| n + 1),
+                pokes_seen: None,
             },
         )
     }

@@ -34,6 +34,8 @@ pub(crate) const LOAD_BUSY_MS: &str = "load_busy_ms";
 pub(crate) const CAPACITY_MILLI: &str = "capacity_milli";
 /// On a member row: how many shards the instance holds.
 pub(crate) const LOAD_SHARDS: &str = "load_shards";
+/// On a member row balancing by load: how many of its pokes the instance had acted on.
+pub(crate) const LOAD_POKES: &str = "load_pokes_seen";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A stream's epoch row's count of its roster's bumps (see `LeaseStore::epochs`); absent
@@ -122,6 +124,7 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
             let mut load = Load::new(records, bytes, busy);
             load.capacity_milli = lenient(CAPACITY_MILLI);
             load.shards = lenient(LOAD_SHARDS);
+            load.pokes_seen = lenient(LOAD_POKES);
             Some(load)
         }
         _ => None,
@@ -196,11 +199,13 @@ mod tests {
                 (LOAD_BUSY_MS, n(12_000)),
                 (CAPACITY_MILLI, n(2_000)),
                 (LOAD_SHARDS, n(4)),
+                (LOAD_POKES, n(7)),
             ]),
         )
         .unwrap();
         let mut want = Load::new(600, 60_000, 12_000).with_capacity(2_000);
         want.shards = Some(4);
+        want.pokes_seen = Some(7);
         assert_eq!(row.load, Some(want));
     }
 

@@ -1,8 +1,13 @@
 //! Balancing by load (`ReaderConfig::balance_by_load`): every sample interval this instance
-//! reads one other member's row, picked at random (one small eventually consistent read, half
-//! a read unit on DynamoDB, whatever the number of shards or members), weighs itself against it
-//! (`load_plan`) and, when a move of one of its shards is worth it, confirms the member with a
-//! consistent read and marks that row wanted by it. Its own keeper then hands the shard over as
+//! reads one other member's row, the one read the longest ago (one small eventually consistent
+//! read, half a read unit on DynamoDB, whatever the number of shards or members; up to
+//! `load_plan::FIRST_READS` at once while some member was never read), and keeps what each
+//! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
+//! heavier, it weighs itself against the member a move or an exchange relieves most
+//! (`load_plan`), read again unless read just now, and, when a move of one of its shards is
+//! worth it, confirms the member with a consistent read and marks that row wanted by it. A
+//! member whose row shows a hand-over on its way in (`load_plan::receiving`) is given nothing
+//! until a later reading: two givers would otherwise both see it light. Its own keeper then hands the shard over as
 //! it does for any request: the reader stops, what was handed out settles, one write moves the
 //! row, the other member is poked about it (`Shared::announce_hand_over`; the epoch moves only
 //! when it cannot be), and it takes the row and starts after the checkpoint.
@@ -15,10 +20,11 @@
 //!
 //! When no single shard may go, an exchange may (`load_plan::swap`): this instance first marks
 //! the taker's chosen shards wanted by itself (the taker's keepers hand them over, as to any
-//! asker) and gives its own only when, with the marks that landed, the taker still ends lighter
-//! than this instance was. An exchange makes up to ten store calls (each cut off as above) in
-//! the coordinator's loop, so a slow table delays the take rounds by up to ten take intervals
-//! at such a comparison.
+//! asker) and then gives, of its own, the shard that with the marks that landed still leaves
+//! the taker lighter than this instance was (`load_plan::give_for`). A comparison makes up to
+//! eight reads while members were never read, then one or two, and an exchange up to four
+//! marks and a mark of its own (each call cut off as above), all in the coordinator's loop: a
+//! slow table delays the take rounds by up to that many take intervals at such a comparison.
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -34,10 +40,36 @@ use crate::load_plan::{self, Movable, Side};
 
 use super::State;
 
+/// What this instance last read of another member (see `State::peers`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Peer {
+    /// What it weighed; `None` when it was no taker then (gone, leaving, or publishing no
+    /// load).
+    side: Option<Side>,
+    /// A hand-over was on its way in (the count of pokes its row showed, and since when this
+    /// instance saw that count unacted on): it is given nothing more until a later reading.
+    receiving: Option<(u64, Instant)>,
+    /// When it was read.
+    at: Instant,
+}
+
+impl Peer {
+    fn absent(at: Instant) -> Peer {
+        Peer {
+            side: None,
+            receiving: None,
+            at,
+        }
+    }
+}
+
 /// What a member row says of its member as a taker.
 enum Taker {
     /// Present, renewing, and weighed.
     Weighed(Side),
+    /// Weighed, but poked more often than its load shows it acted on: a hand-over is on its
+    /// way in, and its load does not show it yet (`Load::pokes_seen`).
+    Receiving(Side),
     /// Present, but publishes no capacity: it is shutting down.
     Leaving,
     /// It publishes no load (an earlier release, or a store that does not keep loads).
@@ -47,7 +79,8 @@ enum Taker {
 }
 
 impl State {
-    /// One comparison with a member picked at random, and the move it calls for, if any.
+    /// One comparison with the members this instance knows of, and the move it calls for, if
+    /// any.
     pub(super) async fn balance_by_load(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -75,55 +108,94 @@ impl State {
             return;
         }
         others.sort_unstable();
-        let taker = others.swap_remove(fastrand::usize(..others.len()));
-        let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
-            return;
+        // Each member in turn, the one read the longest ago, so that what this instance knows
+        // of every member is at most one sample interval per member old; members never read
+        // (at the start, or newly joined) first, up to `load_plan::FIRST_READS` of them at a
+        // time, so that a fleet starting together knows itself before its first moves.
+        self.peers
+            .retain(|member, _| others.binary_search(member).is_ok());
+        let mut never: Vec<String> = others
+            .iter()
+            .filter(|m| !self.peers.contains_key(*m))
+            .cloned()
+            .collect();
+        let to_read = if never.is_empty() {
+            // A member heavier than this one (which keeps it from giving) read more than three
+            // sample intervals ago first: it may have shed since, and at 1,000 x 50 the
+            // heaviest members, each read once in eight minutes, kept one another from giving
+            // on readings minutes old. Then the one read the longest ago.
+            let mine = Side::of(&shared.instance_load());
+            let stale = |peer: &Peer| {
+                now.duration_since(peer.at) >= load_plan::SAMPLE_INTERVAL * 3
+                    && mine
+                        .zip(peer.side)
+                        .is_some_and(|(m, p)| load_plan::blocks(m, p))
+            };
+            let oldest = |blocking: bool| {
+                self.peers
+                    .iter()
+                    .filter(|(_, peer)| !blocking || stale(peer))
+                    .min_by_key(|(_, peer)| peer.at)
+                    .map(|(member, _)| member.clone())
+            };
+            oldest(true).or_else(|| oldest(false)).into_iter().collect()
+        } else {
+            fastrand::shuffle(&mut never);
+            never.truncate(load_plan::FIRST_READS);
+            never
         };
-        let Some(Ok(row)) = self.quick(shared.store.read_eventually(&key)).await else {
-            return;
-        };
-        // The number of shards it says it holds: whether the last listing still shows them.
-        let their_count = row.as_ref().and_then(|r| r.load.as_ref()?.shards);
-        let theirs = match self.as_taker(row.as_ref(), &taker, now) {
-            Taker::Weighed(side) => side,
-            Taker::Unweighed => {
-                self.loads_seen = false;
-                shared
-                    .poke_hand_overs
-                    .store(false, std::sync::atomic::Ordering::SeqCst);
-                return;
+        let mut read = std::collections::HashMap::new();
+        for member in to_read {
+            if let Some(weighed) = self.weigh(&member).await {
+                read.insert(member, weighed);
             }
-            Taker::Leaving | Taker::Gone => return,
-        };
-        self.loads_seen = true;
-        shared
-            .poke_hand_overs
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if !self.loads_seen {
+            return;
+        }
         let Some(mine) = Side::of(&shared.instance_load()) else {
             return;
         };
-        let mut movable: Vec<Movable> = shared
-            .held()
-            .iter()
-            .filter(|(_, held)| now >= held.movable_at)
-            .filter(|(_, held)| {
-                held.handing_to
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_none()
-            })
-            .filter_map(|(shard, held)| {
-                let load = (*held.load.lock().unwrap_or_else(|p| p.into_inner()))?;
-                Some(Movable {
-                    shard: shard.clone(),
-                    load,
-                })
-            })
-            .collect();
+        // Only the heaviest members give (`load_plan::among_heaviest`), to the member that a
+        // move or an exchange relieves most (`load_plan::taker`).
+        let weighed = || self.peers.values().filter_map(|peer| peer.side);
+        if !load_plan::among_heaviest(mine, weighed()) {
+            tracing::debug!(owner = %config.owner, mine = mine.weight, peers = ?weighed().map(|s| s.weight).collect::<Vec<_>>(), "not among the heaviest members");
+            return;
+        }
+        let mut movable = self.movable(now);
         // By shard id: the planner keeps the first of equal candidates, and the held map's
         // order differs from run to run (a seeded simulation replays exactly).
         movable.sort_by(|a, b| a.shard.cmp(&b.shard));
-        let (shard, back) = match load_plan::choose(mine, theirs, &movable) {
+        let listed: Vec<(&String, Side, Vec<Movable>)> = self
+            .peers
+            .iter()
+            .filter(|(_, peer)| {
+                peer.receiving
+                    .is_none_or(|(_, since)| now.duration_since(since) >= config.renew_interval * 3)
+            })
+            .filter_map(|(member, peer)| Some((member, peer.side?, self.held_by(member))))
+            .collect();
+        let peers = listed
+            .iter()
+            .map(|(m, side, held)| (*m, *side, held.as_slice()));
+        let pick = fastrand::usize(..);
+        let Some(taker) = load_plan::taker(mine, peers, &movable, pick).cloned() else {
+            return;
+        };
+        // Read again unless read just now: what it weighed may be a sample interval per
+        // member old.
+        let weighed = match read.remove(&taker) {
+            Some(weighed) => Some(weighed),
+            None => self.weigh(&taker).await,
+        };
+        let Some((theirs, their_count)) = weighed else {
+            return;
+        };
+        let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
+            return;
+        };
+        let (mut shard, back) = match load_plan::choose(mine, theirs, &movable) {
             Some(shard) => (shard.to_owned(), Vec::new()),
             None => {
                 // No single shard may go: perhaps an exchange, against the taker's shards as
@@ -133,6 +205,7 @@ impl State {
                 // holding another number of shards than its row says, list again first (at
                 // most once in six sample intervals) and weigh at a later comparison.
                 if !load_plan::may_exchange(mine, theirs) {
+                    tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, theirs = theirs.weight, movable = movable.len(), "no move and no exchange");
                     return;
                 }
                 let theirs_held = self.held_by(&taker);
@@ -147,6 +220,7 @@ impl State {
                     return;
                 }
                 let Some(swap) = load_plan::swap(mine, theirs, &movable, &theirs_held) else {
+                    tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, theirs = theirs.weight, movable = movable.len(), theirs_held = theirs_held.len(), "no exchange found");
                     return;
                 };
                 let back = swap
@@ -157,24 +231,38 @@ impl State {
                 (swap.give.to_owned(), back)
             }
         };
-        let given = movable
-            .iter()
-            .find(|m| m.shard == shard)
-            .map(|m| m.load)
-            .unwrap_or_default();
         // An eventually consistent reading decides nothing alone: confirm the member is there,
         // renewing, and not leaving.
         let Some(Ok(row)) = self.quick(shared.store.read(&key)).await else {
             return;
         };
-        if !matches!(
-            self.as_taker(row.as_ref(), &taker, Instant::now()),
-            Taker::Weighed(_)
-        ) {
+        let now = Instant::now();
+        let confirmed = match self.as_taker(row.as_ref(), &taker, now) {
+            Taker::Weighed(_) => true,
+            // Only a count of pokes its member has left unacted on for a few renew intervals
+            // (see `weigh`), not a new one.
+            Taker::Receiving(_) => self
+                .peers
+                .get(&taker)
+                .and_then(|p| p.receiving)
+                .is_some_and(|(count, since)| {
+                    row.as_ref().is_some_and(|r| r.pokes == count)
+                        && now.duration_since(since) >= config.renew_interval * 3
+                }),
+            Taker::Leaving | Taker::Unweighed | Taker::Gone => false,
+        };
+        if !confirmed {
             return;
         }
-        if !back.is_empty() && !self.take_back((mine, theirs), &given, &back, &taker).await {
-            return;
+        if !back.is_empty() {
+            let landed = self.take_back(&back, &taker).await;
+            // With the marks that landed (some may not have), the shard planned may no longer
+            // suit: give the one that does best with what comes back, if any.
+            match load_plan::give_for(mine, theirs, &movable, &landed) {
+                Some(best) => shard = best.to_owned(),
+                None => return,
+            }
+            tracing::info!(%taker, asked = back.len(), marked = landed.len(), %shard, "asked for shards in exchange");
         }
         let Ok(row_key) = shared.key(&shard) else {
             return;
@@ -217,6 +305,93 @@ impl State {
         }
     }
 
+    /// The shards held long enough to be given (`load_plan::dwell`), with their loads, not
+    /// being handed over already.
+    fn movable(&self, now: Instant) -> Vec<Movable> {
+        self.shared
+            .held()
+            .iter()
+            .filter(|(_, held)| now >= held.movable_at)
+            .filter(|(_, held)| {
+                held.handing_to
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_none()
+            })
+            .filter_map(|(shard, held)| {
+                let load = (*held.load.lock().unwrap_or_else(|p| p.into_inner()))?;
+                Some(Movable {
+                    shard: shard.clone(),
+                    load,
+                })
+            })
+            .collect()
+    }
+
+    /// Reads `member`'s row (eventually consistent) and keeps what it weighs among the peers
+    /// (`None`: not a taker now);
+    /// `Some` with its side and the number of shards it says it holds when it is a taker that
+    /// publishes loads. A member publishing none (an earlier release) turns the comparisons
+    /// off: shards are asked for by count (`loads_seen`).
+    async fn weigh(&mut self, member: &str) -> Option<(Side, Option<u64>)> {
+        let shared = self.shared.clone();
+        let key = crate::member::member_key(&shared.config.stream, member).ok()?;
+        let read = self.quick(shared.store.read_eventually(&key)).await;
+        // When the answer came, not when the comparison began: a reading must never make a
+        // row seem to stand still longer than it did (`Link`), and reads here run one after
+        // another.
+        let now = Instant::now();
+        let Some(Ok(row)) = read else {
+            // Failed or cut off: read the others before this one again, what it weighed kept.
+            let peer = self
+                .peers
+                .entry(member.to_owned())
+                .or_insert(Peer::absent(now));
+            peer.at = now;
+            return None;
+        };
+        // The number of shards it says it holds: whether the last listing still shows them.
+        let count = row.as_ref().and_then(|r| r.load.as_ref()?.shards);
+        match self.as_taker(row.as_ref(), member, now) {
+            taker @ (Taker::Weighed(side) | Taker::Receiving(side)) => {
+                self.loads_seen = true;
+                shared
+                    .poke_hand_overs
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                let pokes = row.as_ref().map_or(0, |r| r.pokes);
+                // Receiving as long as a poke is not acted on, but no longer than a few renew
+                // intervals for one count of pokes: a count its member never catches up with
+                // (a row written by a release that keeps an old `pokes_seen`) must not keep it
+                // from being given anything for good.
+                let since = match self.peers.get(member).and_then(|p| p.receiving) {
+                    Some((count, since)) if count == pokes => since,
+                    _ => now,
+                };
+                let receiving = matches!(taker, Taker::Receiving(_))
+                    && now.duration_since(since) < shared.config.renew_interval * 3;
+                let peer = Peer {
+                    side: Some(side),
+                    receiving: matches!(taker, Taker::Receiving(_)).then_some((pokes, since)),
+                    at: now,
+                };
+                self.peers.insert(member.to_owned(), peer);
+                (!receiving).then_some((side, count))
+            }
+            Taker::Unweighed => {
+                self.peers.insert(member.to_owned(), Peer::absent(now));
+                self.loads_seen = false;
+                shared
+                    .poke_hand_overs
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+                None
+            }
+            Taker::Leaving | Taker::Gone => {
+                self.peers.insert(member.to_owned(), Peer::absent(now));
+                None
+            }
+        }
+    }
+
     /// The rows the last listing showed `member` to hold under a token (a row handed to the
     /// member but not taken yet, or an orphan of its, would take a mark that its take then
     /// clears).
@@ -248,20 +423,14 @@ impl State {
     }
 
     /// An exchange's first half: marks the taker's shards in `back` wanted by this instance
-    /// (the taker's keepers hand them over, as to any asker). True when some landed and, with
-    /// what landed, giving this instance's shard still leaves the taker lighter than this
-    /// instance was and lowers the pair's sum of weight squared (`load_plan::exchange_lowers`):
+    /// (the taker's keepers hand them over, as to any asker), and returns the loads of those
+    /// whose marks landed. The caller gives a shard of its own only when, with what landed,
+    /// that still leaves the taker lighter than this instance was (`load_plan::give_for`):
     /// never a move that raises the largest weight. Marks that landed bring their shards here
-    /// even when this instance's shard is not given then (there is no taking a mark back): it
-    /// is heavier for a while, and gives again. Stops marking when this instance may no longer
-    /// take (leaving, or its member row not renewed).
-    async fn take_back(
-        &mut self,
-        (mine, theirs): (Side, Side),
-        given: &Load,
-        back: &[Movable],
-        taker: &str,
-    ) -> bool {
+    /// even when no shard is given then (there is no taking a mark back): it is heavier for a
+    /// while, and gives again. Stops marking when this instance may no longer take (leaving,
+    /// or its member row not renewed).
+    async fn take_back(&mut self, back: &[Movable], taker: &str) -> Vec<Load> {
         let shared = self.shared.clone();
         let mut landed = Vec::new();
         for m in back {
@@ -291,8 +460,7 @@ impl State {
                 }
             }
         }
-        tracing::info!(%taker, asked = back.len(), marked = landed.len(), "asked for shards in exchange");
-        !landed.is_empty() && load_plan::exchange_lowers(mine, theirs, given, &landed)
+        landed
     }
 
     /// `call`, cut off after a take interval: `None` when it did not answer by then.
@@ -319,9 +487,13 @@ impl State {
         match (live, row.load.as_ref()) {
             (false, _) => Taker::Gone,
             (true, Some(load)) if load.capacity_milli == Some(0) => Taker::Leaving,
-            (true, load) => load
-                .and_then(Side::of)
-                .map_or(Taker::Unweighed, Taker::Weighed),
+            (true, load) => match load.and_then(|load| Some((Side::of(load)?, load))) {
+                None => Taker::Unweighed,
+                Some((side, load)) if load_plan::receiving(row.pokes, load) => {
+                    Taker::Receiving(side)
+                }
+                Some((side, _)) => Taker::Weighed(side),
+            },
         }
     }
 }

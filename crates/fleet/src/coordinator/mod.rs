@@ -202,6 +202,7 @@ impl Coordinator {
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
             legacy_rows: std::sync::atomic::AtomicBool::new(false),
             poke_hand_overs: std::sync::atomic::AtomicBool::new(false),
+            pokes_seen: std::sync::atomic::AtomicU64::new(0),
             aside: Mutex::default(),
         });
         let state = State {
@@ -230,6 +231,7 @@ impl Coordinator {
             asked: None,
             giving: None,
             loads_seen: false,
+            peers: std::collections::BTreeMap::new(),
             listed_at: None,
             next_expiry: None,
         };
@@ -335,6 +337,10 @@ struct State {
     /// Balancing by load: the last member row compared showed a load. While none did (loads
     /// not published), shards are asked for by count as without the option.
     loads_seen: bool,
+    /// Balancing by load: each member row read lately, what it weighed (`None`: not a taker
+    /// then) and when (see `load_balance`). Ordered, so that equal weights pick alike from run
+    /// to run.
+    peers: std::collections::BTreeMap<String, load_balance::Peer>,
     /// When the rows were last listed (`observed` is what that listing showed).
     listed_at: Option<Instant>,
     /// The earliest time a foreign row seen standing still will count as expired: the rows are
@@ -405,6 +411,11 @@ impl State {
             let state = membership.borrow_and_update();
             (state.may_take(), state.pokes)
         };
+        // A member row kept from an earlier incarnation keeps its count of pokes: those are
+        // no hand-overs on their way in (`Load::pokes_seen`).
+        shared
+            .pokes_seen
+            .store(seen_pokes, std::sync::atomic::Ordering::SeqCst);
         loop {
             tokio::select! {
                 biased;
@@ -443,6 +454,9 @@ impl State {
                             }
                             _ => self.relist_now(),
                         }
+                        shared
+                            .pokes_seen
+                            .store(pokes, std::sync::atomic::Ordering::SeqCst);
                     }
                     if now && !may_take {
                         self.relist_now();
