@@ -210,11 +210,16 @@ pub(crate) fn choose(giver: Side, taker: Side, movable: &[Movable]) -> Option<&s
 /// (fewer, perhaps, than [`swap`] chose), the giver's shard to give, if any: of those that
 /// [`exchange_lowers`], the one leaving the pair's larger weight smallest (the lighter of
 /// two that do as well). The shard [`swap`] planned is one of them when every mark landed.
+///
+/// Only a shard heavier than everything `asked` (the weight of all the marks made, landed or
+/// not): a mark counted as not landed (its answer lost or cut off) may have landed, and a
+/// shard lighter than what comes back would then leave the giver heavier than it was.
 pub(crate) fn give_for<'a>(
     giver: Side,
     taker: Side,
     movable: &'a [Movable],
     back: &[Load],
+    asked: f64,
 ) -> Option<&'a str> {
     if back.is_empty() {
         return None;
@@ -222,6 +227,7 @@ pub(crate) fn give_for<'a>(
     let returned: f64 = back.iter().map(weight).sum();
     movable
         .iter()
+        .filter(|m| weight(&m.load) > asked)
         .filter(|m| exchange_lowers(giver, taker, &m.load, back))
         .map(|m| {
             let net = weight(&m.load) - returned;

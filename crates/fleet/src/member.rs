@@ -220,10 +220,12 @@ impl Member {
                 _ = &mut stop => break,
                 _ = tick.tick() => {
                     let sent = Instant::now();
+                    // The count first: a take landing in between then shows in the load, never
+                    // a count acted on with a load that lacks its shard.
+                    let pokes_seen = shared.pokes_seen.load(std::sync::atomic::Ordering::SeqCst);
                     let mut load = shared.instance_load();
                     if config.balance_by_load {
-                        load.pokes_seen =
-                            Some(shared.pokes_seen.load(std::sync::atomic::Ordering::SeqCst));
+                        load.pokes_seen = Some(pokes_seen);
                     }
                     if *shared.phase.borrow() != kinesis_shard_reader::Phase::Running {
                         // Shutting down: it takes nothing more (`load_balance`).

@@ -232,13 +232,16 @@ impl State {
             }
         };
         // An eventually consistent reading decides nothing alone: confirm the member is there,
-        // renewing, and not leaving.
+        // renewing, and not leaving, and (a single move) that the move still holds on what the
+        // consistent read says it weighs (a replica's lag may have hidden a take).
         let Some(Ok(row)) = self.quick(shared.store.read(&key)).await else {
             return;
         };
         let now = Instant::now();
+        let still =
+            |side: Side| !back.is_empty() || load_plan::choose(mine, side, &movable).is_some();
         let confirmed = match self.as_taker(row.as_ref(), &taker, now) {
-            Taker::Weighed(_) => true,
+            Taker::Weighed(side) => still(side),
             // Only a count of pokes its member has left unacted on for a few renew intervals
             // (see `weigh`), not a new one.
             Taker::Receiving(_) => self
@@ -258,7 +261,8 @@ impl State {
             let landed = self.take_back(&back, &taker).await;
             // With the marks that landed (some may not have), the shard planned may no longer
             // suit: give the one that does best with what comes back, if any.
-            match load_plan::give_for(mine, theirs, &movable, &landed) {
+            let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum();
+            match load_plan::give_for(mine, theirs, &movable, &landed, asked) {
                 Some(best) => shard = best.to_owned(),
                 None => return,
             }
@@ -335,7 +339,11 @@ impl State {
     /// off: shards are asked for by count (`loads_seen`).
     async fn weigh(&mut self, member: &str) -> Option<(Side, Option<u64>)> {
         let shared = self.shared.clone();
-        let key = crate::member::member_key(&shared.config.stream, member).ok()?;
+        let Ok(key) = crate::member::member_key(&shared.config.stream, member) else {
+            self.peers
+                .insert(member.to_owned(), Peer::absent(Instant::now()));
+            return None;
+        };
         let read = self.quick(shared.store.read_eventually(&key)).await;
         // When the answer came, not when the comparison began: a reading must never make a
         // row seem to stand still longer than it did (`Link`), and reads here run one after

@@ -389,6 +389,13 @@ impl State {
         };
         match joined {
             Ok(Some(member)) => {
+                // A member row kept from an earlier incarnation keeps its count of pokes: those
+                // are no hand-overs on their way in (`Load::pokes_seen`), from the first
+                // renewal on.
+                let pokes = shared.member.borrow().pokes;
+                shared
+                    .pokes_seen
+                    .store(pokes, std::sync::atomic::Ordering::SeqCst);
                 let (stop, stopped) = tokio::sync::oneshot::channel();
                 let task = tokio::spawn(member.run(stopped).instrument(tracing::Span::current()));
                 self.member = Some((stop, AbortOnDrop(task)));
@@ -411,11 +418,9 @@ impl State {
             let state = membership.borrow_and_update();
             (state.may_take(), state.pokes)
         };
-        // A member row kept from an earlier incarnation keeps its count of pokes: those are
-        // no hand-overs on their way in (`Load::pokes_seen`).
-        shared
-            .pokes_seen
-            .store(seen_pokes, std::sync::atomic::Ordering::SeqCst);
+        // Pokes seen but acted on only by the next take round (it lists the rows): published
+        // as acted on once that round ran (`Load::pokes_seen`).
+        let mut pokes_owed: Option<u64> = None;
         loop {
             tokio::select! {
                 biased;
@@ -432,7 +437,14 @@ impl State {
                     self.on_report(report).await;
                 }
                 _ = sync.tick() => self.sync_shards().await,
-                _ = take.tick() => self.tick().await,
+                _ = take.tick() => {
+                    self.tick().await;
+                    if let Some(pokes) = pokes_owed.take() {
+                        shared
+                            .pokes_seen
+                            .store(pokes, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
                 _ = balance.tick(), if config.balance_by_load => self.balance_by_load().await,
                 Ok(()) = membership.changed() => {
                     let (now, pokes, poked) = {
@@ -446,17 +458,27 @@ impl State {
                         // not tell): list the rows at the next take tick.
                         let once = pokes == seen_pokes + 1;
                         seen_pokes = pokes;
-                        match poked.as_deref() {
+                        let held_now = match poked.as_deref() {
                             Some(shard) if once => {
                                 if !shared.held().contains_key(shard) {
                                     self.take_handed(shard).await;
                                 }
+                                shared.held().contains_key(shard)
                             }
-                            _ => self.relist_now(),
+                            _ => {
+                                self.relist_now();
+                                false
+                            }
+                        };
+                        // Acted on now when the row poked about is held here (taken, or a
+                        // row of ours asked for); else at the next take round, which lists.
+                        if held_now {
+                            shared
+                                .pokes_seen
+                                .store(pokes, std::sync::atomic::Ordering::SeqCst);
+                        } else {
+                            pokes_owed = Some(pokes);
                         }
-                        shared
-                            .pokes_seen
-                            .store(pokes, std::sync::atomic::Ordering::SeqCst);
                     }
                     if now && !may_take {
                         self.relist_now();

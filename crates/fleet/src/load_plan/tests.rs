@@ -354,17 +354,31 @@ fn a_shard_hotter_than_a_fair_share_moves_to_a_member_of_twice_the_capacity() {
 
 #[test]
 fn an_exchange_gives_what_suits_the_marks_that_landed() {
-    let mine = shards(&[("hot", 12_000), ("warm", 6_000), ("cold", 600)]);
-    let giver = side(18_600, 3, 1_000);
+    // Weights count 60 a shard besides handler time: hot 12,060, warm 10,060, cold 660; the
+    // giver 22,780, the taker 9,360; six marks asked of 1,500 each (9,000).
+    let mine = shards(&[("hot", 12_000), ("warm", 10_000), ("cold", 600)]);
+    let giver = side(22_600, 3, 1_000);
     let taker = side(9_000, 6, 1_000);
-    // Weights count 60 a shard besides handler time. All six marks landed (6 x 1,500
-    // back): the hot shard (12,060) goes, and the pair ends at 15,540 and 12,060.
     let back: Vec<Load> = (0..6).map(|_| Load::new(0, 0, 1_440)).collect();
-    assert_eq!(give_for(giver, taker, &mine, &back), Some("hot"));
-    // One landed: the hot shard would leave the taker at 19,560, above the giver's 18,600;
-    // the warm one (6,060) leaves the pair at 14,040 and 13,560.
-    assert_eq!(give_for(giver, taker, &mine, &back[..1]), Some("warm"));
-    assert_eq!(give_for(giver, taker, &mine, &[]), None, "none landed");
+    // All six landed: the hot shard goes (the pair ends at 19,720 and 12,420).
+    assert_eq!(give_for(giver, taker, &mine, &back, 9_000.0), Some("hot"));
+    // One landed: the warm one leaves the pair at 14,220 and 17,920, the hot one at 12,220
+    // and 19,920.
+    assert_eq!(
+        give_for(giver, taker, &mine, &back[..1], 9_000.0),
+        Some("warm")
+    );
+    // Never a shard lighter than all that was asked (a mark counted as not landed may have):
+    // the cold one would leave the giver heavier than it was.
+    assert_eq!(
+        give_for(giver, taker, &mine[2..], &back[..1], 9_000.0),
+        None
+    );
+    assert_eq!(
+        give_for(giver, taker, &mine, &[], 9_000.0),
+        None,
+        "none landed"
+    );
 }
 
 #[test]
