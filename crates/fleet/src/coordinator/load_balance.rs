@@ -61,6 +61,15 @@ impl Peer {
             at,
         }
     }
+
+    /// Whether a hand-over its row showed on its way in still keeps it from being given a
+    /// shard: for at most three renew intervals on one count of pokes (a count its member never
+    /// catches up with, as a row written by a release that keeps an old `pokes_seen`, must not
+    /// keep it from being given anything for good).
+    fn awaits(&self, now: Instant, renew: std::time::Duration) -> bool {
+        self.receiving
+            .is_some_and(|(_, since)| now.duration_since(since) < renew * 3)
+    }
 }
 
 /// What a member row says of its member as a taker.
@@ -170,10 +179,7 @@ impl State {
         let listed: Vec<(&String, Side, Vec<Movable>)> = self
             .peers
             .iter()
-            .filter(|(_, peer)| {
-                peer.receiving
-                    .is_none_or(|(_, since)| now.duration_since(since) >= config.renew_interval * 3)
-            })
+            .filter(|(_, peer)| !peer.awaits(now, config.renew_interval))
             .filter_map(|(member, peer)| Some((member, peer.side?, self.held_by(member))))
             .collect();
         let peers = listed
@@ -244,14 +250,10 @@ impl State {
             Taker::Weighed(side) => still(side),
             // Only a count of pokes its member has left unacted on for a few renew intervals
             // (see `weigh`), not a new one.
-            Taker::Receiving(_) => self
-                .peers
-                .get(&taker)
-                .and_then(|p| p.receiving)
-                .is_some_and(|(count, since)| {
-                    row.as_ref().is_some_and(|r| r.pokes == count)
-                        && now.duration_since(since) >= config.renew_interval * 3
-                }),
+            Taker::Receiving(_) => self.peers.get(&taker).is_some_and(|peer| {
+                peer.receiving.map(|(count, _)| count) == row.as_ref().map(|r| r.pokes)
+                    && !peer.awaits(now, config.renew_interval)
+            }),
             Taker::Leaving | Taker::Unweighed | Taker::Gone => false,
         };
         if !confirmed {
@@ -367,23 +369,18 @@ impl State {
                     .poke_hand_overs
                     .store(true, std::sync::atomic::Ordering::SeqCst);
                 let pokes = row.as_ref().map_or(0, |r| r.pokes);
-                // Receiving as long as a poke is not acted on, but no longer than a few renew
-                // intervals for one count of pokes: a count its member never catches up with
-                // (a row written by a release that keeps an old `pokes_seen`) must not keep it
-                // from being given anything for good.
+                // Receiving since the first reading that showed this count unacted on.
                 let since = match self.peers.get(member).and_then(|p| p.receiving) {
                     Some((count, since)) if count == pokes => since,
                     _ => now,
                 };
-                let receiving = matches!(taker, Taker::Receiving(_))
-                    && now.duration_since(since) < shared.config.renew_interval * 3;
                 let peer = Peer {
                     side: Some(side),
                     receiving: matches!(taker, Taker::Receiving(_)).then_some((pokes, since)),
                     at: now,
                 };
                 self.peers.insert(member.to_owned(), peer);
-                (!receiving).then_some((side, count))
+                (!peer.awaits(now, shared.config.renew_interval)).then_some((side, count))
             }
             Taker::Unweighed => {
                 self.peers.insert(member.to_owned(), Peer::absent(now));
