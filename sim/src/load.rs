@@ -16,18 +16,25 @@
 //! offline placement of the same shards by longest processing time first (each shard, the
 //! heaviest first, onto the member it leaves lightest over capacity).
 //!
-//! 1. **Balanced:** from [`CONVERGE`] after the load starts or changes, every second, the
-//!    heaviest member weighs at most [`BOUND`] times the reference's heaviest.
-//! 2. **No churn:** in steady load (from [`CONVERGE`] after a change to the next change, 10
+//! 1. **Balanced:** every second from [`CONVERGE`] (the issue's 90 s) after the load starts
+//!    or changes, the heaviest member weighs at most [`BOUND`] times the reference's heaviest;
+//!    from [`SETTLE`], at most [`TARGET`] (the issue's 1.15x) times. A breach counts when it
+//!    lasted [`SPIKE`] seconds: the hand-overs of an exchange land over a few renewals, and a
+//!    taker holds the shard given before the giver holds those it takes back (a load seed saw
+//!    1.82x for 3 s that way, an instant no handler's backlog notices); at no second from
+//!    [`CONVERGE`] above [`CAP`].
+//! 2. **No churn:** in steady load (from [`SETTLE`] after a change to the next change, 10
 //!    minutes each), no member takes part in more than one move in any 10 minutes (a shard
 //!    changing hands; shards changing hands between one pair within a minute are one move, an
 //!    exchange).
-//! 3. **Nothing dropped:** in steady load no shard is held by no broker for more than
+//! 3. **Nothing dropped:** from the start, no shard is held by no broker for more than
 //!    [`UNHELD`] seconds, and every record put is handled (counted once however often it is
 //!    handled) within a minute of the last put.
 //!
-//! The issue's targets are 90 s and 1.15x; the bounds checked are what the planner meets
-//! today (see `docs/leases.md`, "Balancing by load"), so that a regression fails seeds.
+//! The issue's targets are 1.15x within 90 s. Most seeds meet them (the report says when each
+//! window settled within 1.15x for good: `LoadReport::settled`); the bounds checked are what
+//! every seed of the campaign meets today (see `docs/leases.md`, "Balancing by load"), so that
+//! a regression fails seeds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -48,12 +55,25 @@ const STREAM: &str = "load";
 pub const TURN: u64 = 900;
 /// Seconds of steady load in all.
 pub const LENGTH: u64 = 1_800;
-/// How long after the load starts or changes the fleet may take to balance, in seconds.
-pub const CONVERGE: u64 = 300;
-/// The most the heaviest member may weigh against the offline placement's heaviest.
-pub const BOUND: f64 = 1.25;
-/// The issue's bound on the heaviest member against the reference, after convergence: the
-/// report says when each steady window settled within it (`LoadReport::settled`).
+/// Seconds after the load starts or changes from which the heaviest member weighs at most
+/// [`BOUND`] times the reference's heaviest: the issue's convergence time.
+pub const CONVERGE: u64 = 90;
+/// The most the heaviest member may weigh against the offline placement's heaviest from
+/// [`CONVERGE`] to [`SETTLE`].
+pub const BOUND: f64 = 1.3;
+/// Seconds after the load starts or changes from which the heaviest member weighs at most
+/// [`TARGET`] times the reference's heaviest, and from which the load counts as steady for the
+/// no-churn invariant: a correction of the first moves waits for the three minutes a shard
+/// handed over stays where it went (`load_plan::dwell`).
+pub const SETTLE: u64 = 300;
+/// Seconds a breach of the balance bounds must last to count.
+pub const SPIKE: u64 = 10;
+/// The most the heaviest member may weigh against the reference at any second from
+/// [`CONVERGE`], however briefly (an exchange's hand-overs in flight).
+pub const CAP: f64 = 2.0;
+/// The issue's bound on the heaviest member against the reference, after convergence: checked
+/// from [`SETTLE`]; the report says when each steady window settled within it
+/// (`LoadReport::settled`).
 pub const TARGET: f64 = 1.15;
 /// Seconds within which shards that change hands between one pair of members count as one
 /// move: an exchange (a shard for a few of the taker's) lands over a few renewals.
@@ -77,6 +97,9 @@ pub struct LoadPlan {
     pub hot: usize,
     /// The shard that turns hot at [`TURN`], and its rate from then on.
     pub turns: (usize, u64),
+    /// Whether each second's puts are a Poisson count of mean the shard's rate (`--bursty`)
+    /// rather than exactly the rate.
+    pub bursty: bool,
     /// What a handler spends on one record.
     pub cost: Duration,
 }
@@ -117,6 +140,7 @@ impl LoadPlan {
             rates,
             hot: first,
             turns,
+            bursty: false,
             cost,
         }
     }
@@ -178,6 +202,9 @@ pub struct LoadReport {
     /// Per steady window (from the start, from [`TURN`]): seconds after its change from which
     /// the heaviest member stayed within [`TARGET`] of the reference to the window's end.
     pub settled: [u64; 2],
+    /// Per steady window: the heaviest member against the reference at its worst from
+    /// [`CONVERGE`] on, held for [`SPIKE`] seconds.
+    pub worst_after_converge: [f64; 2],
 }
 
 impl LoadReport {
@@ -189,8 +216,12 @@ impl LoadReport {
 
 /// Runs one load seed on a fresh single-threaded runtime with paused time.
 pub fn run_load(seed: u64) -> LoadReport {
-    let plan = LoadPlan::of(seed);
-    fastrand::seed(seed);
+    run_plan(LoadPlan::of(seed))
+}
+
+/// Runs one load plan (`LoadPlan::of`, perhaps made bursty).
+pub fn run_plan(plan: LoadPlan) -> LoadReport {
+    fastrand::seed(plan.seed);
     crate::paused_runtime().block_on(simulate(plan))
 }
 
@@ -274,6 +305,9 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         fleet.push(running.await);
     }
     let mut puts = 0u64;
+    // Bursty (`LoadPlan::bursty`): each second a shard receives a Poisson count of mean its
+    // rate, as independent producers' records arrive, rather than exactly its rate.
+    let mut bursts = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(plan.seed ^ 0xb0_257);
     sleep(Duration::from_secs(5)).await;
     let mut violations = Vec::new();
     let mut last: Vec<Option<usize>> = vec![None; shards];
@@ -287,10 +321,20 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
     let mut unheld_since: Vec<Option<u64>> = vec![None; shards];
     let mut ratio = 0.0;
     let mut settled = [0u64; 2];
+    let mut worst_after_converge = [0.0f64; 2];
+    let mut recent = std::collections::VecDeque::new();
     for second in 0..LENGTH {
         let rates = plan.rates_at(second);
         for (shard, key) in keys.iter().enumerate() {
-            for n in 0..rates[shard] {
+            let count = match plan.bursty {
+                true if rates[shard] > 0 => {
+                    let poisson =
+                        rand_distr::Poisson::new(rates[shard] as f64).expect("a positive rate");
+                    rand::Rng::sample(&mut bursts, poisson) as u64
+                }
+                _ => rates[shard],
+            };
+            for n in 0..count {
                 kinesis
                     .put(STREAM, key, format!("{second}.{shard}.{n}"))
                     .expect("put");
@@ -309,8 +353,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
                 (Some(_), _) => unheld_since[shard] = None,
                 (None, None) => unheld_since[shard] = Some(second),
                 (None, Some(since)) => {
-                    if since_change >= CONVERGE && second - since > UNHELD && violations.len() < 20
-                    {
+                    if second - since > UNHELD && violations.len() < 20 {
                         violations.push(format!(
                             "at {second} s: shard {shard} held by no broker since {since} s"
                         ));
@@ -367,10 +410,36 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         if ratio > TARGET {
             settled[usize::from(second >= TURN)] = since_change + 1;
         }
-        if since_change >= CONVERGE && ratio > BOUND && violations.len() < 20 {
+        // The ratio held for the last `SPIKE` seconds (within this window).
+        recent.push_back(ratio);
+        while recent.len() as u64 > SPIKE.min(since_change + 1) {
+            recent.pop_front();
+        }
+        let held = recent.iter().copied().fold(f64::INFINITY, f64::min);
+        if since_change >= CONVERGE {
+            let worst = &mut worst_after_converge[usize::from(second >= TURN)];
+            *worst = worst.max(held);
+        }
+        let bound = if since_change >= SETTLE {
+            TARGET
+        } else {
+            BOUND
+        };
+        if since_change >= CONVERGE && ratio > CAP && violations.len() < 20 {
             violations.push(format!(
                 "at {second} s: the heaviest member weighs {ratio:.2}x the offline placement's \
-                 (bound {BOUND}); loads over capacity {:?}",
+                 (at no second above {CAP} from {CONVERGE} s)"
+            ));
+        }
+        if since_change >= CONVERGE && held > bound && violations.len() < 20 {
+            violations.push(format!(
+                "at {second} s: the heaviest member weighed {held:.2}x the offline placement's \
+                 or more for {SPIKE} s (bound {bound} from {} s); loads over capacity {:?}",
+                if since_change >= SETTLE {
+                    SETTLE
+                } else {
+                    CONVERGE
+                },
                 loads
                     .iter()
                     .zip(&plan.capacities)
@@ -380,7 +449,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         }
     }
     // Invariant 2: in each steady window, at most one move per member in any 10 minutes.
-    for (from, to) in [(CONVERGE, TURN), (TURN + CONVERGE, LENGTH)] {
+    for (from, to) in [(SETTLE, TURN), (TURN + SETTLE, LENGTH)] {
         for (member, times) in moved.iter().enumerate() {
             let steady: Vec<u64> = times
                 .iter()
@@ -427,6 +496,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         moves,
         ratio_at_end: ratio,
         settled,
+        worst_after_converge,
     }
 }
 

@@ -1,7 +1,8 @@
 //! `kinesis-sim`: runs simulation seeds. `cargo xtask sim --seed N` replays one seed with its
 //! history; `cargo xtask sim --seeds N [--from M]` runs a campaign of N seeds;
 //! `--load-seed N` and `--load-seeds N [--from M]` do the same for the load simulation
-//! (`kinesis_sim::load`).
+//! (`kinesis_sim::load`), with `--bursty` each second's puts a Poisson count around each
+//! shard's rate.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -21,8 +22,13 @@ fn main() -> ExitCode {
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok())
     };
+    let bursty = args.iter().any(|a| a == "--bursty");
+    let plan = |seed| kinesis_sim::load::LoadPlan {
+        bursty,
+        ..kinesis_sim::load::LoadPlan::of(seed)
+    };
     if let Some(seed) = value("--load-seed") {
-        let report = kinesis_sim::load::run_load(seed);
+        let report = kinesis_sim::load::run_plan(plan(seed));
         if args.iter().any(|a| a == "--history") || !report.passed() {
             for line in &report.history {
                 println!("{line}");
@@ -44,7 +50,7 @@ fn main() -> ExitCode {
         };
     }
     if let Some(count) = value("--load-seeds") {
-        return load_campaign(count, value("--from").unwrap_or(0));
+        return load_campaign(count, value("--from").unwrap_or(0), bursty);
     }
     if let Some(seed) = value("--seed") {
         let report = kinesis_sim::run(seed);
@@ -66,7 +72,7 @@ fn main() -> ExitCode {
     let Some(count) = value("--seeds") else {
         eprintln!(
             "usage: kinesis-sim --seed N [--history] | --seeds N [--from M] | --load-seed N [--history] | \
-             --load-seeds N [--from M]"
+             --load-seeds N [--from M] [--bursty]"
         );
         return ExitCode::from(2);
     };
@@ -114,26 +120,36 @@ fn main() -> ExitCode {
 
 /// A campaign of `count` load seeds from `from` (`load`): each seed's figures, then the
 /// failures.
-fn load_campaign(count: u64, from: u64) -> ExitCode {
+fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut worst: f64 = 0.0;
     let (mut moves, mut settled, mut churn, mut unbalanced) = (0, Vec::new(), 0, 0);
+    let mut worst_early: f64 = 0.0;
     for seed in from..from + count {
-        let report = kinesis_sim::load::run_load(seed);
+        let report = kinesis_sim::load::run_plan(kinesis_sim::load::LoadPlan {
+            bursty,
+            ..kinesis_sim::load::LoadPlan::of(seed)
+        });
         worst = worst.max(report.ratio_at_end);
         moves += report.moves;
         settled.extend(report.settled);
+        worst_early = report
+            .worst_after_converge
+            .iter()
+            .fold(worst_early, |a, b| a.max(*b));
         let kinds = |word: &str| report.violations.iter().any(|v| v.contains(word));
         churn += usize::from(kinds("moves in the 10 minutes"));
         unbalanced += usize::from(kinds("offline placement's"));
         println!(
-            "load seed {seed}: {} brokers, {} shards, {} moves, settled within {}x after {:?} s, heaviest at the end {:.2}x the offline placement{}",
+            "load seed {seed}: {} brokers, {} shards, {} moves, settled within {}x after {:?} s, at worst {:.2?}x from {} s, heaviest at the end {:.2}x the offline placement{}",
             report.plan.capacities.len(),
             report.plan.rates.len(),
             report.moves,
             kinesis_sim::load::TARGET,
             report.settled,
+            report.worst_after_converge,
+            kinesis_sim::load::CONVERGE,
             report.ratio_at_end,
             if report.passed() {
                 String::new()
@@ -158,7 +174,7 @@ fn load_campaign(count: u64, from: u64) -> ExitCode {
     };
     println!(
         "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?} ({churn} on churn, {unbalanced} on balance); \
-         {moves} moves; settled within {}x after median {} s, p90 {} s, max {} s; worst at the end {worst:.2}x; {:.0} s",
+         {moves} moves; settled within {}x after median {} s, p90 {} s, max {} s; at worst {worst_early:.2}x from {} s; worst at the end {worst:.2}x; {:.0} s",
         from + count,
         count - failed.len() as u64,
         failed.len(),
@@ -166,6 +182,7 @@ fn load_campaign(count: u64, from: u64) -> ExitCode {
         at(0.5),
         at(0.9),
         at(1.0),
+        kinesis_sim::load::CONVERGE,
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {

@@ -11,3 +11,22 @@ fn a_load_seed_replays_exactly() {
     assert_eq!(first.history, second.history);
     assert_eq!(first.digest, second.digest);
 }
+
+#[test]
+fn a_bursty_load_seed_replays_exactly() {
+    let bursty = || {
+        kinesis_sim::load::run_plan(kinesis_sim::load::LoadPlan {
+            bursty: true,
+            ..kinesis_sim::load::LoadPlan::of(2)
+        })
+    };
+    let (first, second) = (bursty(), bursty());
+    let steady = kinesis_sim::load::run_load(2);
+    assert!(first.moves > 0, "nothing moved: {:?}", first.plan);
+    assert_eq!(first.history, second.history);
+    assert_eq!(first.digest, second.digest);
+    assert_ne!(
+        first.puts, steady.puts,
+        "bursty puts are drawn, not the rates"
+    );
+}

@@ -4,7 +4,8 @@
 //! `--history` to print it anyway); `cargo xtask sim --seeds N [--from M]` runs a campaign of
 //! N seeds. `RUST_LOG=kinesis_fleet=debug,kinesis_shard_reader=debug` shows the brokers' own logs of a replay.
 //! `--load-seed N [--history]` and `--load-seeds N [--from M]` do the same for the load
-//! simulation (balancing by load; `kinesis_sim::load`).
+//! simulation (balancing by load; `kinesis_sim::load`); `--bursty` draws each second's puts
+//! (Poisson) rather than putting exactly each shard's rate.
 
 use std::process::Command;
 
@@ -15,7 +16,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     if !args.iter().any(|a| flags.contains(&a.as_str())) {
         return Err(
             "usage: cargo xtask sim --seed N [--history] | --seeds N [--from M] | \
-                    --load-seed N [--history] | --load-seeds N [--from M]"
+                    --load-seed N [--history] | --load-seeds N [--from M] [--bursty]"
                 .into(),
         );
     }

@@ -51,9 +51,9 @@ pub(crate) struct Held {
     /// The shard's smoothed load as its keeper last measured it (see `load_meter`); `None`
     /// before its first renewal, unless its row carried one.
     pub(crate) load: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
-    /// From when the shard may be given away to balance load (see `load_plan`): a minute
-    /// after it was taken, five after it came by a hand-over, so a shard moves at most once in
-    /// several minutes.
+    /// From when the shard may be given away to balance load (`load_plan::dwell`): 30 s
+    /// after it was taken, three minutes after it came by a hand-over, so a shard moves at most
+    /// once in three minutes.
     pub(crate) movable_at: tokio::time::Instant,
 }
 

@@ -99,6 +99,7 @@ impl State {
     /// owner id is seen writing a row.
     pub(super) fn observe(&mut self, rows: &[Lease], now: Instant) -> Result<(), ReaderError> {
         self.listed_at = Some(now);
+        self.read_back.clear();
         let me = self.shared.config.owner.clone();
         let held: HashSet<String> = self.shared.held().keys().cloned().collect();
         for row in rows {

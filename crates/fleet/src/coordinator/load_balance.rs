@@ -31,6 +31,7 @@
 //! option (`State::loads_seen`); an instance that holds nothing asks by count too, so one that
 //! turns the option on while the others have not is not left empty.
 
+use std::collections::HashSet;
 use std::future::Future;
 
 use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Load, Outcome};
@@ -97,10 +98,15 @@ impl State {
             return;
         }
         let now = Instant::now();
+        // One move at a time. A member with more to give gives again as soon as the last
+        // shard has gone, not a sample interval later: look every renew interval meanwhile (no
+        // read). At 10 s a move, a member shedding four shards took 40 s and more, the most
+        // of the load simulation's time to balance after the start.
         if let Some((shard, at)) = &self.giving {
             if shared.held().contains_key(shard)
                 && now.duration_since(*at) < config.lease_duration * 6
             {
+                self.balance_soon = Some(config.renew_interval);
                 return;
             }
             self.giving = None;
@@ -123,9 +129,21 @@ impl State {
         // time, so that a fleet starting together knows itself before its first moves.
         self.peers
             .retain(|member, _| others.binary_search(member).is_ok());
+        // A reading taken before this instance's first shards may move (`load_plan::dwell`
+        // after its first take round) may predate the peer's takes, or its meters' first
+        // readings, as at the start of a fleet: read again, as one never read, once it is a
+        // sample interval old. (Weighed on such readings, a member that was not the heaviest
+        // gave at its first comparison, and its shard took the place a hotter one needed for
+        // the three minutes a handed shard stays: the load simulation's slowest starts.)
+        let early = self.first_round_at.map(|at| at + load_plan::dwell(false));
         let mut never: Vec<String> = others
             .iter()
-            .filter(|m| !self.peers.contains_key(*m))
+            .filter(|m| {
+                self.peers.get(*m).is_none_or(|peer| {
+                    early.is_some_and(|early| peer.at < early)
+                        && now.duration_since(peer.at) >= load_plan::SAMPLE_INTERVAL
+                })
+            })
             .cloned()
             .collect();
         let to_read = if never.is_empty() {
@@ -214,7 +232,6 @@ impl State {
                     tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, theirs = theirs.weight, movable = movable.len(), "no move and no exchange");
                     return;
                 }
-                let theirs_held = self.held_by(&taker);
                 let listed = self.held_by_count(&taker);
                 let window = load_plan::SAMPLE_INTERVAL * 6;
                 if their_count != Some(listed)
@@ -225,16 +242,56 @@ impl State {
                     self.relist_now();
                     return;
                 }
-                let Some(swap) = load_plan::swap(mine, theirs, &movable, &theirs_held) else {
-                    tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, theirs = theirs.weight, movable = movable.len(), theirs_held = theirs_held.len(), "no exchange found");
+                // Rows are listed only when the epoch moves, so the listing's loads may be
+                // old (at a start, from before their holders measured them), and it may show
+                // a row its holder has given away since: marks on the others would then bring
+                // a load here with nothing given for it (the load simulation saw a member take
+                // 6,240 that way, 1.5x the offline placement). So the rows an exchange would
+                // take back are read first (strongly consistent, at most
+                // `load_plan::SWAP_MOST`), and when none is found on what is known, the
+                // taker's rows not read since the listing (up to `load_plan::FIRST_READS` at a
+                // comparison); what they say is kept until the next listing (`read_back`),
+                // and the exchange planned again on it.
+                let mut read_now = HashSet::new();
+                let mut found = None;
+                for _ in 0..3 {
+                    let theirs_held = self.held_by(&taker);
+                    let swap = load_plan::swap(mine, theirs, &movable, &theirs_held);
+                    let to_read: Vec<String> = match &swap {
+                        Some(swap) => swap
+                            .take
+                            .iter()
+                            .filter(|s| !read_now.contains(**s))
+                            .map(|s| (*s).to_owned())
+                            .collect(),
+                        None => theirs_held
+                            .iter()
+                            .filter(|m| !self.read_back.contains_key(&m.shard))
+                            .take(load_plan::FIRST_READS)
+                            .map(|m| m.shard.clone())
+                            .collect(),
+                    };
+                    if to_read.is_empty() {
+                        found = swap.map(|swap| {
+                            let back: Vec<Movable> = swap
+                                .take
+                                .iter()
+                                .filter_map(|s| theirs_held.iter().find(|m| m.shard == *s).cloned())
+                                .collect();
+                            (swap.give.to_owned(), back)
+                        });
+                        break;
+                    }
+                    if !self.read_rows(&taker, &to_read).await {
+                        return;
+                    }
+                    read_now.extend(to_read);
+                }
+                let Some(found) = found else {
+                    tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, theirs = theirs.weight, movable = movable.len(), "no exchange found");
                     return;
                 };
-                let back = swap
-                    .take
-                    .iter()
-                    .filter_map(|s| theirs_held.iter().find(|m| m.shard == *s).cloned())
-                    .collect();
-                (swap.give.to_owned(), back)
+                found
             }
         };
         // An eventually consistent reading decides nothing alone: confirm the member is there,
@@ -289,6 +346,7 @@ impl State {
                 tracing::info!(%shard, %taker, mine = mine.weight, theirs = theirs.weight, "giving a shard to balance load");
                 nudge();
                 self.giving = Some((shard, now));
+                self.balance_soon = Some(config.renew_interval);
             }
             Some(Ok(Outcome::Lost(lost))) => {
                 // Marked already (by an asker, or by an earlier mark of ours whose answer was
@@ -296,17 +354,20 @@ impl State {
                 if lost.holder.as_deref() == Some(config.owner.as_str()) {
                     nudge();
                     self.giving = Some((shard, now));
+                    self.balance_soon = Some(config.renew_interval);
                 }
             }
             Some(Err(error)) => {
                 tracing::warn!(%shard, %taker, error = %ErrorChain(&error), "marking a shard to give failed");
                 nudge();
                 self.giving = Some((shard, now));
+                self.balance_soon = Some(config.renew_interval);
             }
             // No answer in time: it may land; wait as for one that did.
             None => {
                 nudge();
                 self.giving = Some((shard, now));
+                self.balance_soon = Some(config.renew_interval);
             }
         }
     }
@@ -414,17 +475,51 @@ impl State {
         self.listed_as_held_by(member).count() as u64
     }
 
-    /// What the last listing showed `member` to hold, with loads, and not marked wanted.
+    /// What the last listing showed `member` to hold, not marked wanted, with loads: as read
+    /// since before an exchange (`read_back`: a row found moved left out), else as listed (a
+    /// row listed without one counts as idle: listed before its holder measured it, or quiet
+    /// and idle; read before it is asked for, all the same).
     fn held_by(&self, member: &str) -> Vec<Movable> {
         self.listed_as_held_by(member)
             .filter(|(_, seen)| !seen.wanted)
             .filter_map(|(shard, seen)| {
+                let load = match self.read_back.get(shard) {
+                    Some(read) => (*read)?,
+                    None => seen.load.unwrap_or_default(),
+                };
                 Some(Movable {
                     shard: shard.clone(),
-                    load: seen.load?,
+                    load,
                 })
             })
             .collect()
+    }
+
+    /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the
+    /// next listing (`read_back`): its load when `taker` still holds it under a token, not
+    /// marked wanted and not finished (a row its keeper never wrote a load on, quiet and idle,
+    /// as idle), else `None` (it moved). False when a read failed or did not answer in time.
+    async fn read_rows(&mut self, taker: &str, shards: &[String]) -> bool {
+        let shared = self.shared.clone();
+        for shard in shards {
+            let Ok(key) = shared.key(shard) else {
+                return false;
+            };
+            let now = match self.quick(shared.store.read(&key)).await {
+                Some(Ok(Some(row)))
+                    if row.is_held_by(taker)
+                        && row.token.is_some()
+                        && row.wanted_by.is_none()
+                        && !row.is_finished() =>
+                {
+                    Some(row.load.unwrap_or_default())
+                }
+                Some(Ok(_)) => None,
+                Some(Err(_)) | None => return false,
+            };
+            self.read_back.insert(shard.clone(), now);
+        }
+        true
     }
 
     /// An exchange's first half: marks the taker's shards in `back` wanted by this instance

@@ -230,6 +230,8 @@ impl Coordinator {
             left_free: HashSet::new(),
             asked: None,
             giving: None,
+            balance_soon: None,
+            read_back: HashMap::new(),
             loads_seen: false,
             peers: std::collections::BTreeMap::new(),
             listed_at: None,
@@ -334,6 +336,13 @@ struct State {
     /// The shard this instance marked to give away to balance load, and when (see
     /// `load_balance`).
     giving: Option<(String, Instant)>,
+    /// Balancing by load: compare again this soon rather than at the next sample interval
+    /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
+    balance_soon: Option<std::time::Duration>,
+    /// Balancing by load: rows of other members read before an exchange since the last
+    /// listing: the load a row held by its listed holder showed then, or `None` for one that
+    /// had moved (see `load_balance`'s exchanges). Cleared at each listing.
+    read_back: HashMap<String, Option<kinesis_lease_core::Load>>,
     /// Balancing by load: the last member row compared showed a load. While none did (loads
     /// not published), shards are asked for by count as without the option.
     loads_seen: bool,
@@ -445,7 +454,12 @@ impl State {
                             .store(pokes, std::sync::atomic::Ordering::SeqCst);
                     }
                 }
-                _ = balance.tick(), if config.balance_by_load => self.balance_by_load().await,
+                _ = balance.tick(), if config.balance_by_load => {
+                    self.balance_by_load().await;
+                    if let Some(after) = self.balance_soon.take() {
+                        balance.reset_after(after);
+                    }
+                }
                 Ok(()) = membership.changed() => {
                     let (now, pokes, poked) = {
                         let state = membership.borrow_and_update();
