@@ -106,10 +106,16 @@ impl State {
             if shared.held().contains_key(shard)
                 && now.duration_since(*at) < config.lease_duration * 6
             {
-                self.balance_soon = Some(config.renew_interval);
+                self.balance_soon = Some(config.renew_interval.max(config.take_interval));
                 return;
             }
             self.giving = None;
+            // Its taker's row shows the shard only after the take and its next renewal (and
+            // the poke that announces the hand-over runs aside): not this taker again until
+            // then, or it would look as light as before and get a second shard.
+            if let Some(taker) = self.gave_to.take() {
+                self.cooling = Some((taker, now + config.renew_interval * 2));
+            }
         }
         // The roster as last listed, by this coordinator or by the watch (which lists it as
         // soon as a member joins or leaves).
@@ -141,7 +147,7 @@ impl State {
             .filter(|m| {
                 self.peers.get(*m).is_none_or(|peer| {
                     early.is_some_and(|early| peer.at < early)
-                        && now.duration_since(peer.at) >= load_plan::SAMPLE_INTERVAL
+                        && now.duration_since(peer.at) >= load_plan::SAMPLE_INTERVAL / 2
                 })
             })
             .cloned()
@@ -198,6 +204,11 @@ impl State {
             .peers
             .iter()
             .filter(|(_, peer)| !peer.awaits(now, config.renew_interval))
+            .filter(|(member, _)| {
+                self.cooling
+                    .as_ref()
+                    .is_none_or(|(taker, until)| taker != *member || now >= *until)
+            })
             .filter_map(|(member, peer)| Some((member, peer.side?, self.held_by(member))))
             .collect();
         let peers = listed
@@ -254,7 +265,8 @@ impl State {
                 // and the exchange planned again on it.
                 let mut read_now = HashSet::new();
                 let mut found = None;
-                for _ in 0..3 {
+                let mut unread_budget = load_plan::FIRST_READS;
+                for round in 0..3 {
                     let theirs_held = self.held_by(&taker);
                     let swap = load_plan::swap(mine, theirs, &movable, &theirs_held);
                     let to_read: Vec<String> = match &swap {
@@ -267,10 +279,13 @@ impl State {
                         None => theirs_held
                             .iter()
                             .filter(|m| !self.read_back.contains_key(&m.shard))
-                            .take(load_plan::FIRST_READS)
+                            .take(unread_budget)
                             .map(|m| m.shard.clone())
                             .collect(),
                     };
+                    if swap.is_none() {
+                        unread_budget -= to_read.len();
+                    }
                     if to_read.is_empty() {
                         found = swap.map(|swap| {
                             let back: Vec<Movable> = swap
@@ -282,8 +297,10 @@ impl State {
                         });
                         break;
                     }
-                    if !self.read_rows(&taker, &to_read).await {
-                        return;
+                    // What the last round would read could not be planned on: read it at a
+                    // later comparison.
+                    if round == 2 || !self.read_rows(&taker, &to_read).await {
+                        break;
                     }
                     read_now.extend(to_read);
                 }
@@ -341,34 +358,26 @@ impl State {
                 held.nudge.notify_one();
             }
         };
-        match marked {
+        let giving = match marked {
             Some(Ok(Outcome::Written(_))) => {
                 tracing::info!(%shard, %taker, mine = mine.weight, theirs = theirs.weight, "giving a shard to balance load");
-                nudge();
-                self.giving = Some((shard, now));
-                self.balance_soon = Some(config.renew_interval);
+                true
             }
-            Some(Ok(Outcome::Lost(lost))) => {
-                // Marked already (by an asker, or by an earlier mark of ours whose answer was
-                // lost): the keeper hands it over to whoever it names.
-                if lost.holder.as_deref() == Some(config.owner.as_str()) {
-                    nudge();
-                    self.giving = Some((shard, now));
-                    self.balance_soon = Some(config.renew_interval);
-                }
-            }
+            // Marked already (by an asker, or by an earlier mark of ours whose answer was
+            // lost): the keeper hands it over to whoever it names.
+            Some(Ok(Outcome::Lost(lost))) => lost.holder.as_deref() == Some(config.owner.as_str()),
             Some(Err(error)) => {
                 tracing::warn!(%shard, %taker, error = %ErrorChain(&error), "marking a shard to give failed");
-                nudge();
-                self.giving = Some((shard, now));
-                self.balance_soon = Some(config.renew_interval);
+                true
             }
             // No answer in time: it may land; wait as for one that did.
-            None => {
-                nudge();
-                self.giving = Some((shard, now));
-                self.balance_soon = Some(config.renew_interval);
-            }
+            None => true,
+        };
+        if giving {
+            nudge();
+            self.giving = Some((shard, now));
+            self.gave_to = Some(taker);
+            self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
     }
 
@@ -478,9 +487,11 @@ impl State {
     /// What the last listing showed `member` to hold, not marked wanted, with loads: as read
     /// since before an exchange (`read_back`: a row found moved left out), else as listed (a
     /// row listed without one counts as idle: listed before its holder measured it, or quiet
-    /// and idle; read before it is asked for, all the same).
+    /// and idle; read before it is asked for, and left out when it has none then). By shard
+    /// id: the listing is a hash map, and a seeded simulation replays exactly.
     fn held_by(&self, member: &str) -> Vec<Movable> {
-        self.listed_as_held_by(member)
+        let mut held: Vec<Movable> = self
+            .listed_as_held_by(member)
             .filter(|(_, seen)| !seen.wanted)
             .filter_map(|(shard, seen)| {
                 let load = match self.read_back.get(shard) {
@@ -492,13 +503,15 @@ impl State {
                     load,
                 })
             })
-            .collect()
+            .collect();
+        held.sort_by(|a, b| a.shard.cmp(&b.shard));
+        held
     }
 
     /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the
     /// next listing (`read_back`): its load when `taker` still holds it under a token, not
-    /// marked wanted and not finished (a row its keeper never wrote a load on, quiet and idle,
-    /// as idle), else `None` (it moved). False when a read failed or did not answer in time.
+    /// marked wanted and not finished, and it carries one; else `None` (it moved, or its load
+    /// is not known). False when a read failed or did not answer in time.
     async fn read_rows(&mut self, taker: &str, shards: &[String]) -> bool {
         let shared = self.shared.clone();
         for shard in shards {
@@ -506,13 +519,15 @@ impl State {
                 return false;
             };
             let now = match self.quick(shared.store.read(&key)).await {
+                // A row without a load is left out: its holder may have taken it within a
+                // renewal (a hot shard's load is written at the first), or it is quiet and idle.
                 Some(Ok(Some(row)))
                     if row.is_held_by(taker)
                         && row.token.is_some()
                         && row.wanted_by.is_none()
                         && !row.is_finished() =>
                 {
-                    Some(row.load.unwrap_or_default())
+                    row.load
                 }
                 Some(Ok(_)) => None,
                 Some(Err(_)) | None => return false,

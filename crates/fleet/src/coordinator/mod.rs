@@ -231,6 +231,8 @@ impl Coordinator {
             asked: None,
             giving: None,
             balance_soon: None,
+            gave_to: None,
+            cooling: None,
             read_back: HashMap::new(),
             loads_seen: false,
             peers: std::collections::BTreeMap::new(),
@@ -339,6 +341,11 @@ struct State {
     /// Balancing by load: compare again this soon rather than at the next sample interval
     /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
     balance_soon: Option<std::time::Duration>,
+    /// Balancing by load: the member the shard being given goes to.
+    gave_to: Option<String>,
+    /// Balancing by load: the member a shard was last given to, and until when it is not
+    /// weighed as a taker (see `load_balance`).
+    cooling: Option<(String, Instant)>,
     /// Balancing by load: rows of other members read before an exchange since the last
     /// listing: the load a row held by its listed holder showed then, or `None` for one that
     /// had moved (see `load_balance`'s exchanges). Cleared at each listing.
