@@ -13,18 +13,24 @@
 //! when it cannot be), and it takes the row and starts after the checkpoint.
 //!
 //! One move at a time: no new one while the last shard given is still held here (for at most
-//! six leases). A member whose row this instance has seen stand still for a lease (these
+//! six leases), and the next comparison as soon as it has gone (looking every renew interval
+//! meanwhile, without a read), the member it went to left out as a taker until its row can
+//! show it. A member whose row this instance has seen stand still for a lease (these
 //! readings count with the watch's: `Link`), or that publishes no capacity because it is
 //! shutting down, is never given a shard. Each store call here is cut off after a take
 //! interval, so a slow table skips a comparison rather than hold up the take rounds.
 //!
-//! When no single shard may go, an exchange may (`load_plan::swap`): this instance first marks
-//! the taker's chosen shards wanted by itself (the taker's keepers hand them over, as to any
-//! asker) and then gives, of its own, the shard that with the marks that landed still leaves
-//! the taker lighter than this instance was (`load_plan::give_for`). A comparison makes up to
-//! eight reads while members were never read, then one or two, and an exchange up to four
-//! marks and a mark of its own (each call cut off as above), all in the coordinator's loop: a
-//! slow table delays the take rounds by up to that many take intervals at such a comparison.
+//! When no single shard may go, an exchange may (`load_plan::swap`): this instance reads the
+//! rows it would take back (the listing may be old), then marks the taker's chosen shards
+//! wanted by itself (the taker's keepers hand them over, as to any asker) and then gives, of
+//! its own, the shard that with the marks that landed still leaves the taker lighter than this
+//! instance was (`load_plan::give_for`). A comparison makes up to eight member reads while
+//! members were never read (or read in the first half minute), then one or two, and an
+//! exchange up to 12 reads of the taker's rows (those not read since the listing, at most 8,
+//! and those it would take back), a consistent read of the taker, four marks and a mark of its
+//! own (each
+//! call cut off as above), all in the coordinator's loop: a slow table delays the take rounds
+//! by up to that many take intervals at such a comparison.
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
