@@ -28,9 +28,8 @@
 //! members were never read (or read in the first half minute), then one or two, and an
 //! exchange up to 12 reads of the taker's rows (those not read since the listing, at most 8,
 //! and those it would take back), a consistent read of the taker, four marks and a mark of its
-//! own (each
-//! call cut off as above), all in the coordinator's loop: a slow table delays the take rounds
-//! by up to that many take intervals at such a comparison.
+//! own (each call cut off as above), all in the coordinator's loop: a slow table delays the
+//! take rounds by up to that many take intervals at such a comparison.
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -108,20 +107,19 @@ impl State {
         // shard has gone, not a sample interval later: look every renew interval meanwhile (no
         // read). At 10 s a move, a member shedding four shards took 40 s and more, the most
         // of the load simulation's time to balance after the start.
-        if let Some((shard, at)) = &self.giving {
+        if let Some((shard, _, at)) = &self.giving {
             if shared.held().contains_key(shard)
                 && now.duration_since(*at) < config.lease_duration * 6
             {
                 self.balance_soon = Some(config.renew_interval.max(config.take_interval));
                 return;
             }
-            self.giving = None;
-            // Its taker's row shows the shard only after the take and its next renewal (and
-            // the poke that announces the hand-over runs aside): not this taker again until
-            // then, or it would look as light as before and get a second shard.
-            if let Some(taker) = self.gave_to.take() {
-                self.cooling = Some((taker, now + config.renew_interval * 2));
-            }
+        }
+        // Its taker's row shows the shard only after the take and its next renewal (and the
+        // poke that announces the hand-over runs aside): not this taker again until then, or
+        // it would look as light as before and get a second shard.
+        if let Some((_, taker, _)) = self.giving.take() {
+            self.cooling = Some((taker, now + config.renew_interval * 2));
         }
         // The roster as last listed, by this coordinator or by the watch (which lists it as
         // soon as a member joins or leaves).
@@ -143,8 +141,8 @@ impl State {
             .retain(|member, _| others.binary_search(member).is_ok());
         // A reading taken before this instance's first shards may move (`load_plan::dwell`
         // after its first take round) may predate the peer's takes, or its meters' first
-        // readings, as at the start of a fleet: read again, as one never read, once it is a
-        // sample interval old. (Weighed on such readings, a member that was not the heaviest
+        // readings, as at the start of a fleet: read again, as one never read, once it is half
+        // a sample interval old. (Weighed on such readings, a member that was not the heaviest
         // gave at its first comparison, and its shard took the place a hotter one needed for
         // the three minutes a handed shard stays: the load simulation's slowest starts.)
         let early = self.first_round_at.map(|at| at + load_plan::dwell(false));
@@ -381,8 +379,7 @@ impl State {
         };
         if giving {
             nudge();
-            self.giving = Some((shard, now));
-            self.gave_to = Some(taker);
+            self.giving = Some((shard, taker, now));
             self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
     }

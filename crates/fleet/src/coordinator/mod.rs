@@ -231,7 +231,6 @@ impl Coordinator {
             asked: None,
             giving: None,
             balance_soon: None,
-            gave_to: None,
             cooling: None,
             read_back: HashMap::new(),
             loads_seen: false,
@@ -335,14 +334,12 @@ struct State {
     left_free: HashSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
-    /// The shard this instance marked to give away to balance load, and when (see
-    /// `load_balance`).
-    giving: Option<(String, Instant)>,
+    /// The shard this instance marked to give away to balance load, the member it goes to,
+    /// and when (see `load_balance`).
+    giving: Option<(String, String, Instant)>,
     /// Balancing by load: compare again this soon rather than at the next sample interval
     /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
     balance_soon: Option<std::time::Duration>,
-    /// Balancing by load: the member the shard being given goes to.
-    gave_to: Option<String>,
     /// Balancing by load: the member a shard was last given to, and until when it is not
     /// weighed as a taker (see `load_balance`).
     cooling: Option<(String, Instant)>,
