@@ -1,4 +1,4 @@
-//! Each held shard's load, smoothed over two minutes (records and bytes handled, handler
+//! Each held shard's load, smoothed over about a minute (records and bytes handled, handler
 //! time), in `stats()` and on the shard's row; the instance's total and capacity on its member
 //! row; a new holder starts from the load the row carried. Paused time, a `MemoryStream`, the
 //! default start (`LATEST`) and timings, handlers that wait 20 ms per record.
@@ -154,8 +154,7 @@ async fn a_new_holder_starts_from_the_load_its_row_carried() {
         hot.busy_ms_per_min > 9_000,
         "a hot shard does not look idle to its new holder: {hot:?}"
     );
-    // A fall is averaged over two minutes: 12,000 x e^-4 after eight.
-    sleep(Duration::from_secs(480)).await;
+    sleep(Duration::from_secs(240)).await;
     let faded = b.stats().shards(STREAM)[0].load.expect("load");
     assert!(
         faded.busy_ms_per_min < 1_000,
@@ -178,9 +177,8 @@ async fn a_quiet_row_does_not_keep_a_hot_load_once_its_shard_is_idle() {
     let key = LeaseKey::new(STREAM, &shard).unwrap();
     let hot = row_load(&table, &key).await.expect("load");
     assert!(hot.busy_ms_per_min > 9_000, "hot: {hot:?}");
-    // Idle for ten minutes: nothing to checkpoint, the average (of two minutes) falls to
-    // nothing.
-    sleep(Duration::from_secs(600)).await;
+    // Idle for five minutes: nothing to checkpoint, the average falls to nothing.
+    sleep(Duration::from_secs(300)).await;
     let idle = row_load(&table, &key).await.expect("load");
     assert!(
         idle.busy_ms_per_min <= 600,

@@ -12,8 +12,8 @@ use serde::Serialize;
 use crate::lag::{Probe, Records};
 use crate::view::{state_of, Verdict};
 
-/// A load as its row published it (see `kinesis_lease_core::Load`): smoothed over two minutes
-/// (a rise to 1.75 times or more within about 25 s), per minute.
+/// A load as its row published it (see `kinesis_lease_core::Load`): smoothed over about a
+/// minute, per minute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LoadLine {
     /// Records handled per minute.
