@@ -29,8 +29,12 @@ use kinesis_lease_core::Load;
 /// of a handler): idle shards weigh alike, so an idle fleet shares by count.
 pub(crate) const PER_SHARD: f64 = 60.0;
 
-/// The least share of the giver's weight a move must take off the pair's larger weight.
-pub(crate) const THRESHOLD: f64 = 0.05;
+/// The least share of the giver's weight a move must take off the pair's larger weight. 8 %
+/// rather than 5 %: a member's one-minute average carries a few per cent of noise when its
+/// records arrive as independent producers send them, and at 5 % members near each other
+/// traded shards on it (the load simulation's bursty seeds 0..300: 51 failed on churn at 5 %,
+/// 21 at 8 %; steady seeds 0..600: 596 and 597 passed).
+pub(crate) const THRESHOLD: f64 = 0.08;
 
 /// How often an instance compares itself with another member (one read of its member row).
 pub(crate) const SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);

@@ -161,7 +161,7 @@ fn a_member_with_twice_the_capacity_takes_twice_the_load() {
 
 #[test]
 fn small_gains_do_not_move_a_shard() {
-    // 10,300 against 9,700: moving a shard of 300 evens them, but gains under 5 %.
+    // 10,300 against 9,700: moving a shard of 300 evens them, but gains under THRESHOLD.
     let mine = shards(&[("a", 300), ("b", 10_000)]);
     assert_eq!(
         choose(side(10_300, 2, 1_000), side(9_700, 2, 1_000), &mine),
@@ -311,7 +311,7 @@ fn an_exchange_that_landed_in_part_gives_only_while_it_still_lowers_the_pair() {
 #[test]
 fn an_exchange_of_shards_alike_is_no_gain() {
     // No single shard may go (a cold one would leave the taker at 24,780, above the
-    // giver's 25,470 less 5 %), but a cold shard measured at 1,010 for one at 990 would
+    // giver's 25,470 less THRESHOLD), but a cold shard measured at 1,010 for one at 990 would
     // pass the taker's bound: it takes 20 off the giver, nothing worth two moves (seen in
     // fleet_balance as cold shards traded back and forth).
     let mut mine = shards(&[("hot-1", 10_000), ("hot-2", 10_000)]);
@@ -383,11 +383,12 @@ fn an_exchange_gives_what_suits_the_marks_that_landed() {
 
 #[test]
 fn a_taker_of_larger_capacity_may_still_exchange() {
-    // Giver 10,000 at capacity 1 (10.0); taker 37,200 at capacity 4 (9.3): the taker may
-    // take 800 more below the giver's 9.5, more than the 250 the giver must shed.
-    let (giver, taker) = (side(10_000, 0, 1_000), side(37_200, 0, 4_000));
+    // Giver 10,000 at capacity 1 (10.0); taker 36,000 at capacity 4 (9.0): the taker may
+    // take 800 more below the giver's 9.2 (less THRESHOLD), more than the 400 the giver must
+    // shed (EXCHANGE_GAIN); at capacity 3.95 only 340.
+    let (giver, taker) = (side(10_000, 0, 1_000), side(36_000, 0, 4_000));
     assert!(may_exchange(giver, taker));
-    assert!(!may_exchange(giver, side(37_200, 0, 3_925)));
+    assert!(!may_exchange(giver, side(36_000, 0, 3_950)));
 }
 
 #[test]
