@@ -305,7 +305,7 @@ impl<'b> SubscriptionBuilder<'b> {
     /// one shard at a time, gracefully (nothing is delivered twice), to the instance the move
     /// relieves most, when that leaves it more than 8 % below the giver. A shard moves at most
     /// once in three minutes; on a stream whose shards cost alike, the shares come out as by
-    /// count. Turn it on for every instance of the stream: an instance without it
+    /// count within 8 %. Turn it on for every instance of the stream: an instance without it
     /// asks for shards by count and undoes moves by load. See `docs/leases.md`, "Balancing by
     /// load".
     pub fn balance_by_load(mut self) -> Self {

@@ -223,8 +223,8 @@ mod tests {
         // A shard at 20 % of a handler (12,000 ms a minute) whose records settle in lumps
         // every `period` seconds (a batch handler flushing, a producer shipping once a while):
         // the average reads within 0.55 to 1.6 times the truth up to lumps a minute apart.
-        // (A step detector on 24 s of readings, tried for issue 32, swung such shards from 0
-        // to 5 times the truth: docs/leases.md, "Balancing by load".)
+        // (A step detector on 24 s of readings, tried for issue 32, read the three shippers
+        // below from 0 to 2.2 times the truth: docs/leases.md, "A meter that finds steps".)
         for period in [2.0, 5.0, 9.0, 12.0, 17.0, 25.0, 30.0, 45.0, 60.0] {
             for phase in [0.3, 1.1, 2.2] {
                 let events: Vec<(f64, u64, f64)> = (0..)

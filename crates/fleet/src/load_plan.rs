@@ -10,7 +10,8 @@
 //!
 //! A member's weight is its handler time plus [`PER_SHARD`] for each shard it holds, over its
 //! capacity: on a stream whose shards cost alike (or nothing at all, idle) the weights are the
-//! counts, and the shares come out as by count.
+//! counts, and the shares come out as by count within [`THRESHOLD`] (13 idle shards against
+//! 11 stay).
 //!
 //! A move must leave the taker lighter (over capacity) than the giver was, by more than
 //! [`THRESHOLD`] of the giver's weight: a shard hotter than a fair share keeps its member to
@@ -29,7 +30,8 @@ use kinesis_lease_core::Load;
 /// of a handler): idle shards weigh alike, so an idle fleet shares by count.
 pub(crate) const PER_SHARD: f64 = 60.0;
 
-/// The least share of the giver's weight a move must take off the pair's larger weight. 8 %
+/// How far below the giver's weight (over capacity) a move must leave the taker, and how
+/// near the heaviest known member a member must stand to give ([`PEER_GAP`]). 8 %
 /// rather than 5 %: a member's one-minute average carries a few per cent of noise when its
 /// records arrive as independent producers send them, and at 5 % members near each other
 /// traded shards on it (the load simulation's bursty seeds 0..300: 51 failed on churn at 5 %,
