@@ -415,10 +415,10 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         // From `CONVERGE`, each second is judged by the bound in force at that second (`BOUND`,
         // from `SETTLE` the tighter `TARGET`): a breach counts when the seconds over their bound
         // make `SPIKE` of the last `2 * SPIKE` (within this window), broken or not.
-        let bound = if since_change >= SETTLE {
-            TARGET
+        let (bound, bound_from) = if since_change >= SETTLE {
+            (TARGET, SETTLE)
         } else {
-            BOUND
+            (BOUND, CONVERGE)
         };
         if since_change == 0 {
             recent.clear();
@@ -450,11 +450,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
                 "at {second} s: the heaviest member weighed more than its bound (now {bound}, \
                  from {} s) in {over} of the last {} s, {held:.2}x the offline placement's or \
                  more in {SPIKE} of them; loads over capacity {:?}",
-                if since_change >= SETTLE {
-                    SETTLE
-                } else {
-                    CONVERGE
-                },
+                bound_from,
                 2 * SPIKE,
                 loads
                     .iter()

@@ -209,9 +209,10 @@ mod tests {
         readings
     }
 
-    /// The least and the most of `readings` from 600 s on, over `truth`.
-    fn spread(readings: &[(u64, u64)], truth: f64) -> (f64, f64) {
-        readings
+    /// The least and the most a fresh meter fed an hour of `events` reads from 600 s on, over
+    /// `truth` (handler milliseconds a minute).
+    fn spread(events: &[(f64, u64, f64)], truth: f64) -> (f64, f64) {
+        feed(&mut LoadMeter::new(None), events, 3_600)
             .iter()
             .filter(|(at, _)| *at >= 600)
             .map(|(_, busy)| *busy as f64 / truth)
@@ -232,8 +233,7 @@ mod tests {
                     .take_while(|t| *t < 3_600.0)
                     .map(|t| (t, (20.0 * period) as u64, 0.2 * period))
                     .collect();
-                let readings = feed(&mut LoadMeter::new(None), &events, 3_600);
-                let (lo, hi) = spread(&readings, 12_000.0);
+                let (lo, hi) = spread(&events, 12_000.0);
                 assert!(
                     lo >= 0.55 && hi <= 1.6,
                     "every {period} s: {lo:.2} to {hi:.2} times the truth"
@@ -246,8 +246,7 @@ mod tests {
                 [0.5, 8.5, 16.5].map(|offset| (minute as f64 * 60.0 + offset, 400, 4.0))
             })
             .collect();
-        let readings = feed(&mut LoadMeter::new(None), &events, 3_600);
-        let (lo, hi) = spread(&readings, 12_000.0);
+        let (lo, hi) = spread(&events, 12_000.0);
         assert!(
             lo >= 0.6 && hi <= 1.45,
             "three shippers a minute: {lo:.2} to {hi:.2} times the truth"
