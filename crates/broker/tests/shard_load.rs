@@ -1,4 +1,4 @@
-//! Each held shard's load, smoothed over about a minute (records and bytes handled, handler
+//! Each held shard's load, averaged over the last minute (records and bytes handled, handler
 //! time), in `stats()` and on the shard's row; the instance's total and capacity on its member
 //! row; a new holder starts from the load the row carried. Paused time, a `MemoryStream`, the
 //! default start (`LATEST`) and timings, handlers that wait 20 ms per record.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::lag::{Probe, Records};
 use crate::view::{state_of, Verdict};
 
-/// A load as its row published it (see `kinesis_lease_core::Load`): smoothed over about a
+/// A load as its row published it (see `kinesis_lease_core::Load`): averaged over the last
 /// minute, per minute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LoadLine {

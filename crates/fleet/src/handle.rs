@@ -65,7 +65,7 @@ pub struct ShardStats {
     /// answer is lost). `None` otherwise, and also while a handler that could not be cancelled
     /// (a stream consumer holding a delivery) may still run.
     pub handing_to: Option<String>,
-    /// The shard's load, smoothed over about a minute: records and payload bytes handled and
+    /// The shard's load, averaged over the last minute: records and payload bytes handled and
     /// handler time spent, per minute (see [`Load`]). Measured at each renewal and published
     /// on the shard's row with it; `None` before the first, unless the row carried the load
     /// its last holder measured.

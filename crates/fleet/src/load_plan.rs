@@ -1,12 +1,12 @@
-//! The load planner: whether this instance should give one of its shards to another member,
+//! The load planner: whether this instance should give some of its shards to another member,
 //! and which, when shards are balanced by load (`ReaderConfig::balance_by_load`).
 //!
 //! Pure: no store, no clock. The coordinator reads one other member's row every sample
 //! interval (each in turn, one small read whatever the number of shards or members) and keeps
 //! what each weighed; only a member near the heaviest it knows of gives ([`among_heaviest`]),
-//! to the member a move relieves most ([`taker`]), the shard [`choose`] returns, through the
-//! graceful hand-over. The giver decides because it alone knows its shards' loads as they are
-//! now.
+//! to the member a move relieves most ([`taker`]), the shards [`bundle`] returns (up to
+//! [`BUNDLE_MOST`] in one move), through the graceful hand-over. The giver decides because it
+//! alone knows its shards' loads as they are now.
 //!
 //! A member's weight is its handler time plus [`PER_SHARD`] for each shard it holds, over its
 //! capacity: on a stream whose shards cost alike (or nothing at all, idle) the weights are the
@@ -14,15 +14,17 @@
 //! 11 stay).
 //!
 //! A move must leave the taker lighter (over capacity) than the giver was, by more than
-//! [`THRESHOLD`] of the giver's weight: a shard hotter than a fair share keeps its member to
-//! itself (given away, it would only make the taker the heavier), and members near each other
-//! do not trade shards back and forth. The threshold bounds the taker, not the gain: a member
-//! holding many shards sheds them one at a time, however small each is against its weight.
-//! Where no single shard may go (a member with three hot shards among members each near the
-//! mean), an exchange may: one shard for lighter ones of the taker's ([`swap`]), by the same
-//! rule. Each move or exchange leaves both members of its pair below the giver's weight, so
-//! the largest weight in the fleet never rises, and the members' weights sorted from the
-//! heaviest fall in lexicographic order at each move: the moves stop.
+//! [`THRESHOLD`] of the giver's weight and [`NOISE_MARGIN`] standard deviations of what
+//! chance alone puts between the two figures ([`Side::noise`]): a shard hotter than a fair
+//! share keeps its member to itself (given away, it would only make the taker the heavier),
+//! and members near each other do not trade shards back and forth on the noise of their
+//! averages. The bound is on the taker, not the gain: a member holding many shards sheds
+//! them, however small each is against its weight, several to a move. Where no move may go
+//! (a member with three hot shards among members each near the mean), an exchange may: one
+//! shard for lighter ones of the taker's ([`swap`]), by the same rule. Each move or exchange
+//! leaves both members of its pair below the giver's weight, so the largest weight in the
+//! fleet never rises, and the members' weights sorted from the heaviest fall in lexicographic
+//! order at each move: the moves stop.
 
 use kinesis_lease_core::Load;
 
@@ -30,8 +32,8 @@ use kinesis_lease_core::Load;
 /// of a handler): idle shards weigh alike, so an idle fleet shares by count.
 pub(crate) const PER_SHARD: f64 = 60.0;
 
-/// How far below the giver's weight (over capacity) a move must leave the taker, and how
-/// near the heaviest known member a member must stand to give ([`PEER_GAP`]). 8 %
+/// How far below the giver's weight (over capacity) a move must leave the taker (besides the
+/// pair's noise: [`NOISE_MARGIN`]). 8 %
 /// rather than 5 %: a member's one-minute average carries a few per cent of noise when its
 /// records arrive as independent producers send them, and at 5 % members near each other
 /// traded shards on it (the load simulation's bursty seeds 0..300: 51 failed on churn at 5 %,
@@ -61,6 +63,10 @@ pub(crate) struct Side {
     pub(crate) weight: f64,
     /// Its capacity, in thousandths of the default.
     pub(crate) capacity: f64,
+    /// How far its weight may stand from its mean by chance alone: one standard deviation of
+    /// the handler time of a minute's records when they arrive independently (a Poisson count:
+    /// the handler time over the square root of the records).
+    pub(crate) noise: f64,
 }
 
 impl Side {
@@ -74,6 +80,10 @@ impl Side {
                 .capacity_milli
                 .unwrap_or(Load::DEFAULT_CAPACITY_MILLI)
                 .max(1) as f64,
+            noise: match load.records_per_min {
+                0 => 0.0,
+                records => load.busy_ms_per_min as f64 / (records as f64).sqrt(),
+            },
         })
     }
 
@@ -87,8 +97,13 @@ impl Side {
 /// after eight minutes.
 pub(crate) const FIRST_READS: usize = 8;
 
-/// How far below the heaviest member it knows of (over capacity) a member may still give.
-pub(crate) const PEER_GAP: f64 = THRESHOLD;
+/// How far below the heaviest member it knows of (over capacity) a member may still give: 12 %,
+/// more than [`THRESHOLD`], so that members a hot shard apart near the top of the fleet give
+/// side by side rather than in turn (at 8 %, `fleet_balance` 1,000 x 50's heaviest members,
+/// holding about eleven hot shards each, stood one shard, 9 %, apart, kept one another from
+/// giving, and gave one shard every 50 s in turn: 1.45x the mean after 8 minutes; at 12 %,
+/// 1.27x; the load simulation's seeds 0..300 pass either way, bursty 283 and 282).
+pub(crate) const PEER_GAP: f64 = 0.12;
 
 /// Whether a member weighing `mine` may give at all: only when no peer, as it last read it,
 /// weighs more than [`PEER_GAP`] above it. The objective is the fleet's largest
@@ -111,19 +126,24 @@ pub(crate) fn blocks(mine: Side, peer: Side) -> bool {
 }
 
 /// The peer to weigh this member against as a taker: of `peers` (each with what the last
-/// listing showed it to hold), one that a single move ([`choose`]) to it, or else an exchange
+/// listing showed it to hold), one that a move ([`bundle`]) to it, or else an exchange
 /// ([`swap`]) with it, leaves with the smallest larger weight of the pair, or within
 /// [`THRESHOLD`] of it: the `pick`-th of those (modulo their number; the caller draws it at
 /// random), so that members giving at once do not all choose the same one (where the giver
 /// stays the heavier of any pair, every taker does as well: at 1,000 x 50 the last five
 /// members to start took 50 to 60 shards each when the lightest always took). Neither the lightest peer nor any peer will always do: a shard hotter than
 /// a fair share may fit only a member of larger capacity, and an exchange needs a peer holding
-/// shards lighter than the one given. When none does, the lightest peer that an exchange may
-/// still suit (`may_exchange`; its shards as listed may be out of date), or `None`.
+/// shards lighter than the one given. When none does, the `pick`-th of the peers that an
+/// exchange may still suit (`may_exchange`; its shards as listed may be out of date, and the
+/// giver reads them before it decides), or `None`: always the lightest of them, a giver whose
+/// one hot shard fitted only a member of twice the capacity, listed without loads, read the
+/// lightest member's rows at every comparison and found nothing there for 15 minutes (load
+/// simulation seed 319).
 pub(crate) fn taker<'a, K>(
     mine: Side,
     peers: impl IntoIterator<Item = (&'a K, Side, &'a [Movable])>,
     movable: &[Movable],
+    fill: f64,
     pick: usize,
 ) -> Option<&'a K>
 where
@@ -136,39 +156,52 @@ where
             .map_or(0.0, |m| weight(&m.load))
     };
     let peers: Vec<(&K, Side, &[Movable])> = peers.into_iter().collect();
-    let planned: Vec<(f64, &K)> = peers
+    let planned: Vec<(f64, f64, &K)> = peers
         .iter()
         .filter_map(|(key, peer, theirs)| {
-            let net = match choose(mine, *peer, movable) {
-                Some(shard) => weight_of(movable, shard),
-                None => {
+            let given = bundle(mine, *peer, movable, fill);
+            let net = match given.is_empty() {
+                false => given.iter().map(|s| weight_of(movable, s)).sum(),
+                true => {
                     let swap = swap(mine, *peer, movable, theirs)?;
                     weight_of(movable, swap.give)
                         - swap.take.iter().map(|s| weight_of(theirs, s)).sum::<f64>()
                 }
             };
-            let after = mine
-                .ratio(mine.weight - net)
-                .max(peer.ratio(peer.weight + net));
-            Some((after, *key))
+            let theirs_after = peer.ratio(peer.weight + net);
+            let after = mine.ratio(mine.weight - net).max(theirs_after);
+            Some((after, theirs_after, *key))
         })
         .collect();
     let best = planned
         .iter()
-        .map(|(after, _)| *after)
+        .map(|(after, _, _)| *after)
         .fold(f64::MAX, f64::min);
-    let near: Vec<&K> = planned
-        .iter()
-        .filter(|(after, _)| *after <= best * (1.0 + THRESHOLD))
-        .map(|(_, key)| *key)
-        .collect();
+    let near = |within_fill: bool| -> Vec<&K> {
+        planned
+            .iter()
+            .filter(|(after, theirs_after, _)| {
+                *after <= best * (1.0 + THRESHOLD) && (!within_fill || *theirs_after <= fill)
+            })
+            .map(|(_, _, key)| *key)
+            .collect()
+    };
+    // Those the move leaves at most at the fleet's mean first: where the giver stays the
+    // heavier of every pair, a member already above the mean was drawn as often as one far
+    // below it, and a giver that drew it found no move when it read it again (`fleet_balance`
+    // 1,000 x 50: the heaviest members gave a shard every 30 to 75 s).
+    let near = match near(true) {
+        under if !under.is_empty() => under,
+        _ => near(false),
+    };
     let planned = (!near.is_empty()).then(|| near[pick % near.len()]);
     planned.or_else(|| {
-        peers
+        let open: Vec<&K> = peers
             .iter()
             .filter(|(_, peer, _)| may_exchange(mine, *peer))
-            .min_by(|a, b| a.1.ratio(a.1.weight).total_cmp(&b.1.ratio(b.1.weight)))
             .map(|(key, _, _)| *key)
+            .collect();
+        (!open.is_empty()).then(|| open[pick % open.len()])
     })
 }
 
@@ -196,23 +229,68 @@ pub(crate) fn weight(load: &Load) -> f64 {
     load.busy_ms_per_min as f64 + PER_SHARD
 }
 
-/// The shard the giver should give the taker, if a move is worth it: the one that leaves the
-/// pair's larger weight (over capacity) smallest, among those that leave the taker below the
-/// giver's weight less [`THRESHOLD`] (the lighter shard of two that do as well).
-pub(crate) fn choose(giver: Side, taker: Side, movable: &[Movable]) -> Option<&str> {
-    let before = giver.ratio(giver.weight);
-    if before <= taker.ratio(taker.weight) {
-        return None;
+/// The fleet's mean weight over capacity: `mine` and what this instance last read of each
+/// peer.
+pub(crate) fn mean(mine: Side, peers: impl IntoIterator<Item = Side>) -> f64 {
+    let (weight, capacity) = peers
+        .into_iter()
+        .fold((mine.weight, mine.capacity), |(w, c), peer| {
+            (w + peer.weight, c + peer.capacity)
+        });
+    weight / capacity
+}
+
+/// The most shards one move gives a taker at once ([`bundle`]).
+pub(crate) const BUNDLE_MOST: usize = 4;
+
+/// The shards the giver should give the taker in one move, if a move is worth it: first the
+/// shard that leaves the pair's larger weight (over capacity) smallest, among those that leave
+/// the taker below the giver's weight less [`THRESHOLD`] and the pair's noise ([`top`]; the
+/// lighter shard of two that do as well), then, the same way, the next for the pair as that
+/// leaves it, while each lowers the pair's larger weight and all of them together leave the
+/// taker below that bound (at most [`BUNDLE_MOST`]); the shards after the first only while
+/// they leave the taker at most at `fill`, the fleet's mean weight over capacity ([`mean`]):
+/// evened pair by pair, a member far above the mean handed one far below it four hot shards
+/// at once, which left the taker twice the mean for the three minutes they stayed
+/// (`fleet_balance` 100 x 10: 1.38x the mean at the end, against 1.15x one shard a move). A member made the heaviest by a shard turning hot sheds its cold shards
+/// in one hand-over rather than one a comparison: in the load simulation a member shedding
+/// six took 84 s at one shard a move, and fleets balanced after the turn in 79 s at the median
+/// (402 of 600 within 90 s). Empty when no move is worth it.
+pub(crate) fn bundle<'a>(
+    giver: Side,
+    taker: Side,
+    movable: &'a [Movable],
+    fill: f64,
+) -> Vec<&'a str> {
+    let limit = top(giver, taker);
+    let mut given: Vec<&'a str> = Vec::new();
+    let mut moved = 0.0;
+    while given.len() < BUNDLE_MOST {
+        let (g, t) = (
+            giver.ratio(giver.weight - moved),
+            taker.ratio(taker.weight + moved),
+        );
+        let before = g.max(t);
+        let next = movable
+            .iter()
+            .filter(|m| !given.contains(&m.shard.as_str()))
+            .filter_map(|m| {
+                let w = weight(&m.load);
+                let (g, t) = (
+                    giver.ratio(giver.weight - moved - w),
+                    taker.ratio(taker.weight + moved + w),
+                );
+                let fits = given.is_empty() || t <= fill;
+                (t < limit && g.max(t) < before && fits).then_some((g.max(t), w, m))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        let Some((_, w, m)) = next else {
+            break;
+        };
+        moved += w;
+        given.push(m.shard.as_str());
     }
-    movable
-        .iter()
-        .filter_map(|m| {
-            let w = weight(&m.load);
-            let (g, t) = (giver.ratio(giver.weight - w), taker.ratio(taker.weight + w));
-            (t < top(giver)).then_some((g.max(t), w, m))
-        })
-        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
-        .map(|(_, _, m)| m.shard.as_str())
+    given
 }
 
 /// An exchange's second half: with `back` the loads of the taker's shards whose marks landed
@@ -259,12 +337,18 @@ pub(crate) fn exchange_lowers(giver: Side, taker: Side, given: &Load, back: &[Lo
 
 fn holds(giver: Side, taker: Side, given: f64, back: f64) -> bool {
     let net = given - back;
-    net > 0.0 && taker.ratio(taker.weight + net) < top(giver)
+    net > 0.0 && taker.ratio(taker.weight + net) < top(giver, taker)
 }
 
-/// The most a taker may end at (over capacity): below the giver's weight less [`THRESHOLD`].
-fn top(giver: Side) -> f64 {
-    giver.ratio(giver.weight) * (1.0 - THRESHOLD)
+/// How many standard deviations of the pair's noise ([`Side::noise`]) a move must clear
+/// besides [`THRESHOLD`].
+pub(crate) const NOISE_MARGIN: f64 = 1.0;
+
+/// The most a taker may end at (over capacity): below the giver's weight less [`THRESHOLD`],
+/// and less [`NOISE_MARGIN`] times the noise of the pair's difference.
+fn top(giver: Side, taker: Side) -> f64 {
+    let noise = (giver.noise / giver.capacity).hypot(taker.noise / taker.capacity);
+    giver.ratio(giver.weight) * (1.0 - THRESHOLD) - NOISE_MARGIN * noise
 }
 
 /// The most shards a swap takes back for the one it gives.
@@ -292,10 +376,10 @@ pub(crate) const EXCHANGE_GAIN: f64 = THRESHOLD / 2.0;
 /// weight the taker may still take below [`top`] is more than the [`EXCHANGE_GAIN`] the giver
 /// must shed (in weight, so that capacities of their own count on each side).
 pub(crate) fn may_exchange(giver: Side, taker: Side) -> bool {
-    (top(giver) - taker.ratio(taker.weight)) * taker.capacity > giver.weight * EXCHANGE_GAIN
+    (top(giver, taker) - taker.ratio(taker.weight)) * taker.capacity > giver.weight * EXCHANGE_GAIN
 }
 
-/// When no single shard is worth giving ([`choose`] found none), an exchange that is: one of
+/// When no move is worth it ([`bundle`] found none), an exchange that is: one of
 /// the giver's shards for lighter ones of the taker's, leaving the giver lighter by more than
 /// [`EXCHANGE_GAIN`], the taker below the giver's weight less [`THRESHOLD`], and the
 /// two as near each other as the shards
@@ -304,7 +388,7 @@ pub(crate) fn may_exchange(giver: Side, taker: Side) -> bool {
 /// mean cannot give one (the taker would end heavier than it was), and cold shards do not move
 /// between members near the mean; swapped for a few cold shards, a hot one can.
 ///
-/// The same rule as [`choose`] holds for the net weight moved: the pair's larger weight (over
+/// The same rule as [`bundle`] holds for the net weight moved: the pair's larger weight (over
 /// capacity) falls, and nothing else changes, so the fleet's largest weight
 /// never rises and the exchanges stop. `theirs` is what the giver last saw of the taker's
 /// shards (loads from the rows' writes).
@@ -327,43 +411,50 @@ pub(crate) fn swap<'a>(
     for given in mine {
         let w = weight(&given.load);
         if holds(giver, taker, w, 0.0) {
-            // A move alone (`choose`).
+            // A move alone (`bundle`).
             continue;
         }
         // Where the two would weigh alike (over capacity): take back about that much, so
         // that the taker does not end a member the next exchange has to relieve.
         let even = (giver.capacity * (taker.weight + w) - taker.capacity * (giver.weight - w))
             / (giver.capacity + taker.capacity);
+        // Each prefix of the heaviest-first picks is a candidate: stopping short of `even`
+        // may leave the pair's larger weight smaller than reaching it (a hot shard for one
+        // warm shard rather than for the warm one and another).
+        // A shard that would take back so much that the giver no longer comes down by
+        // [`EXCHANGE_GAIN`] is passed over for lighter ones after it.
+        let most = w - giver.weight * EXCHANGE_GAIN;
         let (mut sum, mut take) = (0.0, Vec::new());
         for (b, m) in &back {
-            if sum + b < w {
-                sum += b;
-                take.push(m.shard.as_str());
-                if (sum >= even && holds(giver, taker, w, sum)) || take.len() == SWAP_MOST {
-                    break;
+            if sum + b >= most {
+                continue;
+            }
+            sum += b;
+            take.push(m.shard.as_str());
+            // Two moves or more for one: the giver must come down by [`EXCHANGE_GAIN`] too,
+            // or shards of about one weight trade places for nothing.
+            let gain = giver.ratio(giver.weight) - giver.ratio(giver.weight - w + sum);
+            let holds = holds(giver, taker, w, sum);
+            if holds && gain > giver.ratio(giver.weight) * EXCHANGE_GAIN {
+                let after = giver
+                    .ratio(giver.weight - w + sum)
+                    .max(taker.ratio(taker.weight + w - sum));
+                let better = best.as_ref().is_none_or(|(a, s)| {
+                    after < *a - 1e-9 || (after <= *a + 1e-9 && take.len() < s.take.len())
+                });
+                if better {
+                    best = Some((
+                        after,
+                        Swap {
+                            give: given.shard.as_str(),
+                            take: take.clone(),
+                        },
+                    ));
                 }
             }
-        }
-        // Two moves or more for one: the giver must come down by [`EXCHANGE_GAIN`] too, or
-        // shards of about one weight trade places for nothing.
-        let gain = giver.ratio(giver.weight) - giver.ratio(giver.weight - w + sum);
-        if !holds(giver, taker, w, sum) || gain <= giver.ratio(giver.weight) * EXCHANGE_GAIN {
-            continue;
-        }
-        let after = giver
-            .ratio(giver.weight - w + sum)
-            .max(taker.ratio(taker.weight + w - sum));
-        let better = best.as_ref().is_none_or(|(a, s)| {
-            after < *a - 1e-9 || (after <= *a + 1e-9 && take.len() < s.take.len())
-        });
-        if better {
-            best = Some((
-                after,
-                Swap {
-                    give: given.shard.as_str(),
-                    take,
-                },
-            ));
+            if (sum >= even && holds) || take.len() == SWAP_MOST {
+                break;
+            }
         }
     }
     best.map(|(_, swap)| swap)

@@ -4,15 +4,16 @@
 //! `load_plan::FIRST_READS` at once while some member was never read), and keeps what each
 //! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
 //! heavier, it weighs itself against the member a move or an exchange relieves most
-//! (`load_plan`), read again unless read just now, and, when a move of one of its shards is
-//! worth it, confirms the member with a consistent read and marks that row wanted by it. A
+//! (`load_plan`), read again unless read just now, and, when a move of some of its shards is
+//! worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
+//! confirms the member), marks those rows wanted by it. A
 //! member whose row shows a hand-over on its way in (`load_plan::receiving`) is given nothing
 //! until a later reading: two givers would otherwise both see it light. Its own keeper then hands the shard over as
 //! it does for any request: the reader stops, what was handed out settles, one write moves the
 //! row, the other member is poked about it (`Shared::announce_hand_over`; the epoch moves only
 //! when it cannot be), and it takes the row and starts after the checkpoint.
 //!
-//! One move at a time: no new one while the last shard given is still held here (for at most
+//! One move at a time: no new one while a shard of the last move is still held here (for at most
 //! six leases), and the next comparison as soon as it has gone (looking every renew interval
 //! meanwhile, without a read), the member it went to left out as a taker until its row can
 //! show it. A member whose row this instance has seen stand still for a lease (these
@@ -107,10 +108,12 @@ impl State {
         // shard has gone, not a sample interval later: look every renew interval meanwhile (no
         // read). At 10 s a move, a member shedding four shards took 40 s and more, the most
         // of the load simulation's time to balance after the start.
-        if let Some((shard, _, at)) = &self.giving {
-            if shared.held().contains_key(shard)
-                && now.duration_since(*at) < config.lease_duration * 6
-            {
+        if let Some((shards, _, at)) = &self.giving {
+            let still_here = {
+                let held = shared.held();
+                shards.iter().any(|shard| held.contains_key(shard))
+            };
+            if still_here && now.duration_since(*at) < config.lease_duration * 6 {
                 self.balance_soon = Some(config.renew_interval.max(config.take_interval));
                 return;
             }
@@ -219,7 +222,9 @@ impl State {
             .iter()
             .map(|(m, side, held)| (*m, *side, held.as_slice()));
         let pick = fastrand::usize(..);
-        let Some(taker) = load_plan::taker(mine, peers, &movable, pick).cloned() else {
+        // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
+        let fill = load_plan::mean(mine, weighed());
+        let Some(taker) = load_plan::taker(mine, peers, &movable, fill, pick).cloned() else {
             return;
         };
         // Read again unless read just now: what it weighed may be a sample interval per
@@ -234,9 +239,10 @@ impl State {
         let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
             return;
         };
-        let (mut shard, back) = match load_plan::choose(mine, theirs, &movable) {
-            Some(shard) => (shard.to_owned(), Vec::new()),
-            None => {
+        let given = load_plan::bundle(mine, theirs, &movable, fill);
+        let (mut shards, back): (Vec<String>, Vec<Movable>) = match given.is_empty() {
+            false => (given.iter().map(|s| (*s).to_owned()).collect(), Vec::new()),
+            true => {
                 // No single shard may go: perhaps an exchange, against the taker's shards as
                 // the last listing showed them. Placed by load, hand-overs do not move the
                 // epoch (only their takers list), so that listing may be out of date: when the
@@ -297,7 +303,7 @@ impl State {
                                 .iter()
                                 .filter_map(|s| theirs_held.iter().find(|m| m.shard == *s).cloned())
                                 .collect();
-                            (swap.give.to_owned(), back)
+                            (vec![swap.give.to_owned()], back)
                         });
                         break;
                     }
@@ -316,16 +322,21 @@ impl State {
             }
         };
         // An eventually consistent reading decides nothing alone: confirm the member is there,
-        // renewing, and not leaving, and (a single move) that the move still holds on what the
-        // consistent read says it weighs (a replica's lag may have hidden a take).
+        // renewing, and not leaving, and (a move) plan it again on what the consistent read
+        // says it weighs (a replica's lag may have hidden a take): the shards that still hold.
         let Some(Ok(row)) = self.quick(shared.store.read(&key)).await else {
             return;
         };
         let now = Instant::now();
-        let still =
-            |side: Side| !back.is_empty() || load_plan::choose(mine, side, &movable).is_some();
         let confirmed = match self.as_taker(row.as_ref(), &taker, now) {
-            Taker::Weighed(side) => still(side),
+            Taker::Weighed(side) if back.is_empty() => {
+                shards = load_plan::bundle(mine, side, &movable, fill)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                !shards.is_empty()
+            }
+            Taker::Weighed(_) => true,
             // Only a count of pokes its member has left unacted on for a few renew intervals
             // (see `weigh`), not a new one.
             Taker::Receiving(_) => self.peers.get(&taker).is_some_and(|peer| {
@@ -343,33 +354,42 @@ impl State {
             // suit: give the one that does best with what comes back, if any.
             let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum();
             match load_plan::give_for(mine, theirs, &movable, &landed, asked) {
-                Some(best) => shard = best.to_owned(),
+                Some(best) => shards = vec![best.to_owned()],
                 None => return,
             }
-            tracing::info!(%taker, asked = back.len(), marked = landed.len(), %shard, "asked for shards in exchange");
+            tracing::info!(%taker, asked = back.len(), marked = landed.len(), shard = %shards[0], "asked for shards in exchange");
         }
-        let Ok(row_key) = shared.key(&shard) else {
-            return;
+        let mut given = Vec::new();
+        for shard in shards {
+            if self.give(&shard, &taker).await {
+                tracing::info!(%shard, %taker, mine = mine.weight, theirs = theirs.weight, "giving a shard to balance load");
+                given.push(shard);
+            }
+        }
+        if !given.is_empty() {
+            self.giving = Some((given, taker, now));
+            self.balance_soon = Some(config.renew_interval.max(config.take_interval));
+        }
+    }
+
+    /// Marks `shard` wanted by `taker` and nudges its keeper, which hands it over: true when it
+    /// is on its way (or may be: an answer lost or cut off counts as landed, and this instance
+    /// waits for it as for one that did).
+    async fn give(&self, shard: &str, taker: &str) -> bool {
+        let shared = &self.shared;
+        let Ok(row_key) = shared.key(shard) else {
+            return false;
         };
         let marked = self
-            .quick(shared.store.request(&row_key, &taker, &config.owner))
+            .quick(shared.store.request(&row_key, taker, &shared.config.owner))
             .await;
-        // The keeper of a quiet row writes it only when told; it hands the row over at that
-        // write when the mark landed (also when the answer was lost), and at the next listing
-        // otherwise.
-        let nudge = || {
-            if let Some(held) = shared.held().get(&shard) {
-                held.nudge.notify_one();
-            }
-        };
         let giving = match marked {
-            Some(Ok(Outcome::Written(_))) => {
-                tracing::info!(%shard, %taker, mine = mine.weight, theirs = theirs.weight, "giving a shard to balance load");
-                true
-            }
+            Some(Ok(Outcome::Written(_))) => true,
             // Marked already (by an asker, or by an earlier mark of ours whose answer was
             // lost): the keeper hands it over to whoever it names.
-            Some(Ok(Outcome::Lost(lost))) => lost.holder.as_deref() == Some(config.owner.as_str()),
+            Some(Ok(Outcome::Lost(lost))) => {
+                lost.holder.as_deref() == Some(shared.config.owner.as_str())
+            }
             Some(Err(error)) => {
                 tracing::warn!(%shard, %taker, error = %ErrorChain(&error), "marking a shard to give failed");
                 true
@@ -377,11 +397,15 @@ impl State {
             // No answer in time: it may land; wait as for one that did.
             None => true,
         };
+        // The keeper of a quiet row writes it only when told; it hands the row over at that
+        // write when the mark landed (also when the answer was lost), and at the next listing
+        // otherwise.
         if giving {
-            nudge();
-            self.giving = Some((shard, taker, now));
-            self.balance_soon = Some(config.renew_interval.max(config.take_interval));
+            if let Some(held) = shared.held().get(shard) {
+                held.nudge.notify_one();
+            }
         }
+        giving
     }
 
     /// The shards held long enough to be given (`load_plan::dwell`), with their loads, not

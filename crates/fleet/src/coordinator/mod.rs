@@ -334,9 +334,9 @@ struct State {
     left_free: HashSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
-    /// The shard this instance marked to give away to balance load, the member it goes to,
-    /// and when (see `load_balance`).
-    giving: Option<(String, String, Instant)>,
+    /// The shards this instance marked to give away to balance load (one move: see
+    /// `load_plan::bundle`), the member they go to, and when (see `load_balance`).
+    giving: Option<(Vec<String>, String, Instant)>,
     /// Balancing by load: compare again this soon rather than at the next sample interval
     /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
     balance_soon: Option<std::time::Duration>,
