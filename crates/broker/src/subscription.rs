@@ -302,12 +302,13 @@ impl<'b> SubscriptionBuilder<'b> {
     /// default). Every 10 s each instance reads one other instance's member row in turn (a
     /// single small read, whatever the number of shards) and weighs its handler time over its
     /// [`capacity`](Self::capacity) against what it knows of the others; the heaviest make
-    /// one move at a time (up to 4 shards, filling the taker no further than the fleet's mean),
-    /// gracefully (nothing is delivered twice), to the instance the move relieves most, when
-    /// that leaves it more than 8 % below the giver and beyond the noise of the two figures. A
-    /// shard moves at most
+    /// one move at a time (up to 4 shards, those after the first only while the taker stays at
+    /// or below the fleet's mean), gracefully (nothing is delivered twice), to the instance the
+    /// move relieves most, when that leaves it more than 8 % below the giver and beyond the
+    /// noise of the two figures (at most another 8 %). A shard moves at most
     /// once in three minutes; on a stream whose shards cost alike, the shares come out as by
-    /// count within 8 %. Turn it on for every instance of the stream: an instance without it
+    /// count within 8 % (idle, or many records a minute; a few slow records a minute, within
+    /// 16 %). Turn it on for every instance of the stream: an instance without it
     /// asks for shards by count and undoes moves by load. See `docs/leases.md`, "Balancing by
     /// load".
     pub fn balance_by_load(mut self) -> Self {

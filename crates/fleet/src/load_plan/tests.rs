@@ -184,7 +184,7 @@ fn a_member_far_above_its_taker_sheds_several_shards_in_one_move() {
 #[test]
 fn a_move_fills_its_taker_no_further_than_the_mean() {
     // Ten hot shards on one member (12,600 with their own weight) in a fleet whose mean is
-    // 3,204 (3.204 a thousandth of capacity): paired with a member at 1,563, evening the two would hand it four hot shards,
+    // 3,204 (3.204 a thousandth of capacity: `fill`, as given here): paired with a member at 1,563, evening the two would hand it four hot shards,
     // leaving it at twice the mean; one shard leaves it at 2,823, and a second would take it
     // past the mean.
     let hot: Vec<(String, u64)> = (0..10).map(|i| (format!("hot-{i}"), 1_200)).collect();
@@ -230,6 +230,16 @@ fn a_move_clears_the_noise_of_the_pair() {
         Side::of(&load).unwrap()
     };
     assert_eq!(bundle(many(18_000), many(16_000), &mine, f64::MAX), ["a"]);
+    // Four shards alike of 6 records a minute at 5 s each, three on one member: each figure's
+    // noise is most of it (90,000 over the root of 18 records), but the margin is at most
+    // another 8 % of the giver (75,750 a capacity): one shard moves, and the pair is even.
+    let slow = |shards: u64| {
+        let mut load = Load::new(6 * shards, 0, 30_000 * shards).with_capacity(1_000);
+        load.shards = Some(shards);
+        Side::of(&load).unwrap()
+    };
+    let four = shards(&[("s0", 30_000), ("s1", 30_000), ("s2", 30_000)]);
+    assert_eq!(bundle(slow(3), slow(1), &four, f64::MAX), ["s0"]);
 }
 
 #[test]
