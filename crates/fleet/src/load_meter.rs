@@ -46,6 +46,18 @@ struct Rates {
     busy: f64,
 }
 
+impl Rates {
+    /// `(self + other * seconds) / over`, field by field: counts of a span plus `other`'s
+    /// rates for `seconds` more, as rates over `over` seconds.
+    fn with(self, other: Rates, seconds: f64, over: f64) -> Rates {
+        Rates {
+            records: (self.records + other.records * seconds) / over,
+            bytes: (self.bytes + other.bytes * seconds) / over,
+            busy: (self.busy + other.busy * seconds) / over,
+        }
+    }
+}
+
 /// One holding's averaged load.
 #[derive(Debug)]
 pub(crate) struct LoadMeter {
@@ -106,19 +118,8 @@ impl LoadMeter {
         let window = WINDOW.as_secs_f64();
         self.rates = Some(match self.prior {
             // Younger than a window: the rest of it at what the last holder measured.
-            Some(prior) if span < window => {
-                let before = window - span;
-                Rates {
-                    records: (counted.records + prior.records * before) / window,
-                    bytes: (counted.bytes + prior.bytes * before) / window,
-                    busy: (counted.busy + prior.busy * before) / window,
-                }
-            }
-            _ => Rates {
-                records: counted.records / span,
-                bytes: counted.bytes / span,
-                busy: counted.busy / span,
-            },
+            Some(prior) if span < window => counted.with(prior, window - span, window),
+            _ => counted.with(Rates::default(), 0.0, span),
         });
         self.load()
     }

@@ -9,6 +9,24 @@ fn side(busy: u64, shards: u64, capacity: u64) -> Side {
     Side::of(&load).unwrap()
 }
 
+/// A member's side from its records and handler time a minute (so its noise is known), at the
+/// default capacity.
+fn measured(records: u64, busy: u64, shards: u64) -> Side {
+    let mut load = Load::new(records, 0, busy).with_capacity(1_000);
+    load.shards = Some(shards);
+    Side::of(&load).unwrap()
+}
+
+/// `n` shards alike of `busy` each, named `{prefix}-{i}`.
+fn alike(prefix: &str, n: usize, busy: u64) -> Vec<Movable> {
+    (0..n)
+        .map(|i| Movable {
+            shard: format!("{prefix}-{i}"),
+            load: Load::new(0, 0, busy),
+        })
+        .collect()
+}
+
 /// The first shard of the move [`bundle`] plans, if any: the one shard a move gives when the
 /// pair is near even after it.
 fn choose(giver: Side, taker: Side, movable: &[Movable]) -> Option<&str> {
@@ -149,10 +167,8 @@ fn a_member_far_above_its_taker_sheds_several_shards_in_one_move() {
     // weight): against a taker 9,000 lighter, four cold shards go in one move (the pair then
     // 14,300 and 13,780; a fifth would make the taker the heavier), where one a move took
     // four comparisons and hand-overs.
-    let mut busy = vec![("hot", 10_000)];
-    let cold: Vec<String> = (0..8).map(|i| format!("cold-{i}")).collect();
-    busy.extend(cold.iter().map(|c| (c.as_str(), 1_000)));
-    let mine = shards(&busy);
+    let mut mine = shards(&[("hot", 10_000)]);
+    mine.extend(alike("cold", 8, 1_000));
     let (giver, taker) = (side(18_000, 9, 1_000), side(9_000, 9, 1_000));
     assert_eq!(
         bundle(giver, taker, &mine, f64::MAX),
@@ -166,12 +182,11 @@ fn a_member_far_above_its_taker_sheds_several_shards_in_one_move() {
     assert!(bundle(giver, side(17_000, 9, 1_000), &mine, f64::MAX).is_empty());
     // Never more than `BUNDLE_MOST`: twelve cold shards against an empty taker would be even
     // at six.
-    let twelve: Vec<(String, u64)> = (0..12).map(|i| (format!("c{i:02}"), 1_000)).collect();
-    let twelve: Vec<(&str, u64)> = twelve.iter().map(|(c, b)| (c.as_str(), *b)).collect();
+    let twelve = alike("c", 12, 1_000);
     let far = bundle(
         side(12_000, 12, 1_000),
         side(0, 0, 1_000),
-        &shards(&twelve),
+        &twelve,
         f64::MAX,
     )
     .len();
@@ -184,12 +199,10 @@ fn a_member_far_above_its_taker_sheds_several_shards_in_one_move() {
 #[test]
 fn a_move_fills_its_taker_no_further_than_the_mean() {
     // Ten hot shards on one member (12,600 with their own weight) in a fleet whose mean is
-    // 3,204 (3.204 a thousandth of capacity: `fill`, as given here): paired with a member at 1,563, evening the two would hand it four hot shards,
-    // leaving it at twice the mean; one shard leaves it at 2,823, and a second would take it
-    // past the mean.
-    let hot: Vec<(String, u64)> = (0..10).map(|i| (format!("hot-{i}"), 1_200)).collect();
-    let hot: Vec<(&str, u64)> = hot.iter().map(|(c, b)| (c.as_str(), *b)).collect();
-    let mine = shards(&hot);
+    // 3,204 (3.204 a thousandth of capacity: `fill`, as given here): paired with a member at
+    // 1,563, evening the two would hand it four hot shards, leaving it at twice the mean; one
+    // shard leaves it at 2,823, and a second would take it past the mean.
+    let mine = alike("hot", 10, 1_200);
     let (giver, taker) = (side(12_000, 10, 1_000), side(1_023, 9, 1_000));
     assert_eq!(bundle(giver, taker, &mine, 3.204), ["hot-0"]);
     assert_eq!(bundle(giver, taker, &mine, f64::MAX).len(), BUNDLE_MOST);
@@ -213,33 +226,22 @@ fn a_move_clears_the_noise_of_the_pair() {
     // handler time (520 and 462): the pair's difference carries 695 of chance, so the taker
     // must end below 15,975, and nothing moves.
     let mine = shards(&[("a", 300), ("b", 17_700)]);
-    let noisy = |busy: u64, shards: u64| {
-        let mut load = Load::new(1_200, 0, busy).with_capacity(1_000);
-        load.shards = Some(shards);
-        Side::of(&load).unwrap()
-    };
-    let (giver, taker) = (noisy(18_000, 2), noisy(16_000, 2));
+    let (giver, taker) = (measured(1_200, 18_000, 2), measured(1_200, 16_000, 2));
     assert!((giver.noise - 519.6).abs() < 1.0, "{giver:?}");
     assert_eq!(bundle(giver, taker, &mine, f64::MAX), Vec::<&str>::new());
     // The same figures measured on many more records (or none: no noise known) move it.
     let (giver, taker) = (side(18_000, 2, 1_000), side(16_000, 2, 1_000));
     assert_eq!(bundle(giver, taker, &mine, f64::MAX), ["a"]);
-    let many = |busy: u64| {
-        let mut load = Load::new(120_000, 0, busy).with_capacity(1_000);
-        load.shards = Some(2);
-        Side::of(&load).unwrap()
-    };
-    assert_eq!(bundle(many(18_000), many(16_000), &mine, f64::MAX), ["a"]);
+    let (giver, taker) = (measured(120_000, 18_000, 2), measured(120_000, 16_000, 2));
+    assert_eq!(bundle(giver, taker, &mine, f64::MAX), ["a"]);
     // Four shards alike of 6 records a minute at 5 s each, three on one member: each figure's
     // noise is most of it (90,000 over the root of 18 records), but the margin is at most
     // another 8 % of the giver (75,750 a capacity): one shard moves, and the pair is even.
-    let slow = |shards: u64| {
-        let mut load = Load::new(6 * shards, 0, 30_000 * shards).with_capacity(1_000);
-        load.shards = Some(shards);
-        Side::of(&load).unwrap()
-    };
-    let four = shards(&[("s0", 30_000), ("s1", 30_000), ("s2", 30_000)]);
-    assert_eq!(bundle(slow(3), slow(1), &four, f64::MAX), ["s0"]);
+    let (giver, taker) = (measured(18, 90_000, 3), measured(6, 30_000, 1));
+    assert_eq!(
+        bundle(giver, taker, &alike("s", 3, 30_000), f64::MAX),
+        ["s-0"]
+    );
 }
 
 #[test]
