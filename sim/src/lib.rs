@@ -11,7 +11,10 @@
 //! that are slow, fail and panic, and an operator's moves (a row released, or reset to
 //! `TRIM_HORIZON` or an earlier sequence number, from a live holder). A quarter of the seeds
 //! start from a lease table the KCL import wrote ([`Import`]): counter-1 rows at the KCL's
-//! checkpoints, one or two levels of splits below them with no rows, a trimmed parent.
+//! checkpoints, one or two levels of splits below them with no rows, a trimmed parent. Half of the
+//! seeds balance by load ([`Balance`]) on every instance or on about half of them, on 4 shards more
+//! and a third of them costing their handlers five times as much, so the load planner's moves
+//! and exchanges meet the same faults.
 //!
 //! Everything runs on one thread on tokio's paused clock with every random choice drawn from
 //! the seed, so a seed replays exactly (`cargo xtask sim --seed N`). Faults run for 90
@@ -49,7 +52,7 @@ mod world;
 
 use std::hash::{Hash, Hasher};
 
-pub use plan::{Fault, Import, Mode, Plan, Start};
+pub use plan::{Balance, Fault, Import, Mode, Plan, Start};
 pub use record::Recorder;
 pub use world::{Stats, CALM_PUTS, FAULT_PHASE, SETTLE_BOUND, SETTLE_CAP};
 

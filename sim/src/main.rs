@@ -81,12 +81,21 @@ fn main() -> ExitCode {
     let mut failed = Vec::new();
     let mut faults = std::collections::BTreeMap::<String, u64>::new();
     let (mut puts, mut handled, mut dups, mut calm) = (0u64, 0u64, 0u64, 0u64);
+    // Hand-overs, in seeds balanced by count and in those balanced by load (some
+    // instances or all).
+    let (mut by_load, mut load_hand_overs, mut count_hand_overs) = (0u64, 0u64, 0u64);
     for seed in from..from + count {
         let report = watched(seed);
         puts += report.stats.puts;
         handled += report.stats.handled;
         dups += report.stats.duplicates;
         calm += u64::from(report.plan.is_calm());
+        if report.plan.balance == kinesis_sim::Balance::Count {
+            count_hand_overs += report.stats.hand_overs;
+        } else {
+            by_load += 1;
+            load_hand_overs += report.stats.hand_overs;
+        }
         for (k, v) in &report.stats.injected {
             *faults.entry(k.clone()).or_default() += v;
         }
@@ -104,11 +113,12 @@ fn main() -> ExitCode {
         }
     }
     println!(
-        "campaign: seeds {from}..{}: {} passed, {} failed{}; {calm} calm seeds; {puts} records put, {handled} handled, {dups} handled twice (unplanned faults only); injected {faults:?}; {:.0} s",
+        "campaign: seeds {from}..{}: {} passed, {} failed{}; {calm} calm seeds; hand-overs: {count_hand_overs} in {} seeds balanced by count, {load_hand_overs} in {by_load} balanced by load on some instance or all; {puts} records put, {handled} handled, {dups} handled twice (unplanned faults only); injected {faults:?}; {:.0} s",
         from + count,
         count - failed.len() as u64,
         failed.len(),
         if failed.is_empty() { String::new() } else { format!(" {failed:?}") },
+        count - by_load,
         started.elapsed().as_secs_f64()
     );
     if failed.is_empty() {

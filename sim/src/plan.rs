@@ -221,7 +221,7 @@ pub struct Plan {
     pub seed: u64,
     /// Brokers started at the beginning (2 to 6).
     pub brokers: usize,
-    /// Shards the stream is created with (1 to 4).
+    /// Shards the stream is created with (1 to 4; 5 to 8 when balanced by load).
     pub shards: u32,
     /// Split one shard before any broker starts (a stream resharded before the subscription).
     pub resharded_before: bool,
@@ -246,6 +246,26 @@ pub struct Plan {
     /// Quiet idle shards: off, on or mixed, a third of the seeds each (from a hash of the
     /// seed, so no other part of any seed's plan changes).
     pub quiet: Quiet,
+    /// How shards are balanced: by count (the default) in half of the seeds, by load
+    /// (`balance_by_load()`) on every instance in a third, and on about half the instances in a
+    /// sixth (a rolling deploy turning the option on), from another hash of the seed: the
+    /// planner's moves and exchanges (marks on the taker's rows, hand-overs both ways) meet
+    /// every fault. Where any instance balances by load, the stream has 4 shards more and a
+    /// third of the shards cost their handlers five times as much, so that loads differ and
+    /// moves happen.
+    pub balance: Balance,
+}
+
+/// How the instances of a seed balance shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// By count: the default.
+    Count,
+    /// By load, every instance.
+    Load,
+    /// By load on the instances whose owner id's digits sum to an odd number, by count on
+    /// the others (a rolling deploy turning the option on: both kinds meet).
+    Mixed,
 }
 
 impl Plan {
@@ -300,10 +320,17 @@ impl Plan {
             3 => Mode::Batch,
             _ => Mode::BatchWorkers,
         };
+        let balance = match mix(seed ^ 0xd000) % 6 {
+            0 | 1 => Balance::Load,
+            2 => Balance::Mixed,
+            _ => Balance::Count,
+        };
         Self {
             seed,
             brokers: rng.usize(2..=6),
-            shards: rng.u32(1..=4),
+            // Balanced by load, 4 shards more: with as many brokers as shards or more, no move
+            // is worth making.
+            shards: rng.u32(1..=4) + if balance == Balance::Count { 0 } else { 4 },
             resharded_before: rng.bool(),
             start,
             mode,
@@ -326,6 +353,7 @@ impl Plan {
                 1 => Quiet::On,
                 _ => Quiet::Mixed,
             },
+            balance,
         }
     }
 
@@ -353,7 +381,7 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} brokers, {} shards{}{}, start {:?}, mode {:?}{}{}{}{}, faults {:?}{}",
+            "seed {}: {} brokers, {} shards{}{}, start {:?}, mode {:?}{}{}{}{}{}, faults {:?}{}",
             self.seed,
             self.brokers,
             self.shards,
@@ -384,6 +412,11 @@ impl fmt::Display for Plan {
                 Quiet::Off => "",
                 Quiet::On => ", quiet idle shards",
                 Quiet::Mixed => ", quiet idle shards on every other instance",
+            },
+            match self.balance {
+                Balance::Count => "",
+                Balance::Load => ", balanced by load",
+                Balance::Mixed => ", balanced by load on some instances",
             },
             self.faults,
             if self.is_calm() { " [calm]" } else { "" }

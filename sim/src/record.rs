@@ -281,6 +281,11 @@ impl Recorder {
         self.lock().liveness.fault(now, now.saturating_add(ms));
     }
 
+    /// A fault that legitimately delayed reading ran from `from` to `to` (ms since the start).
+    pub fn delaying_fault_between(&self, from: u64, to: u64) {
+        self.lock().liveness.fault(from, to);
+    }
+
     /// `shard`'s holder began a graceful shutdown.
     pub fn draining(&self, shard: &str) {
         self.lock().liveness.draining(shard);

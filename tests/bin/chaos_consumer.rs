@@ -20,7 +20,7 @@ use std::time::Duration;
 use kinesis_broker::lease::LeaseStore;
 use kinesis_broker::{Broker, Delivery, DynamoLeaseStore, StartAt};
 use kinesis_lease_core::{
-    BoxFuture, Checkpoint, Epochs, Holder, Lease, LeaseKey, LeaseResult, Outcome, Take,
+    BoxFuture, Checkpoint, Epochs, Holder, Lease, LeaseKey, LeaseResult, Load, Outcome, Take,
 };
 
 /// The DynamoDB store, with every checkpoint write that landed logged (`CKPT`, the shard,
@@ -76,6 +76,27 @@ impl LeaseStore for CheckpointLog {
         Box::pin(async move {
             let sent = unix_ms();
             let out = self.inner.renew(key, holder, ttl, checkpoint).await;
+            self.note(key, checkpoint, sent, &out);
+            out
+        })
+    }
+    // Forwarded with the load (the trait's default drops it, and the loads would never reach
+    // the table: the simulation's fault layer did so, and its seeds balanced by load shared by
+    // count).
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let sent = unix_ms();
+            let out = self
+                .inner
+                .renew_with_load(key, holder, ttl, checkpoint, load)
+                .await;
             self.note(key, checkpoint, sent, &out);
             out
         })

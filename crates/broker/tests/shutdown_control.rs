@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kinesis_broker::testing::MemoryStream;
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, Publisher, StartAt};
+use kinesis_lease_core::testkit::Outage;
 
 fn counting_broker(
     kinesis: &MemoryStream,
@@ -161,6 +162,62 @@ async fn a_failure_is_not_lost_to_a_shutdown_asked_at_the_same_time() {
         assert!(
             matches!(outcome, Err(kinesis_broker::BrokerError::Subscription { ref stream, .. }) if stream == "s"),
             "{outcome:?}"
+        );
+    }
+}
+
+/// A shutdown that begins while a take round waits on a slow lease table takes nothing more:
+/// the rows that round would have taken are never written, rather than taken after the drain
+/// began and held unread until it ended (the simulation's seed 6695: a leaving instance took
+/// a row freed by another leave, and the shard was read again 11.5 s after that leave).
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_a_slow_take_round_takes_nothing_more() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 4).unwrap();
+    let table = MemoryLeaseTable::new();
+    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(&table)));
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(store)
+        .owner_id("a")
+        .build()
+        .unwrap();
+    broker
+        .subscribe("s")
+        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+        .unwrap();
+    let running = broker.start().await.unwrap();
+    // Alone, an instance takes one row at its first take round and the rest a list interval
+    // later: the table turns slow once the first is held.
+    for _ in 0..100 {
+        if !running.stats().shards("s").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = running.stats();
+    assert_eq!(stats.shards("s").len(), 1, "the first round takes one row");
+    switch.slow(Duration::from_secs(3));
+    let direct = MemoryLeaseStore::over(&table);
+    let before = kinesis_broker::lease::LeaseStore::list(&direct, "s")
+        .await
+        .unwrap();
+    // The next round is waiting on its reads when the shutdown begins.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    running.shutdown().await;
+    let after = kinesis_broker::lease::LeaseStore::list(&direct, "s")
+        .await
+        .unwrap();
+    for row in before.iter().filter(|r| r.owner.is_none()) {
+        let now = after
+            .iter()
+            .find(|r| r.key == row.key)
+            .expect("the row is still listed");
+        assert_eq!(
+            (now.counter, &now.owner),
+            (row.counter, &None),
+            "{} was free when the shutdown began and was never taken: {now:?}",
+            row.key.shard()
         );
     }
 }

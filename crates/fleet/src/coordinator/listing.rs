@@ -121,6 +121,10 @@ impl State {
                 });
             }
             if previous.is_none_or(|seen| seen.counter != row.counter) {
+                let held_since = match previous {
+                    Some(seen) if seen.token == row.token => seen.held_since,
+                    _ => now,
+                };
                 self.observed.insert(
                     shard.to_owned(),
                     Seen {
@@ -129,6 +133,7 @@ impl State {
                         token: row.token.clone(),
                         wanted: row.wanted_by.is_some(),
                         since: now,
+                        held_since,
                         load: row.load,
                     },
                 );

@@ -100,7 +100,11 @@ impl State {
     pub(super) async fn balance_by_load(&mut self) {
         let shared = self.shared.clone();
         let config = &shared.config;
-        if !shared.member.borrow().may_take() {
+        // Shutting down (no new leases): no move, and no exchange, whose marks would hand rows
+        // here that nobody reads until the drain ends.
+        if !shared.member.borrow().may_take()
+            || *shared.phase.borrow() != kinesis_shard_reader::Phase::Running
+        {
             return;
         }
         let now = Instant::now();

@@ -256,6 +256,9 @@ struct Seen {
     /// Whether the row was marked wanted (see `twin`).
     wanted: bool,
     since: Instant,
+    /// Since when this instance has seen the row carry its token: since its holder took it,
+    /// as near as the listings tell (see `take_plan::longest_held`).
+    held_since: Instant,
     /// The load the row showed at the last listing (see `load_balance`'s exchanges).
     load: Option<kinesis_lease_core::Load>,
 }

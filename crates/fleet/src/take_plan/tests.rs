@@ -510,3 +510,33 @@ fn rows_left_free_for_a_round_are_taken_even_past_the_share() {
     let fresh = plan(readable(&rows, |_| false), &fixture.view("c"));
     assert_eq!(fresh.room, 0);
 }
+
+#[test]
+fn an_ask_names_a_row_its_holder_has_held_longest() {
+    let rows: Vec<Lease> = (0..4)
+        .map(|i| row(&format!("s{i}"), Some("b"), Some("t")))
+        .collect();
+    let open: Vec<&Lease> = rows.iter().collect();
+    // s0 and s1 first seen at one listing 20 s ago, s2 at the next listing (a second later:
+    // taken since), s3 taken 5 s ago.
+    let held = |r: &Lease| {
+        Some(match r.key.shard() {
+            "s0" | "s1" => Duration::from_secs(20),
+            "s2" => Duration::from_secs(19),
+            _ => Duration::from_secs(5),
+        })
+    };
+    let named: Vec<&str> = longest_held(&open, held)
+        .iter()
+        .map(|r| r.key.shard())
+        .collect();
+    assert_eq!(named, ["s0", "s1"], "not a row taken since");
+    // A row never listed before counts as held long (nothing says it was just taken).
+    let unknown: Vec<&str> = longest_held(&open, |r| held(r).filter(|_| r.key.shard() != "s3"))
+        .iter()
+        .map(|r| r.key.shard())
+        .collect();
+    assert_eq!(unknown, ["s3"]);
+    let one = longest_held(&open[3..], held);
+    assert_eq!(one.len(), 1, "the only row open is named however new");
+}
