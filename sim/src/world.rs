@@ -193,9 +193,9 @@ pub struct Stats {
     pub injected: BTreeMap<String, u64>,
     /// Store calls failed or whose response was lost.
     pub store_faults: u64,
-    /// Shards a running instance let go whose row then named another instance: hand-overs
-    /// (count balance's, and, balanced by load, the planner's moves and exchanges), and
-    /// releases taken at once by another instance.
+    /// Hand-overs: shards a running instance let go to another running one (the row names it,
+    /// not taken yet, or had been marked wanted by it): count balance's, and, balanced by
+    /// load, the planner's moves and exchanges.
     pub hand_overs: u64,
     /// Seconds from the last put until every expected record was handled.
     pub settle_secs: f64,
@@ -711,17 +711,17 @@ impl World {
         match self.plan.quiet {
             crate::plan::Quiet::Off => false,
             crate::plan::Quiet::On => true,
-            crate::plan::Quiet::Mixed => id.bytes().map(u32::from).sum::<u32>() % 2 == 0,
+            crate::plan::Quiet::Mixed => !odd_id(id),
         }
     }
 
     /// Whether instance `id` balances by load: every instance, none, or (mixed) those whose
-    /// owner id's digits sum to an odd number (the others of `is_quiet`'s mixed rule).
+    /// owner id sums to an odd number (`odd_id`; the others of `is_quiet`'s mixed rule).
     fn by_load(&self, id: &str) -> bool {
         match self.plan.balance {
             crate::plan::Balance::Count => false,
             crate::plan::Balance::Load => true,
-            crate::plan::Balance::Mixed => id.bytes().map(u32::from).sum::<u32>() % 2 == 1,
+            crate::plan::Balance::Mixed => odd_id(id),
         }
     }
 
@@ -1875,6 +1875,13 @@ fn futures_now<F: std::future::Future>(future: F) -> Option<F::Output> {
 
 /// The handlers: record entry and exit, take a random time, and (when planned) fail or panic
 /// at most twice per record, decided by the seed.
+/// Whether the bytes of owner id `id` sum to an odd number: the half of the instances that a
+/// mixed setting (quiet idle shards, balancing by load) sets apart, the same for an id reused
+/// after a crash.
+fn odd_id(id: &str) -> bool {
+    id.bytes().map(u32::from).sum::<u32>() % 2 == 1
+}
+
 #[derive(Clone)]
 struct Handling {
     rec: Recorder,
