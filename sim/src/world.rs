@@ -40,6 +40,8 @@ pub const SETTLE_CAP: Duration = Duration::from_secs(180);
 const QUIET_CYCLE_MS: u128 = 60_000;
 const QUIET_BURST_MS: u128 = 10_000;
 const MAX_UNSETTLED: u64 = 10_000;
+/// The lease, in ms (the brokers' default).
+const LEASE_MS: u64 = 10_000;
 /// At most this many brokers run at once.
 const MAX_BROKERS: usize = 6;
 /// At most this many open shards.
@@ -1522,6 +1524,19 @@ impl World {
                 .iter()
                 .any(|i| i.id == id && i.running.is_some())
         };
+        // A taker whose id a process left (crashed or ended) within a lease may be the one that
+        // asked and crashed, the row waiting for its burial or for a restart with its id (seed
+        // 14666: handed 41 ms after its asker crashed, a restart with the id refused): such a
+        // move counts from its taker's first sight, as before.
+        let now_ms = self.rec.now_ms();
+        let settled = |id: &str| {
+            self.ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(id)
+                .and_then(|l| l.departed_ms)
+                .is_none_or(|d| now_ms.saturating_sub(d) > LEASE_MS)
+        };
         for (id, shard) in dropped {
             let Ok(key) = LeaseKey::new(STREAM, &shard) else {
                 continue;
@@ -1530,6 +1545,7 @@ impl World {
                 Ok(Some(row)) => row.owner.as_deref().is_some_and(|owner| {
                     owner != id
                         && running(owner)
+                        && settled(owner)
                         && (row.token.is_none()
                             || self.wanted_by.get(&shard).is_some_and(|w| w == owner))
                 }),
