@@ -14,7 +14,18 @@
 //! The CPU comparison held to its target runs on `canned_kinesis` (this package), a Kinesis
 //! endpoint whose answers cost the same every time; the same comparison on kinesis-local follows
 //! it. `DRAIN_CPU_ONLY=1` runs only the CPU comparisons, `DRAIN_CPU_ONLY=canned` only the
-//! canned one (no emulator needed).
+//! canned one (no emulator needed). `DRAIN_CPU_SIDE=raw`, `serial` or `by_key` runs only that
+//! side in each round and prints no ratios: for a profiler's samples of one side alone.
+//!
+//! Last, **instructions per 1,000 records** on the canned endpoint, counted by valgrind's
+//! cachegrind (`DRAIN_CPU_ONLY=instructions` runs only these): each side drains in this binary
+//! run under valgrind once for one round and once for three, and the difference (two rounds,
+//! without the process's own start) over 40,000 records is its figure. Unlike CPU time on this
+//! 2-core VM, which swings 10 % from round to round, the count repeats to within 0.1 %, so a
+//! change of a few per cent in the broker's own work shows; it does not see what costs time
+//! without instructions (threads parking and waking, cache lines moving between cores, which
+//! valgrind, running one thread at a time, does not have), so the CPU ratios above stay the
+//! target. Skipped, saying so, when valgrind is not installed.
 //!
 //! Needs `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB` (`cargo xtask bench`).
 
@@ -159,10 +170,17 @@ enum CpuMode {
     ByKey,
 }
 
+/// What a CPU run's handler counts: records handled, the last one's signal, and the process's
+/// CPU time when the first was handled (what starting took).
+struct Counted {
+    handled: AtomicUsize,
+    done: tokio::sync::Notify,
+    first: std::sync::OnceLock<(Duration, Instant)>,
+}
+
 /// Drains the stream with a broker in `mode` (memory store, nothing else running): the
 /// process's CPU time it took.
 async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode) -> CpuRun {
-    let handled = Arc::new(AtomicUsize::new(0));
     let mut broker = Broker::builder()
         .sdk_config(config)
         .lease_store(MemoryLeaseStore::new())
@@ -176,22 +194,24 @@ async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode)
         CpuMode::Serial => sub,
         CpuMode::ByKey => sub.workers(4).by_key(),
     };
-    let h = handled.clone();
-    let done = Arc::new(tokio::sync::Notify::new());
-    let d2 = done.clone();
-    // The process's CPU time when the first record was handled: what starting took.
-    let first = Arc::new(std::sync::OnceLock::new());
-    let f2 = first.clone();
+    // What the handler counts, in one `Arc` (a handler's future is `'static`, so it clones
+    // what it uses once per record; the raw loop clones nothing per record).
+    let counted = Arc::new(Counted {
+        handled: AtomicUsize::new(0),
+        done: tokio::sync::Notify::new(),
+        first: std::sync::OnceLock::new(),
+    });
+    let c = counted.clone();
     sub.handle(move |d: Delivery| {
-        let (h, done, first) = (h.clone(), d2.clone(), f2.clone());
+        let c = c.clone();
         async move {
             std::hint::black_box(d.payload().len());
-            let n = h.fetch_add(1, Ordering::SeqCst);
+            let n = c.handled.fetch_add(1, Ordering::SeqCst);
             if n == 0 {
-                let _ = first.set((cpu_time(), Instant::now()));
+                let _ = c.first.set((cpu_time(), Instant::now()));
             }
             if n + 1 == RECORDS {
-                done.notify_one();
+                c.done.notify_one();
             }
             Ok::<(), std::io::Error>(())
         }
@@ -199,10 +219,10 @@ async fn broker_cpu(config: &aws_config::SdkConfig, stream: &str, mode: CpuMode)
     .expect("subscribe");
     let (cpu, wall) = (cpu_time(), Instant::now());
     let running = broker.start().await.expect("start");
-    tokio::time::timeout(Duration::from_secs(300), done.notified())
+    tokio::time::timeout(Duration::from_secs(300), counted.done.notified())
         .await
         .expect("drain stalled");
-    let run = CpuRun::measured(cpu, wall, first.get().copied());
+    let run = CpuRun::measured(cpu, wall, counted.first.get().copied());
     run.print(&format!("broker {mode:?}"));
     running.shutdown().await;
     run
@@ -286,6 +306,17 @@ async fn cpu_figures(source: CpuSource<'_>) {
     } = source;
     let (mut raw_runs, mut serial, mut by_key) = (Vec::new(), Vec::new(), Vec::new());
     println!("CPU per 1,000 records, stream on {label}:");
+    if let Ok(side) = std::env::var("DRAIN_CPU_SIDE") {
+        for _ in 0..rounds {
+            match side.as_str() {
+                "raw" => drop(raw_cpu(config, stream).await),
+                "serial" => drop(broker_cpu(config, stream, CpuMode::Serial).await),
+                "by_key" => drop(broker_cpu(config, stream, CpuMode::ByKey).await),
+                other => panic!("DRAIN_CPU_SIDE={other}: raw, serial or by_key"),
+            }
+        }
+        return;
+    }
     for round in 0..rounds {
         raw_runs.push(raw_cpu(config, stream).await);
         serial.push(broker_cpu(config, stream, CpuMode::Serial).await);
@@ -387,6 +418,83 @@ impl Drop for CannedKinesis {
     }
 }
 
+/// Instructions one run of this binary under cachegrind executed to drain the canned stream
+/// `rounds` times on `side` (`raw`, `serial` or `by_key`); `None` when valgrind cannot run.
+fn instructions(side: &str, rounds: usize) -> Option<u64> {
+    let exe = std::env::current_exe().ok()?;
+    let out_file = std::env::temp_dir().join(format!(
+        "drain-cachegrind-{}-{side}-{rounds}.out",
+        std::process::id()
+    ));
+    let output = std::process::Command::new("valgrind")
+        .arg("--tool=cachegrind")
+        .arg("--cache-sim=no")
+        .arg(format!("--cachegrind-out-file={}", out_file.display()))
+        .arg(&exe)
+        .env("DRAIN_CPU_ONLY", "canned")
+        .env("DRAIN_CPU_SIDE", side)
+        .env("DRAIN_CPU_ROUNDS", rounds.to_string())
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&out_file);
+    if !output.status.success() {
+        eprintln!(
+            "valgrind on the {side} side failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        return None;
+    }
+    // `==pid== I   refs:      855,857,892`
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .find_map(|line| {
+            line.split_once("I   refs:")
+                .map(|(_, n)| n.trim().replace(',', ""))
+        })
+        .and_then(|n| n.parse().ok())
+}
+
+/// Instructions per 1,000 records on the canned endpoint, per side, and each broker mode's
+/// ratio to the raw loop (see the module's docs).
+fn instruction_figures() {
+    let available = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !available {
+        println!("instructions per 1,000 records: skipped (valgrind is not installed)");
+        return;
+    }
+    let mut per_thousand = Vec::new();
+    for side in ["raw", "serial", "by_key"] {
+        let (Some(one), Some(three)) = (instructions(side, 1), instructions(side, 3)) else {
+            println!("instructions per 1,000 records: skipped (valgrind failed on {side})");
+            return;
+        };
+        let per = three.saturating_sub(one) as f64 / (2 * RECORDS) as f64 * 1_000.0;
+        println!("  {side}: {one} instructions for one round, {three} for three");
+        per_thousand.push(per);
+    }
+    let raw = per_thousand[0];
+    figure(
+        "drain instructions (canned endpoint): raw GetRecords loop",
+        &format!("{:.0}k / 1,000 records", raw / 1e3),
+        "baseline",
+        None,
+    );
+    for (name, per) in [
+        ("serial", per_thousand[1]),
+        ("workers(4).by_key()", per_thousand[2]),
+    ] {
+        figure(
+            &format!("drain instructions (canned endpoint): broker {name}"),
+            &format!("{:.0}k / 1,000 records = {:.3}x raw", per / 1e3, per / raw),
+            "(the CPU ratio is the target)",
+            None,
+        );
+    }
+}
+
 /// Rounds of `DRAIN_CPU_ROUNDS` (or `default`).
 fn rounds(default: usize) -> usize {
     std::env::var("DRAIN_CPU_ROUNDS")
@@ -420,6 +528,11 @@ async fn all_cpu_figures(config: &aws_config::SdkConfig, stream: &str) {
 fn main() {
     let runtime = kinesis_bench::runtime();
     runtime.block_on(async {
+        // `DRAIN_CPU_ONLY=instructions`: the instruction counts alone (no emulator).
+        if std::env::var("DRAIN_CPU_ONLY").as_deref() == Ok("instructions") {
+            instruction_figures();
+            return;
+        }
         // `DRAIN_CPU_ONLY=canned`: the CPU comparison on the canned endpoint alone (no emulator).
         if std::env::var("DRAIN_CPU_ONLY").as_deref() == Ok("canned") {
             let canned = CannedKinesis::start().await;
@@ -442,6 +555,7 @@ fn main() {
 
         if std::env::var_os("DRAIN_CPU_ONLY").is_some() {
             all_cpu_figures(&config, &stream).await;
+            instruction_figures();
             return;
         }
         let c = raw(&client, &stream).await;
@@ -494,5 +608,6 @@ fn main() {
         let gap = gap_a.max(gap_b).max(gap_full);
         all_cpu_figures(&config, &stream).await;
         figure("drain: longest renewal gap", &format!("{:.2} s (full channel {:.2} s)", gap.as_secs_f64(), gap_full.as_secs_f64()), "< 4 s", Some(gap < Duration::from_secs(4)));
+        instruction_figures();
     });
 }

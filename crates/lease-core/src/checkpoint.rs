@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::digits::{all_digits, Digits};
 use crate::LeaseError;
 
 /// A Kinesis sequence number, optionally with the subsequence of a de-aggregated KPL record.
@@ -17,11 +18,11 @@ use crate::LeaseError;
 /// Sequence numbers are decimal strings of up to 128 bits; they order numerically, which this
 /// type's [`Ord`] does (leading zeros ignored), then by subsequence (none sorts first).
 ///
-/// Cloning is cheap (the digits are shared): readers and settlement copy sequence numbers on
-/// every record.
+/// Cloning is cheap and allocates nothing for numbers of up to 62 digits (Kinesis's are 56):
+/// readers and settlement copy sequence numbers on every record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SequenceNumber {
-    number: std::sync::Arc<str>,
+    number: Digits,
     subsequence: Option<u64>,
 }
 
@@ -33,21 +34,21 @@ impl SequenceNumber {
     /// [`LeaseError::InvalidCheckpoint`] when `number` is empty or not all ASCII digits.
     pub fn new(number: impl AsRef<str>, subsequence: Option<u64>) -> Result<Self, LeaseError> {
         let number = number.as_ref();
-        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        if !all_digits(number) {
             return Err(LeaseError::InvalidCheckpoint {
                 input: number.to_owned(),
                 reason: "a sequence number is a non-empty string of decimal digits",
             });
         }
         Ok(Self {
-            number: number.into(),
+            number: Digits::new(number),
             subsequence,
         })
     }
 
     /// The decimal digits, as Kinesis returned them.
     pub fn number(&self) -> &str {
-        &self.number
+        self.number.as_str()
     }
 
     /// The subsequence within an aggregated record, if any.
@@ -64,7 +65,7 @@ impl SequenceNumber {
     }
 
     fn significant(&self) -> &str {
-        let trimmed = self.number.trim_start_matches('0');
+        let trimmed = self.number().trim_start_matches('0');
         if trimmed.is_empty() {
             "0"
         } else {
@@ -92,8 +93,8 @@ impl PartialOrd for SequenceNumber {
 impl fmt::Display for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.subsequence {
-            Some(sub) => write!(f, "{}/{}", self.number, sub),
-            None => f.write_str(&self.number),
+            Some(sub) => write!(f, "{}/{}", self.number(), sub),
+            None => f.write_str(self.number()),
         }
     }
 }

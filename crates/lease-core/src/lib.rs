@@ -17,6 +17,7 @@
 mod backoff;
 mod checkpoint;
 mod clock;
+mod digits;
 mod epochs;
 mod error;
 mod holder;

@@ -137,6 +137,18 @@ impl Reader {
             || self.settlement.is_revoked()
     }
 
+    /// [`stopping`](Self::stopping) for a reader that found it false earlier in this page:
+    /// a watch's value is looked at (a read lock on a line every shard's reader shares) only
+    /// once it moved since this reader's receiver was made, which one atomic load tells.
+    /// Nothing here marks a value seen, so a move is never missed; a value that was already
+    /// not `Reading` (or not `Running`) when the receiver was made was found by the full check.
+    fn stopping_since_checked(&self) -> bool {
+        self.settlement.is_revoked()
+            || (self.signal.has_changed().unwrap_or(true)
+                && *self.signal.borrow() != Signal::Reading)
+            || (self.phase.has_changed().unwrap_or(true) && *self.phase.borrow() != Phase::Running)
+    }
+
     /// Runs `fut` unless the reader must stop first.
     pub(crate) async fn or_stop<F: Future>(&mut self, fut: F) -> Result<F::Output, Stop> {
         if self.stopping() {
@@ -267,8 +279,15 @@ impl Reader {
         at: &mut Delivered,
     ) -> Result<(), Stop> {
         let max_unsettled = self.context.config.max_unsettled;
+        if self.stopping() {
+            return Err(Stop::Stopped);
+        }
         let mut quiet = self.feed.quietly();
         let mut left = page.len();
+        // Room left in the settlement window, counted down here and read again (a lock on the
+        // window the handlers settle in) only once it runs out: records only leave the window
+        // meanwhile, and this reader is the shard's only sender.
+        let mut room = 0;
         for record in page {
             at.records.clear();
             expand_into(record, self.hash_range, &self.kpl, &mut at.records);
@@ -285,11 +304,16 @@ impl Reader {
                     // Past the checkpoint (or the last delivered record): read on as usual.
                     at.skip_upto = None;
                 }
-                if !self.has_room(max_unsettled) {
-                    quiet.flush();
-                    self.wait_for_room(max_unsettled).await?;
+                if room == 0 {
+                    room = self.room(max_unsettled);
+                    while room == 0 {
+                        quiet.flush();
+                        self.wait_for_room(max_unsettled).await?;
+                        room = self.room(max_unsettled);
+                    }
                 }
-                if self.stopping() {
+                room -= 1;
+                if self.stopping_since_checked() {
                     return Err(Stop::Stopped);
                 }
                 let sequence = record.sequence.clone();
@@ -331,7 +355,12 @@ impl Reader {
 
     /// True while the shard's settlement window has room for another record.
     fn has_room(&self, limit: usize) -> bool {
-        self.settlement.window_len() < limit as u64
+        self.room(limit) > 0
+    }
+
+    /// How many more records the shard's settlement window takes now.
+    fn room(&self, limit: usize) -> u64 {
+        (limit as u64).saturating_sub(self.settlement.window_len())
     }
 
     /// Waits while the shard's settlement window is full, reporting its stuck head once.
