@@ -166,18 +166,20 @@ async fn a_failure_is_not_lost_to_a_shutdown_asked_at_the_same_time() {
     }
 }
 
-/// A shutdown that begins while a take round waits on a slow lease table takes nothing more:
-/// the rows that round would have taken are never written, rather than taken after the drain
-/// began and held unread until it ended (the simulation's seed 6695: a leaving instance took
-/// a row freed by another leave, and the shard was read again 11.5 s after that leave).
-#[tokio::test(start_paused = true)]
-async fn a_shutdown_during_a_slow_take_round_takes_nothing_more() {
+/// Instance "a" alone on stream "s" of 4 shards (handlers that return at once), behind a
+/// switch on its lease table, once its first take round has taken its one row (alone, an
+/// instance takes one row at its first round and the rest a list interval later).
+async fn alone_on_a_switched_table(
+    table: &MemoryLeaseTable,
+) -> (
+    kinesis_broker::RunningBroker,
+    kinesis_lease_core::testkit::OutageSwitch,
+) {
     let kinesis = MemoryStream::new();
     kinesis.create_stream("s", 4).unwrap();
-    let table = MemoryLeaseTable::new();
-    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(&table)));
+    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(table)));
     let mut broker = Broker::builder()
-        .kinesis(kinesis.clone())
+        .kinesis(kinesis)
         .lease_store(store)
         .owner_id("a")
         .build()
@@ -187,16 +189,28 @@ async fn a_shutdown_during_a_slow_take_round_takes_nothing_more() {
         .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
         .unwrap();
     let running = broker.start().await.unwrap();
-    // Alone, an instance takes one row at its first take round and the rest a list interval
-    // later: the table turns slow once the first is held.
     for _ in 0..100 {
         if !running.stats().shards("s").is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stats = running.stats();
-    assert_eq!(stats.shards("s").len(), 1, "the first round takes one row");
+    assert_eq!(
+        running.stats().shards("s").len(),
+        1,
+        "the first round takes one row"
+    );
+    (running, switch)
+}
+
+/// A shutdown that begins while a take round waits on a slow lease table takes nothing more:
+/// the rows that round would have taken are never written, rather than taken after the drain
+/// began and held unread until it ended (the simulation's seed 6695: a leaving instance took
+/// a row freed by another leave, and the shard was read again 11.5 s after that leave).
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_a_slow_take_round_takes_nothing_more() {
+    let table = MemoryLeaseTable::new();
+    let (running, switch) = alone_on_a_switched_table(&table).await;
     switch.slow(Duration::from_secs(3));
     let direct = MemoryLeaseStore::over(&table);
     let before = kinesis_broker::lease::LeaseStore::list(&direct, "s")
@@ -220,4 +234,139 @@ async fn a_shutdown_during_a_slow_take_round_takes_nothing_more() {
             row.key.shard()
         );
     }
+}
+
+/// A take sent before the shutdown began and landing after it is let go at once (released,
+/// the epoch moved), not held unread until the drain ends: a keeper renews a held row while
+/// handlers finish, and this one would never be read. The table turns slow (3 s a call) once
+/// the first row is held, so the next round's take is on its way when the shutdown begins;
+/// a handler that never returns holds the drain for its whole deadline (30 s).
+#[tokio::test(start_paused = true)]
+async fn a_take_that_lands_after_the_shutdown_began_is_let_go_at_once() {
+    const DEADLINE: Duration = Duration::from_secs(30);
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 4).unwrap();
+    // A record in every shard: the first shard read hangs its handler.
+    let mut shards = std::collections::BTreeSet::new();
+    for i in 0.. {
+        shards.insert(kinesis.put("s", &format!("k{i}"), "x").unwrap().shard);
+        if shards.len() == 4 {
+            break;
+        }
+    }
+    let table = MemoryLeaseTable::new();
+    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(&table)));
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(store)
+        .owner_id("a")
+        .shutdown_deadline(DEADLINE)
+        .build()
+        .unwrap();
+    broker
+        .subscribe("s")
+        .start_at(StartAt::TrimHorizon)
+        .handle(|_d: Delivery| async {
+            std::future::pending::<()>().await;
+            Ok::<(), std::io::Error>(())
+        })
+        .unwrap();
+    let running = broker.start().await.unwrap();
+    let direct = MemoryLeaseStore::over(&table);
+    let held_by_a = |rows: &[kinesis_broker::lease::Lease]| -> std::collections::BTreeSet<String> {
+        rows.iter()
+            .filter(|r| r.owner.as_deref() == Some("a"))
+            .map(|r| r.key.shard().to_owned())
+            .collect()
+    };
+    let list = || kinesis_broker::lease::LeaseStore::list(&direct, "s");
+    let mut first = Default::default();
+    for _ in 0..100 {
+        first = held_by_a(&list().await.unwrap());
+        if !first.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(first.len(), 1, "the first round takes one row");
+    switch.slow(Duration::from_secs(3));
+    // The next round reads the epoch and lists (3 s a call), then sends its first take 10 s
+    // after the table turned slow, which lands 3 s later: the shutdown begins in between.
+    tokio::time::sleep(Duration::from_millis(SHUTDOWN_AFTER_MS)).await;
+    let began = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(running.shutdown());
+    // Sampled every 100 ms: when each row was first seen held by "a" after the shutdown
+    // began, and when it was seen free again.
+    let mut taken_at = std::collections::BTreeMap::new();
+    let mut freed_at = std::collections::BTreeMap::new();
+    while !shutdown.is_finished() && began.elapsed() < DEADLINE + Duration::from_secs(10) {
+        let held = held_by_a(&list().await.unwrap());
+        for shard in held.difference(&first) {
+            taken_at.entry(shard.clone()).or_insert(began.elapsed());
+        }
+        for shard in taken_at.keys() {
+            if !held.contains(shard) {
+                freed_at.entry(shard.clone()).or_insert(began.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.await.unwrap();
+    assert!(
+        !taken_at.is_empty(),
+        "a take was on its way when the shutdown began (else this test proves nothing)"
+    );
+    for (shard, taken) in &taken_at {
+        let freed = freed_at.get(shard).copied();
+        assert!(
+            freed.is_some_and(|f| f <= *taken + Duration::from_secs(7)),
+            "{shard}, taken {taken:?} after the shutdown began, was held until {freed:?} \
+             (the drain lasts {DEADLINE:?}): a row nobody reads must go at once"
+        );
+    }
+}
+
+/// When `a_take_that_lands_after_the_shutdown_began_is_let_go_at_once` begins its shutdown,
+/// after the table turned slow: its next take round sends its first take at 10 s, landing at
+/// 13 s (then 16 s and 19 s for the others; the timeline is fixed on paused time).
+const SHUTDOWN_AFTER_MS: u64 = 11_500;
+
+/// A take whose answer is lost, landing after the shutdown began, is never adopted (no listing
+/// runs any more): its row, held under this instance's token with no keeper, is released when
+/// the drain ends instead of being left held (nobody takes a present member's row, and after
+/// the leave it would wait out a lease standing still). The same timeline as
+/// `a_take_that_lands_after_the_shutdown_began_is_let_go_at_once`, the take's answer lost.
+#[tokio::test(start_paused = true)]
+async fn a_take_whose_answer_was_lost_during_the_shutdown_is_released_when_it_ends() {
+    let table = MemoryLeaseTable::new();
+    let (running, switch) = alone_on_a_switched_table(&table).await;
+    let direct = MemoryLeaseStore::over(&table);
+    let held_by_a = || async {
+        kinesis_broker::lease::LeaseStore::list(&direct, "s")
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.owner.as_deref() == Some("a"))
+            .map(|r| r.key.shard().to_owned())
+            .collect::<Vec<_>>()
+    };
+    switch.slow(Duration::from_secs(3));
+    switch.lose_take_answers(true);
+    tokio::time::sleep(Duration::from_millis(SHUTDOWN_AFTER_MS)).await;
+    let shutdown = tokio::spawn(running.shutdown());
+    let mut landed = false;
+    while !shutdown.is_finished() {
+        landed |= held_by_a().await.len() > 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.await.unwrap();
+    assert!(
+        landed,
+        "a take landed (its answer lost) after the shutdown began (else this test proves nothing)"
+    );
+    assert_eq!(
+        held_by_a().await,
+        Vec::<String>::new(),
+        "every row is let go once the shutdown returned"
+    );
 }

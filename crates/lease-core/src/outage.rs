@@ -1,6 +1,7 @@
-//! [`Outage`]: a lease store decorator that fails every call while it is switched off, and
-//! answers late while it is slowed, for tests that stage lost leases and benchmarks that model
-//! a table's latency (feature `testkit`).
+//! [`Outage`]: a lease store decorator that fails every call while it is switched off,
+//! answers late while it is slowed, and loses the answers of takes that landed while told to,
+//! for tests that stage lost leases and lost answers and benchmarks that model a table's
+//! latency (feature `testkit`).
 //!
 //! A store that answers instantly and never fails hides every lease-loss path; an outage
 //! longer than `lease - renew` makes a broker lose its leases exactly as a real table outage
@@ -39,6 +40,7 @@ pub struct Outage {
     inner: Arc<dyn LeaseStore>,
     down: Arc<AtomicBool>,
     latency_us: Arc<AtomicU64>,
+    lose_takes: Arc<AtomicBool>,
 }
 
 /// Switches an [`Outage`] on and off, and sets its latency; clones switch the same store.
@@ -46,6 +48,7 @@ pub struct Outage {
 pub struct OutageSwitch {
     down: Arc<AtomicBool>,
     latency_us: Arc<AtomicU64>,
+    lose_takes: Arc<AtomicBool>,
 }
 
 impl OutageSwitch {
@@ -65,6 +68,12 @@ impl OutageSwitch {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_us.store(micros, Ordering::SeqCst);
     }
+
+    /// While `lose` is true, a take reaches the store and lands (or not) as usual, but its
+    /// answer is lost on the way back: the caller gets [`LeaseError::Unavailable`].
+    pub fn lose_take_answers(&self, lose: bool) {
+        self.lose_takes.store(lose, Ordering::SeqCst);
+    }
 }
 
 impl Outage {
@@ -72,13 +81,19 @@ impl Outage {
     pub fn wrap(inner: Arc<dyn LeaseStore>) -> (Self, OutageSwitch) {
         let down = Arc::new(AtomicBool::new(false));
         let latency_us = Arc::new(AtomicU64::new(0));
+        let lose_takes = Arc::new(AtomicBool::new(false));
         (
             Self {
                 inner,
                 down: down.clone(),
                 latency_us: latency_us.clone(),
+                lose_takes: lose_takes.clone(),
             },
-            OutageSwitch { down, latency_us },
+            OutageSwitch {
+                down,
+                latency_us,
+                lose_takes,
+            },
         )
     }
 
@@ -147,7 +162,19 @@ impl LeaseStore for Outage {
         holder: &'a Holder,
         take: &'a Take,
     ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        forward!(self, "take", self.inner.take(key, holder, take))
+        Box::pin(async move {
+            self.answer_late().await;
+            self.check("take")?;
+            let outcome = self.inner.take(key, holder, take).await;
+            if self.lose_takes.load(Ordering::SeqCst) {
+                return Err(LeaseError::Unavailable {
+                    operation: "take",
+                    resource: key.to_string(),
+                    source: "the take's answer was lost (staged by the test)".into(),
+                });
+            }
+            outcome
+        })
     }
     fn renew<'a>(
         &'a self,

@@ -4,7 +4,8 @@
 //! clock that decides expiry), adopts takes whose answer was lost, and notices a twin (another
 //! process with this owner id).
 
-use kinesis_lease_core::{ErrorChain, Lease};
+use kinesis_lease_core::{ErrorChain, Holder, Lease};
+use kinesis_shard_reader::control::Phase;
 use kinesis_stream_core::ReaderError;
 use std::collections::HashSet;
 use tokio::time::Instant;
@@ -181,14 +182,19 @@ impl State {
         }
     }
 
-    /// Takes whose response was lost and that landed after all: start reading them.
-    pub(super) fn adopt_pending(&mut self, rows: &[Lease]) {
+    /// Takes whose response was lost and that landed after all: start reading them; once
+    /// the shutdown began, returned instead, to be let go at once (`let_go_of_late_take`).
+    pub(super) fn adopt_pending(&mut self, rows: &[Lease]) -> Vec<(Lease, Holder)> {
+        let running = *self.shared.phase.borrow() == Phase::Running;
+        let mut late = Vec::new();
         for row in rows {
             let shard = row.key.shard();
             let Some(pending) = self.pending.remove(shard) else {
                 continue;
             };
-            if row.is_held_with(&pending.holder) {
+            if row.is_held_with(&pending.holder) && !running {
+                late.push((row.clone(), pending.holder));
+            } else if row.is_held_with(&pending.holder) {
                 tracing::info!(%shard, "a take whose response was lost had landed; reading");
                 self.start(
                     row.clone(),
@@ -202,5 +208,6 @@ impl State {
             // Otherwise it did not land (a landed take writes its token, and nobody may take
             // the row again within a lease): the row is considered afresh below.
         }
+        late
     }
 }

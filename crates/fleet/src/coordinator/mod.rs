@@ -522,6 +522,19 @@ impl State {
         // draining is the shutdown's own doing (dispatch ends; its lanes still finish what was
         // routed to them): `release_all` decides when to release, not the channel.
         while self.tasks.join_next().await.is_some() {}
+        // Takes whose answer was lost and that no listing adopted since (none runs once the
+        // shutdown began): a landed one holds its row with no keeper, unread, and nobody takes
+        // a present member's row. Released here, fenced on their token (one that never landed
+        // is refused, and nothing else happens).
+        for (shard, pending) in std::mem::take(&mut self.pending) {
+            let Ok(key) = kinesis_lease_core::LeaseKey::new(config.stream.as_str(), shard.as_str())
+            else {
+                continue;
+            };
+            if self.release_unread(&key, &pending.holder).await {
+                tracing::info!(%shard, "a take whose answer was lost had landed; released unread");
+            }
+        }
         // Every keeper has finished: leave the roster, then let the others see the released
         // rows (and this instance gone) at their next epoch read.
         if let Some((stop, mut task)) = self.member.take() {

@@ -5,7 +5,7 @@
 
 use crate::roster;
 use crate::take_plan;
-use kinesis_lease_core::{ErrorChain, Holder, Lease, Outcome, Take};
+use kinesis_lease_core::{Backoff, ErrorChain, Holder, Lease, LeaseKey, Outcome, Take};
 use kinesis_shard_reader::control::Phase;
 use kinesis_shard_reader::start::{self};
 use std::collections::{HashMap, HashSet};
@@ -32,7 +32,9 @@ impl State {
             shared.fail(error);
             return;
         }
-        self.adopt_pending(&rows);
+        for (row, holder) in self.adopt_pending(&rows) {
+            self.let_go_of_late_take(&row, &holder).await;
+        }
         self.nudge_keepers(&rows);
         // The roster, read after the rows: an owner absent from it held nothing, when the rows
         // were read, that it could still act on (see `roster`).
@@ -329,6 +331,55 @@ impl State {
         }
     }
 
+    /// A take that landed after the shutdown began (it was sent before, or its lost answer is
+    /// found by a listing after): nothing here will read the shard, so the row is released at
+    /// once, keeping the checkpoint the take wrote, and the epoch moves so that the others take
+    /// it at their next epoch read, rather than the row being held unread until the drain ends
+    /// (a keeper renews a held row while handlers finish;
+    /// `a_take_that_lands_after_the_shutdown_began_is_let_go_at_once`).
+    pub(super) async fn let_go_of_late_take(&mut self, lease: &Lease, holder: &Holder) {
+        let shared = self.shared.clone();
+        if self.release_unread(&lease.key, holder).await {
+            tracing::info!(
+                shard = %lease.key.shard(),
+                "a take landed after the shutdown began: released at once, unread"
+            );
+            // No take tick of this instance retries a failed bump any more.
+            shared
+                .bump_epoch_leaving(
+                    &shared.config.stream,
+                    "released a take that landed after the shutdown began",
+                )
+                .await;
+        }
+    }
+
+    /// Releases a row this instance holds under `holder` and never read (keeping its
+    /// checkpoint), retrying failures for at most a lease, as a keeper's last release does: no
+    /// keeper holds it, so nothing else would. True when the release landed; false when the
+    /// row is not held under `holder` (a take that never landed, or the row moved on) or every
+    /// attempt failed (the row is then left as the leave leaves any it could not release).
+    pub(super) async fn release_unread(&self, key: &LeaseKey, holder: &Holder) -> bool {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        let until = Instant::now() + config.lease_duration;
+        loop {
+            match bounded(&shared, "release", shared.store.release(key, holder, None)).await {
+                Ok(Outcome::Written(_)) => return true,
+                Ok(Outcome::Lost(_)) => return false,
+                Err(error) if Instant::now() >= until => {
+                    tracing::warn!(shard = %key.shard(), error = %ErrorChain(&error), "could not release a row taken and never read");
+                    return false;
+                }
+                Err(error) => {
+                    tracing::debug!(shard = %key.shard(), error = %ErrorChain(&error), "release of a row never read failed; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+            }
+        }
+    }
+
     /// Takes `row` as read (fenced on its counter), and starts its reader when the take lands.
     /// `handed`: it came by a hand-over, and stays a while (see `load_plan::dwell`). A take
     /// lost to our own row moving, or without an answer, lists again at the next take tick.
@@ -368,6 +419,10 @@ impl State {
             Ok(Outcome::Written(lease)) => {
                 if self.asked.as_ref().is_some_and(|(s, _)| *s == shard) {
                     self.asked = None;
+                }
+                if *shared.phase.borrow() != Phase::Running {
+                    self.let_go_of_late_take(&lease, &holder).await;
+                    return Took::Stopped;
                 }
                 self.start(lease, holder, plan, sent, incarnation, pokes);
                 if handed {
