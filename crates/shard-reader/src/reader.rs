@@ -358,9 +358,10 @@ impl Reader {
         self.room(limit) > 0
     }
 
-    /// How many more records the shard's settlement window takes now.
+    /// How many more records the shard's settlement window takes now (a limit of 0 counts as
+    /// 1, as `wait_for_room` does: the configuration refuses 0, and a reader must not spin).
     fn room(&self, limit: usize) -> u64 {
-        (limit as u64).saturating_sub(self.settlement.window_len())
+        (limit.max(1) as u64).saturating_sub(self.settlement.window_len())
     }
 
     /// Waits while the shard's settlement window is full, reporting its stuck head once.
