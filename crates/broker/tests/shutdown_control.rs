@@ -333,8 +333,8 @@ const SHUTDOWN_AFTER_MS: u64 = 11_500;
 
 /// A take whose answer is lost, landing after the shutdown began, is never adopted (no listing
 /// runs any more): its row, held under this instance's token with no keeper, is released when
-/// the drain ends instead of being left held (nobody takes a present member's row, and after
-/// the leave it would wait out a lease standing still). The same timeline as
+/// the drain ends instead of being left held until the leave (nobody takes a present member's
+/// row; the others take it once its owner left the roster). The same timeline as
 /// `a_take_that_lands_after_the_shutdown_began_is_let_go_at_once`, the take's answer lost.
 #[tokio::test(start_paused = true)]
 async fn a_take_whose_answer_was_lost_during_the_shutdown_is_released_when_it_ends() {

@@ -524,8 +524,8 @@ impl State {
         while self.tasks.join_next().await.is_some() {}
         // Takes whose answer was lost and that no listing adopted since (none runs once the
         // shutdown began): a landed one holds its row with no keeper, unread, and nobody takes
-        // a present member's row. Released here, fenced on their token (one that never landed
-        // is refused, and nothing else happens).
+        // a present member's row before it leaves. Released here, fenced on their token (one
+        // that never landed is refused, and nothing else happens).
         for (shard, pending) in std::mem::take(&mut self.pending) {
             let Ok(key) = kinesis_lease_core::LeaseKey::new(config.stream.as_str(), shard.as_str())
             else {
