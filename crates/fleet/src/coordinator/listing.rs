@@ -192,9 +192,11 @@ impl State {
             let Some(pending) = self.pending.remove(shard) else {
                 continue;
             };
-            if row.is_held_with(&pending.holder) && !running {
-                late.push((row.clone(), pending.holder));
-            } else if row.is_held_with(&pending.holder) {
+            if row.is_held_with(&pending.holder) {
+                if !running {
+                    late.push((row.clone(), pending.holder));
+                    continue;
+                }
                 tracing::info!(%shard, "a take whose response was lost had landed; reading");
                 self.start(
                     row.clone(),

@@ -337,7 +337,7 @@ impl State {
     /// it at their next epoch read, rather than the row being held unread until the drain ends
     /// (a keeper renews a held row while handlers finish;
     /// `a_take_that_lands_after_the_shutdown_began_is_let_go_at_once`).
-    pub(super) async fn let_go_of_late_take(&mut self, lease: &Lease, holder: &Holder) {
+    pub(super) async fn let_go_of_late_take(&self, lease: &Lease, holder: &Holder) {
         let shared = self.shared.clone();
         if self.release_unread(&lease.key, holder).await {
             tracing::info!(
@@ -356,24 +356,29 @@ impl State {
 
     /// Releases a row this instance holds under `holder` and never read (keeping its
     /// checkpoint), retrying failures for at most a lease, as a keeper's last release does: no
-    /// keeper holds it, so nothing else would. True when the release landed; false when the
-    /// row is not held under `holder` (a take that never landed, or the row moved on) or every
-    /// attempt failed (the row is then left as the leave leaves any it could not release).
+    /// keeper holds it, so nothing else would. True when the release landed (or may have: a
+    /// retry refused after an attempt without an answer); false when the row is not held under
+    /// `holder` (a take that never landed, or the row moved on) or every attempt failed (the row
+    /// is then left as the leave leaves any it could not release).
     pub(super) async fn release_unread(&self, key: &LeaseKey, holder: &Holder) -> bool {
         let shared = self.shared.clone();
         let config = &shared.config;
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
         let until = Instant::now() + config.lease_duration;
+        let mut unanswered = false;
         loop {
             match bounded(&shared, "release", shared.store.release(key, holder, None)).await {
                 Ok(Outcome::Written(_)) => return true,
-                Ok(Outcome::Lost(_)) => return false,
+                // After an attempt whose answer was lost, a refusal may be that attempt having
+                // landed: say so, and the epoch moves (harmless if it had not).
+                Ok(Outcome::Lost(_)) => return unanswered,
                 Err(error) if Instant::now() >= until => {
                     tracing::warn!(shard = %key.shard(), error = %ErrorChain(&error), "could not release a row taken and never read");
                     return false;
                 }
                 Err(error) => {
                     tracing::debug!(shard = %key.shard(), error = %ErrorChain(&error), "release of a row never read failed; retrying");
+                    unanswered = true;
                     tokio::time::sleep(backoff.next_delay()).await;
                 }
             }
