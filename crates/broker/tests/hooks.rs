@@ -514,3 +514,66 @@ async fn a_huge_hook_bound_does_not_overflow_the_clock() {
     );
     assert_eq!(row(&table, "shardId-000000000000").await.owner, None);
 }
+
+/// An operator's release (an eviction) during the drain: the keeper learns of it by a renewal
+/// before its final hook, so `on_lost` runs and the final hook does not (it said the lease
+/// was being let go while another could hold it; the simulation's seed 28445: 1.3 s after the
+/// operator's release). No listing nudges a draining keeper, and the hook came first.
+#[tokio::test(start_paused = true)]
+async fn an_operators_release_during_the_drain_runs_on_lost_not_the_final_hook() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 1).unwrap();
+    let table = MemoryLeaseTable::new();
+    let log = Log::default();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(MemoryLeaseStore::over(&table))
+        .owner_id("a")
+        .build()
+        .unwrap();
+    let g = gate.clone();
+    broker
+        .subscribe(STREAM)
+        .start_at(StartAt::TrimHorizon)
+        .hooks(recording_hooks(&log))
+        .handle(move |_d: Delivery| {
+            let g = g.clone();
+            async move {
+                g.notified().await;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .unwrap();
+    publish(&kinesis, 0, 1).await;
+    let running = broker.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let shard = "shardId-000000000000";
+    assert_eq!(row(&table, shard).await.owner.as_deref(), Some("a"));
+    // The handler holds the drain; the operator releases the row meanwhile, then the handler
+    // returns at once (before the keeper's next renewal).
+    let shutdown = tokio::spawn(running.shutdown());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = row(&table, shard).await;
+    let key = LeaseKey::new(STREAM, shard).unwrap();
+    let evicted = MemoryLeaseStore::over(&table)
+        .evict(&key, held.counter, None, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        evicted,
+        kinesis_broker::lease::Outcome::Written(_)
+    ));
+    gate.notify_waiters();
+    shutdown.await.unwrap();
+    let seen = events(&log);
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::Final(..))),
+        "no final hook for a row the operator released: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, Event::Lost(s) if s == shard)),
+        "on_lost ran: {seen:?}"
+    );
+}
