@@ -287,6 +287,8 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
     let mut parking = Parking::new(hold);
     // No more taking from the source (`close()`), and the source is closed and drained.
     let (mut stopped, mut ended) = (false, false);
+    // Whether a new record goes next while released records wait (see below).
+    let mut fresh_turn = false;
     loop {
         // `closing` only ever goes from false to true: its version moving (one atomic load) is
         // the cheap sign to look at its value (a read lock).
@@ -306,10 +308,27 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                 ctx.retry(parked, &mut parking).await;
                 continue;
             }
-            // Records released from behind a parked one come before anything new.
-            if let Some(ready) = parking.next_ready() {
+            // Records released from behind a parked one take turns with new ones: a ready
+            // record, then a new one if one is waiting, so neither a shard released with a
+            // long queue behind it nor a shard that never failed waits for all the others.
+            if parking.has_ready() {
+                let fresh = if fresh_turn && !ended {
+                    source.try_first()
+                } else {
+                    None
+                };
+                fresh_turn = fresh.is_none();
+                let first = match fresh {
+                    Some(delivery) => {
+                        if signals {
+                            ctx.room.notify_one();
+                        }
+                        parking.admit(delivery)
+                    }
+                    None => parking.next_ready(),
+                };
                 tokio::task::consume_budget().await;
-                if let Some(first) = parking.admit(ready) {
+                if let Some(first) = first {
                     let unit = match max {
                         Some(max) => Unit::Batch(parking.ready_batch(first, max)),
                         None => Unit::One(first),
