@@ -237,6 +237,7 @@ fn main() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            .with_timer(PausedTime)
             .init();
     }
     let sizes = std::env::var("FLEET_BALANCE_SIZES").unwrap_or_else(|_| "16x3,100x10".into());
@@ -306,5 +307,19 @@ fn main() {
                 by_call(&by_load)
             );
         }
+    }
+}
+
+/// Log times in seconds of the paused clock since the first logged event of the process.
+struct PausedTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for PausedTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        if tokio::runtime::Handle::try_current().is_err() {
+            return write!(w, "{:>9}", "-");
+        }
+        let start = *START.get_or_init(tokio::time::Instant::now);
+        write!(w, "{:>8.1}s", start.elapsed().as_secs_f64())
     }
 }

@@ -414,7 +414,7 @@ impl Ctx {
             (Unit::One(d), Handler::Batch(h)) => self.run_batch(h, vec![d], parking).await,
             (Unit::Batch(b), Handler::One(h)) => {
                 for d in b {
-                    match parking.admit(d) {
+                    match parking.still_free(d) {
                         Some(d) => self.run_one(h, d, parking).await,
                         None => continue,
                     }

@@ -127,6 +127,23 @@ impl Parking {
         Some(delivery)
     }
 
+    /// `delivery`, already admitted, back when it may still run now: `None` when a record
+    /// run before it (of a unit taken with it) failed and holds its unit, and it was queued
+    /// behind. Unlike [`admit`](Self::admit) it ignores ready records: it was taken before
+    /// them, or with them.
+    pub(crate) fn still_free(&mut self, delivery: Delivery) -> Option<Delivery> {
+        let Some(unit) = self.unit_of(&delivery) else {
+            return Some(delivery);
+        };
+        match self.units.get_mut(unit) {
+            Some(held) => {
+                held.behind.push_back(delivery);
+                None
+            }
+            None => Some(delivery),
+        }
+    }
+
     /// Parks records that failed for the first time (after `attempt` attempts) until `due`:
     /// their units are held from now on.
     pub(crate) fn park(&mut self, deliveries: Vec<Delivery>, attempt: u32, due: Instant) {
