@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kinesis_broker::lease::LeaseStore;
 use kinesis_broker::testing::MemoryStream;
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, Publisher, StartAt};
 use kinesis_lease_core::testkit::Outage;
@@ -368,5 +369,127 @@ async fn a_take_whose_answer_was_lost_during_the_shutdown_is_released_when_it_en
         held_by_a().await,
         Vec::<String>::new(),
         "every row is let go once the shutdown returned"
+    );
+}
+
+/// A broker on stream "s" whose handler takes `slow` for every record, reading from the trim
+/// horizon, with a shutdown deadline of `drain`.
+async fn slow_broker(
+    kinesis: &MemoryStream,
+    table: &MemoryLeaseTable,
+    owner: &str,
+    slow: Duration,
+    drain: Duration,
+) -> kinesis_broker::RunningBroker {
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(MemoryLeaseStore::over(table))
+        .owner_id(owner)
+        .shutdown_deadline(drain)
+        .build()
+        .unwrap();
+    broker
+        .subscribe("s")
+        .start_at(StartAt::TrimHorizon)
+        .handle(move |_d: Delivery| async move {
+            tokio::time::sleep(slow).await;
+            Ok::<(), std::io::Error>(())
+        })
+        .unwrap();
+    broker.start().await.unwrap()
+}
+
+/// `a` holds four shards with a backlog on each, 5 s a record (so it hands a shard over only
+/// after its 20-s settle wait); `b` joins, takes one by hand-over, spends a minute on a record
+/// of it (so its shutdown, with a deadline of a minute, drains that long) and asks for a
+/// second. Once `b` is busy and its request stands, `b` begins its shutdown. `a`
+/// releases the shard instead of handing it to `b`, and holds it again at once. Handed to
+/// `b`, which takes nothing once its shutdown began, the shard stayed unread until `b` left, a
+/// minute later.
+#[tokio::test(start_paused = true)]
+async fn a_shard_asked_for_by_an_instance_that_began_its_shutdown_is_not_handed_to_it() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream("s", 4).unwrap();
+    let table = MemoryLeaseTable::new();
+    let rows = MemoryLeaseStore::over(&table);
+    let minute = Duration::from_secs(60);
+    let a = slow_broker(&kinesis, &table, "a", Duration::from_secs(5), minute).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while a.stats().shards("s").len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "a never held the four shards"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A backlog on every shard: a hands a shard over only after its 20-s settle wait.
+    for n in 0..40 {
+        kinesis.put("s", &format!("k{n}"), "x").unwrap();
+    }
+    let b = slow_broker(&kinesis, &table, "b", minute, minute).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    let wanted = loop {
+        let busy = b.stats().shards("s").iter().any(|s| s.in_flight > 0);
+        let listed = rows.list("s").await.unwrap();
+        let asked = listed
+            .iter()
+            .find(|r| r.owner.as_deref() == Some("a") && r.wanted_by.as_deref() == Some("b"));
+        if let (true, Some(row)) = (busy, asked) {
+            break row.key.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "b never stood busy with a request for a second shard"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let began = tokio::time::Instant::now();
+    let stopping = tokio::spawn(async move {
+        b.shutdown().await;
+        began.elapsed()
+    });
+    // b says at once that it is leaving, not at its next member renewal.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let member = rows
+        .read(&kinesis_lease_core::LeaseKey::member("s", "b").unwrap())
+        .await
+        .unwrap()
+        .and_then(|row| row.load);
+    assert_eq!(
+        member.and_then(|load| load.capacity_milli),
+        Some(0),
+        "b's member row 50 ms into its shutdown"
+    );
+    let until = began + Duration::from_secs(90);
+    let (mut handed_to_b, mut freed, mut again) = (false, None, None);
+    while again.is_none() && tokio::time::Instant::now() < until {
+        let row = rows.read(&wanted).await.unwrap().expect("the row");
+        handed_to_b |= row.owner.as_deref() == Some("b");
+        if freed.is_none() && row.wanted_by.is_none() {
+            freed = Some(began.elapsed());
+        }
+        if row.owner.as_deref() == Some("a") && row.token.is_some() && row.wanted_by.is_none() {
+            again = Some(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b_left = stopping.await.unwrap();
+    a.shutdown().await;
+    let shard = wanted.shard();
+    assert!(
+        !handed_to_b,
+        "{shard} was handed to b, which was shutting down"
+    );
+    let (freed, again) = (
+        freed.expect("never let go"),
+        again.expect("never held again"),
+    );
+    assert!(
+        again <= freed + Duration::from_secs(3),
+        "{shard} let go {freed:?} after b began its shutdown, held again only after {again:?}"
+    );
+    assert!(
+        again + Duration::from_secs(20) < b_left,
+        "{shard} held again {again:?} after b began its shutdown, b left after {b_left:?}"
     );
 }

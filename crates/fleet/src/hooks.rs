@@ -57,6 +57,12 @@ pub enum Release {
     Stopping,
     /// The shard was read and settled to its end; `SHARD_END` is written next.
     ShardEnd,
+    /// Another instance asked for the shard, but began its shutdown before the hand-over: the
+    /// shard is released for any instance to take, not handed to it.
+    AskerLeaving {
+        /// The owner id of the instance that asked.
+        asker: String,
+    },
 }
 
 type Hook<T> = Arc<dyn Fn(T) -> BoxFuture<'static, ()> + Send + Sync>;

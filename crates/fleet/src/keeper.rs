@@ -390,6 +390,21 @@ impl Keeper {
             tracing::warn!(%asker, "deliveries still unsettled at hand-over; they will be read again");
         }
         let wait = config.lease_duration;
+        // An asker that began its shutdown since it asked takes nothing more: handed to it, the
+        // row would stay unread until it left, its drain long (up to the shutdown deadline).
+        // Its member row says so (capacity 0, written as its shutdown begins): release the row
+        // instead, and the others take it at their next epoch read.
+        if self.asker_leaving(&asker, deadline).await {
+            tracing::info!(%asker, "the instance that asked for the shard is shutting down; releasing it instead");
+            let due = self.cursor.due(&self.settlement);
+            let exit = self
+                .finish(due, Release::AskerLeaving { asker }, deadline, wait)
+                .await;
+            if matches!(exit, Exit::Released) {
+                shared.bump_epoch_aside("released for an asker that is shutting down");
+            }
+            return exit;
+        }
         let idle = match self.quiesce(wait, &mut deadline, &mut tick).await {
             Ok(idle) => idle,
             Err(exit) => return exit,
@@ -453,6 +468,23 @@ impl Keeper {
                     self.pause(backoff.next_delay(), deadline).await;
                 }
             }
+        }
+    }
+
+    /// Whether `asker`'s member row, read now (consistently), shows it present and shutting
+    /// down (capacity 0). False when it cannot be read within a renew interval, or shows
+    /// anything else: the hand-over goes on (a row handed to an instance that is gone is
+    /// taken by anyone at the next listing, as a departed member's).
+    async fn asker_leaving(&self, asker: &str, deadline: Instant) -> bool {
+        let Ok(member) = LeaseKey::member(self.key.stream(), asker) else {
+            return false;
+        };
+        let until = self
+            .lapse_at(deadline)
+            .min(Instant::now() + self.shared.config.renew_interval);
+        match timeout_at(until, self.shared.store.read(&member)).await {
+            Ok(Ok(Some(row))) => crate::roster::shows_leaving(&row, asker),
+            _ => false,
         }
     }
 

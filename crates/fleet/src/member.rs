@@ -214,10 +214,19 @@ impl Member {
         // while ago, and its deadline counts from then.
         let mut tick = interval_at(Instant::now(), every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut phase = shared.phase.subscribe();
+        let mut running = true;
         loop {
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
+                // Shutting down: say so (capacity 0) at once rather than up to a renew interval
+                // later, so that a giver reading this row hands this instance nothing more
+                // (`keeper::hand_off`), and balancing by load gives it nothing.
+                () = kinesis_shard_reader::control::left_running(&mut phase), if running => {
+                    running = false;
+                    tick.reset_immediately();
+                }
                 _ = tick.tick() => {
                     let sent = Instant::now();
                     // The count first: a take landing in between then shows in the load, never

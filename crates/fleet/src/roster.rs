@@ -67,6 +67,18 @@ pub(crate) fn is_roster_token(token: &str) -> bool {
     token.starts_with(TOKEN_PREFIX)
 }
 
+/// True when `row`, `member`'s member row, shows it present (held under a roster token) and
+/// shutting down: it publishes capacity 0 from the moment its shutdown begins, and takes nothing
+/// more.
+pub(crate) fn shows_leaving(row: &Lease, member: &str) -> bool {
+    row.is_held_by(member)
+        && row.token.as_deref().is_some_and(is_roster_token)
+        && row
+            .load
+            .as_ref()
+            .is_some_and(|load| load.capacity_milli == Some(0))
+}
+
 /// True when `row` (a member row) says its instance is a member: held by the owner id it is
 /// keyed by, with a token. A member row held by another id was taken from a dead member; a
 /// free one was left by a member that left.
