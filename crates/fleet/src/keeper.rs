@@ -393,12 +393,15 @@ impl Keeper {
         // An asker that began its shutdown since it asked takes nothing more: handed to it, the
         // row would stay unread until it left, its drain long (up to the shutdown deadline).
         // Its member row says so (capacity 0, written as its shutdown begins): release the row
-        // instead, and the others take it at their next epoch read.
+        // instead, and move the epoch; the others take it within a take round or two (while
+        // the asker still counts among the members, the first round may leave it to the next).
         if self.asker_leaving(&asker, deadline).await {
             tracing::info!(%asker, "the instance that asked for the shard is shutting down; releasing it instead");
             let due = self.cursor.due(&self.settlement);
+            // On this timer: the read did not renew, and a fresh one would first renew a
+            // renew interval after it, past the lease's lapse when the read was slow.
             let exit = self
-                .finish(due, Release::AskerLeaving { asker }, deadline, wait)
+                .finish_ticking(due, Release::AskerLeaving { asker }, deadline, wait, tick)
                 .await;
             if matches!(exit, Exit::Released) {
                 shared.bump_epoch_aside("released for an asker that is shutting down");
@@ -581,18 +584,32 @@ impl Keeper {
     /// `wait`: how long to wait for handler attempts still running (none on shutdown: the
     /// broker's shutdown deadline has already passed, and what still runs is cut short).
     async fn finish(
+        self,
+        checkpoint: Option<Checkpoint>,
+        why: Release,
+        deadline: Instant,
+        wait: std::time::Duration,
+    ) -> Exit {
+        let every = self.shared.config.renew_interval;
+        let mut tick = interval_at(Instant::now() + every, every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        self.finish_ticking(checkpoint, why, deadline, wait, tick)
+            .await
+    }
+
+    /// [`finish`](Self::finish) on the renewal timer of the caller (a hand-over turned
+    /// release): a renewal it owes is sent at once, not a renew interval after a fresh timer.
+    async fn finish_ticking(
         mut self,
         checkpoint: Option<Checkpoint>,
         why: Release,
         mut deadline: Instant,
         wait: std::time::Duration,
+        mut tick: tokio::time::Interval,
     ) -> Exit {
         if self.settlement.is_revoked() {
             return Exit::Lost;
         }
-        let every = self.shared.config.renew_interval;
-        let mut tick = interval_at(Instant::now() + every, every);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         if let Err(exit) = self.quiesce(wait, &mut deadline, &mut tick).await {
             return exit;
         }
