@@ -77,6 +77,10 @@ pub struct Liveness {
     /// Shards whose holder crashed since their last progress: a graceful leave of an earlier
     /// holder (which handed the shard on while draining) says nothing of them.
     orphaned: std::collections::BTreeSet<String>,
+    /// Per shard: the instances whose graceful shutdown holds it (one released it while
+    /// draining, another took it and began its own shutdown before the first left), an id
+    /// once per shutdown (a reused id may drain twice at once).
+    drainers: BTreeMap<String, Vec<String>>,
 }
 
 /// What the recorder knows of one shard at a sample.
@@ -121,9 +125,13 @@ impl Liveness {
         }
     }
 
-    /// `shard`'s holder began a graceful shutdown: the shard waits for it.
-    pub fn draining(&mut self, shard: &str) {
+    /// `shard`'s holder `by` began a graceful shutdown: the shard waits for it.
+    pub fn draining(&mut self, shard: &str, by: &str) {
         self.held_back.insert(shard.to_owned(), u64::MAX);
+        self.drainers
+            .entry(shard.to_owned())
+            .or_default()
+            .push(by.to_owned());
     }
 
     /// `shard`'s crashed holder is watched since `at`: its stall counts from then at the
@@ -137,10 +145,29 @@ impl Liveness {
         }
     }
 
-    /// `shard`'s holder finished its graceful shutdown at `at`. `quick`: the leave bound
-    /// applies; else the crash bound (a member that crashed shortly before, not buried yet,
-    /// still counts in the survivors' fair share, so rows past their share wait for it).
-    pub fn left(&mut self, shard: &str, at: u64, quick: bool) {
+    /// `shard`'s holder `by` finished its graceful shutdown at `at` (`None`: the shard was
+    /// handed over from a running instance, which ends every drain's hold on it). `quick`:
+    /// the leave bound applies; else the crash bound (a member that crashed shortly before,
+    /// not buried yet, still counts in the survivors' fair share, so rows past their share
+    /// wait for it). While another instance that took it since drains it, it waits for that
+    /// one's leave instead.
+    pub fn left(&mut self, shard: &str, by: Option<&str>, at: u64, quick: bool) {
+        match by {
+            Some(by) => {
+                if let Some(drainers) = self.drainers.get_mut(shard) {
+                    if let Some(at) = drainers.iter().position(|d| d == by) {
+                        drainers.swap_remove(at);
+                    }
+                    if !drainers.is_empty() {
+                        return;
+                    }
+                    self.drainers.remove(shard);
+                }
+            }
+            None => {
+                self.drainers.remove(shard);
+            }
+        }
         if self.orphaned.contains(shard) {
             // Handed on during the drain, to an instance that crashed since: the crash clock.
             let held = self.held_back.entry(shard.to_owned()).or_default();
@@ -155,6 +182,14 @@ impl Liveness {
         } else {
             self.left_at.remove(shard);
         }
+    }
+
+    /// A process crashed at `at`: the shards of earlier graceful leaves not read again since
+    /// are held to the crash bound from now on (a crashed member counts in the survivors'
+    /// shares until it is buried, so rows past their share wait for the burial; a twin's
+    /// crash leaves its id's member row to lapse first).
+    pub fn member_crashed(&mut self, at: u64) {
+        self.left_at.retain(|_, left| *left > at);
     }
 
     /// `shard` made progress at `at`.
@@ -286,9 +321,9 @@ mod tests {
     #[test]
     fn a_graceful_leave_holds_back_then_the_leave_bound_applies() {
         let mut l = Liveness::default();
-        l.draining("s");
+        l.draining("s", "a");
         assert!(l.check_default(60_000, 17_000, &one(0, Some(0))).is_empty());
-        l.left("s", 60_000, true);
+        l.left("s", Some("a"), 60_000, true);
         assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
         let stalls = l.check_default(65_500, 17_000, &one(0, Some(0)));
         assert_eq!(stalls.len(), 1);
@@ -298,6 +333,40 @@ mod tests {
         assert!(l
             .check_default(80_000, 17_000, &one(0, Some(66_000)))
             .is_empty());
+    }
+
+    #[test]
+    fn a_shard_taken_during_one_drain_waits_for_its_new_holders_own_drain() {
+        // Seed 32946: a released the shard while draining, b took it and began its own
+        // shutdown before a left; a's leave says nothing of the shard while b drains it.
+        let mut l = Liveness::default();
+        l.draining("s", "a");
+        l.draining("s", "b");
+        l.left("s", Some("a"), 7_000, true);
+        assert!(l.check_default(60_000, 17_000, &one(0, Some(0))).is_empty());
+        l.left("s", Some("b"), 60_000, true);
+        assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
+        assert_eq!(l.check_default(65_500, 17_000, &one(0, Some(0))).len(), 1);
+    }
+
+    #[test]
+    fn a_crash_after_a_leave_makes_the_crash_bound_apply_to_its_shards() {
+        // Seed 47913: a leave at 47.9 s; a process crashed at 54.2 s, before the leaver's
+        // shards were read again: the survivors' shares count it until it is buried.
+        let mut l = Liveness::default();
+        l.draining("s", "a");
+        l.left("s", Some("a"), 10_000, true);
+        l.member_crashed(12_000);
+        assert!(l.check_default(20_000, 17_000, &one(0, Some(0))).is_empty());
+        let stalls = l.check_default(27_500, 17_000, &one(0, Some(0)));
+        assert_eq!(stalls.len(), 1);
+        assert!(!stalls[0].after_leave);
+        // A crash before the leave says nothing of it (the leave's own flag does).
+        let mut l = Liveness::default();
+        l.member_crashed(9_000);
+        l.draining("s", "a");
+        l.left("s", Some("a"), 10_000, true);
+        assert_eq!(l.check_default(15_500, 17_000, &one(0, Some(0))).len(), 1);
     }
 
     #[test]

@@ -93,6 +93,10 @@ struct State {
     /// Per instance, in a single-lane mode: when its lane ran a handler (ms), and when the
     /// record it ran was put.
     lane_busy: BTreeMap<String, Vec<(u64, u64, u64)>>,
+    /// Per shard: when a slow hook (`on_taken`, `before_final_checkpoint`) ran on it (ms).
+    /// Its children wait for it: the time is excused for them (each level of a lineage read
+    /// to its end may run both; the bound allows one hook, the shard's own `on_taken`).
+    hooks_ran: BTreeMap<String, Vec<(u64, u64)>>,
     /// Per shard: its holder at the last sample, and since when it holds it (ms).
     held_by: BTreeMap<String, (String, u64)>,
     liveness: Liveness,
@@ -286,16 +290,34 @@ impl Recorder {
         self.lock().liveness.fault(from, to);
     }
 
-    /// `shard`'s holder began a graceful shutdown.
-    pub fn draining(&self, shard: &str) {
-        self.lock().liveness.draining(shard);
+    /// `shard`'s holder `by` began a graceful shutdown.
+    pub fn draining(&self, shard: &str, by: &str) {
+        self.lock().liveness.draining(shard, by);
     }
 
     /// `shard` was handed over from one running instance to another now: the leave bound
     /// counts from here.
     pub fn handed_over(&self, shard: &str) {
         let now = self.now_ms();
-        self.lock().liveness.left(shard, now, true);
+        self.lock().liveness.left(shard, None, now, true);
+    }
+
+    /// A hook ran on `shard` from `from` ms until now.
+    pub fn hook_ran(&self, shard: &str, from: u64) {
+        let now = self.now_ms();
+        if now > from {
+            self.lock()
+                .hooks_ran
+                .entry(shard.to_owned())
+                .or_default()
+                .push((from, now));
+        }
+    }
+
+    /// A process crashed now: see `Liveness::member_crashed`.
+    pub fn member_crashed(&self) {
+        let now = self.now_ms();
+        self.lock().liveness.member_crashed(now);
     }
 
     /// `shard` waits for a takeover whose clock starts at `at` ms (its holder crashed, or the
@@ -304,11 +326,11 @@ impl Recorder {
         self.lock().liveness.hold_back(shard, at);
     }
 
-    /// `shard`'s holder finished its graceful shutdown now; `quick`: the leave bound applies
-    /// (see `Liveness::left`).
-    pub fn left(&self, shard: &str, quick: bool) {
+    /// `shard`'s holder `by` finished its graceful shutdown now; `quick`: the leave bound
+    /// applies (see `Liveness::left`).
+    pub fn left(&self, shard: &str, by: &str, quick: bool) {
         let now = self.now_ms();
-        self.lock().liveness.left(shard, now, quick);
+        self.lock().liveness.left(shard, Some(by), now, quick);
     }
 
     /// The shards that stall now beyond `bound` ms (see `liveness`), given which instance
@@ -366,7 +388,7 @@ impl Recorder {
             // Single lane: while it holds the shard, its holder's lane busy with records of its
             // other shards put before this one's oldest unhandled record (ahead of it in the one
             // loop; this shard's own count as progress).
-            let lane_busy = state
+            let lane_busy: Vec<(u64, u64)> = state
                 .held_by
                 .get(shard)
                 .and_then(|(holder, since)| {
@@ -379,6 +401,17 @@ impl Recorder {
                     )
                 })
                 .unwrap_or_default();
+            // Hooks that ran on its ancestors, each level read to its end in turn.
+            let lane_busy = lane_busy
+                .into_iter()
+                .chain(
+                    parents
+                        .iter()
+                        .filter_map(|p| state.hooks_ran.get(p))
+                        .flatten()
+                        .copied(),
+                )
+                .collect();
             shards.insert(
                 shard.clone(),
                 ShardNow {

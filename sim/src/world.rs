@@ -42,6 +42,9 @@ const QUIET_BURST_MS: u128 = 10_000;
 const MAX_UNSETTLED: u64 = 10_000;
 /// The lease, in ms (the brokers' default).
 const LEASE_MS: u64 = 10_000;
+/// How long a watcher goes on watching a former successor after a member joined between them
+/// (`ring_watch`: a lease and a list interval).
+const FORMER_WATCH_MS: u64 = LEASE_MS + 1_000;
 /// At most this many brokers run at once.
 const MAX_BROKERS: usize = 6;
 /// At most this many open shards.
@@ -107,6 +110,10 @@ struct Orphan {
     since_ms: u64,
     /// The crashed run's member-row token: the orphan is adopted once the row carries another.
     token: Option<String>,
+    /// When a member was first seen joined between the watcher and the orphan while that
+    /// watcher goes on counting on its own (`ring_watch`: former successors, for a lease and a
+    /// list interval after the change, then the newcomer's count holds).
+    joined_ms: Option<u64>,
 }
 
 pub(crate) struct World {
@@ -824,7 +831,7 @@ impl World {
         // Shards whose holding this instance was told it lost (`on_lost`), until taken again.
         let lost: Arc<std::sync::Mutex<BTreeSet<String>>> = Arc::default();
         let (rec, owner, running) = (self.rec.clone(), id.to_owned(), taking.clone());
-        let lost_taken = lost.clone();
+        let (lost_taken, rec_taken) = (lost.clone(), rec.clone());
         let taken = move |shard: ShardInfo| {
             lost_taken
                 .lock()
@@ -836,18 +843,25 @@ impl World {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(shard.shard.clone());
             let wait = delay(&shard.shard, 1);
+            let (rec, began) = (rec_taken.clone(), rec_taken.now_ms());
             async move {
-                // Removed when done or cancelled at the bound.
-                struct Done(Arc<std::sync::Mutex<BTreeSet<String>>>, String);
+                // Removed (and its time recorded) when done or cancelled at the bound.
+                struct Done(
+                    Arc<std::sync::Mutex<BTreeSet<String>>>,
+                    String,
+                    Recorder,
+                    u64,
+                );
                 impl Drop for Done {
                     fn drop(&mut self) {
                         self.0
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .remove(&self.1);
+                        self.2.hook_ran(&self.1, self.3);
                     }
                 }
-                let _done = Done(running, shard.shard);
+                let _done = Done(running, shard.shard, rec, began);
                 sleep(wait).await;
             }
         };
@@ -877,7 +891,9 @@ impl World {
                 };
                 let store = MemoryLeaseStore::over(&table);
                 let before = store.read(&key).await.ok().flatten();
+                let began = rec.now_ms();
                 sleep(wait).await;
+                rec.hook_ran(&shard.shard, began);
                 let Ok(Some(row)) = store.read(&key).await else {
                     return;
                 };
@@ -1212,7 +1228,7 @@ impl World {
             .map(|s| s.shard.clone())
             .collect();
         for shard in &held {
-            self.rec.draining(shard);
+            self.rec.draining(shard, &id);
         }
         self.rec
             .note(format!("{id} shutting down gracefully (holds {held:?})"));
@@ -1228,7 +1244,7 @@ impl World {
             // watcher may be the only live instance, or a restart waiting out its old row).
             let quick = !unburied.load(Ordering::SeqCst);
             for shard in &held {
-                rec.left(shard, quick);
+                rec.left(shard, &id, quick);
             }
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
             let life = ids.entry(id).or_default();
@@ -1268,6 +1284,7 @@ impl World {
                 watcher: None,
                 since_ms: now,
                 token,
+                joined_ms: None,
             });
             orphan.since_ms = now;
             for shard in shards {
@@ -1286,6 +1303,7 @@ impl World {
         }
         self.rec
             .note(format!("{id} crashed (dropped, no clean-up)"));
+        self.rec.member_crashed();
         let now = self.rec.now_ms();
         self.with_id(&id, |l| {
             l.live = l.live.saturating_sub(1);
@@ -1715,6 +1733,7 @@ impl World {
                         watcher: None,
                         since_ms: now,
                         token: row.token.clone(),
+                        joined_ms: None,
                     },
                 );
             }
@@ -1766,11 +1785,24 @@ impl World {
                             == *token
                 });
             if still_counting && orphan.watcher != watcher {
-                continue_with_old(orphan, &self.rec);
-                continue;
+                // The former watcher counts on its own for a lease and a list interval after
+                // the change; past that, the newcomer is the watcher, on the same clock, unless
+                // it crashed: then its own watcher buries it first, and the clock starts again
+                // (below). (Seed 1542: the former watcher's count ended a moment before its
+                // verdict, the newcomer crashed a moment before its own.)
+                let joined = *orphan.joined_ms.get_or_insert(now);
+                if now < joined + FORMER_WATCH_MS {
+                    continue_with_old(orphan, &self.rec);
+                    continue;
+                }
+                orphan.joined_ms = None;
+                orphan.watcher = watcher.clone();
             }
             if !alive || (orphan.watcher.is_some() && orphan.watcher != watcher) {
                 orphan.since_ms = now;
+            }
+            if orphan.watcher != watcher {
+                orphan.joined_ms = None;
             }
             orphan.watcher = watcher;
             for shard in &orphan.shards {

@@ -441,7 +441,16 @@ impl Keeper {
                 checkpoint.as_ref(),
             );
             match self.bounded(deadline, call).await {
-                None => return self.lose("could not hand over before the lease lapses"),
+                None => {
+                    // A write sent may have landed with its answer lost or late: the row may
+                    // be the asker's now, and a row owned by a live member is nobody else's
+                    // business. Announced as a hand-over that answered (one listing, or a
+                    // poke and a check of the row, when it did not land), or the asker would
+                    // learn of it only at the next move of the epoch, for any reason
+                    // (simulation seed 35785: the shard unread for the rest of the run).
+                    shared.announce_hand_over(&self.key, &asker);
+                    return self.lose("could not hand over before the lease lapses");
+                }
                 Some(Ok(Outcome::Written(row))) => {
                     if let Some(cp) = &checkpoint {
                         self.record_written(cp);
@@ -634,7 +643,13 @@ impl Keeper {
             let store = self.shared.store.clone();
             let call = store.release(&self.key, &self.holder, checkpoint.as_ref());
             match self.bounded(deadline, call).await {
-                None => return self.lose("could not release before the lease lapses"),
+                None => {
+                    // A release sent may have landed with its answer lost or late: a free row
+                    // is taken only once the epoch moves (a leaving instance's own bump covers
+                    // its rows; a release for an asker that is shutting down has no other).
+                    shared.bump_epoch_aside("a release whose answer did not come");
+                    return self.lose("could not release before the lease lapses");
+                }
                 Some(Ok(Outcome::Written(row))) => {
                     return self.released(checkpoint, Some(&row)).await
                 }
