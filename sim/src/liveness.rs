@@ -149,16 +149,17 @@ impl Liveness {
     /// handed over from a running instance, which ends every drain's hold on it). `quick`:
     /// the leave bound applies; else the crash bound (a member that crashed shortly before,
     /// not buried yet, still counts in the survivors' fair share, so rows past their share
-    /// wait for it). While another instance that took it since drains it, it waits for that
-    /// one's leave instead.
+    /// wait for it). An earlier drainer's leave, while one that took the shard since still
+    /// drains it, says nothing of it: it waits for the latest drainer's leave.
     pub fn left(&mut self, shard: &str, by: Option<&str>, at: u64, quick: bool) {
         match by {
             Some(by) => {
                 if let Some(drainers) = self.drainers.get_mut(shard) {
-                    if let Some(at) = drainers.iter().position(|d| d == by) {
-                        drainers.swap_remove(at);
+                    let latest = drainers.last().is_some_and(|d| d == by);
+                    if let Some(at) = drainers.iter().rposition(|d| d == by) {
+                        drainers.remove(at);
                     }
-                    if !drainers.is_empty() {
+                    if !latest && !drainers.is_empty() {
                         return;
                     }
                     self.drainers.remove(shard);
@@ -347,6 +348,13 @@ mod tests {
         l.left("s", Some("b"), 60_000, true);
         assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
         assert_eq!(l.check_default(65_500, 17_000, &one(0, Some(0))).len(), 1);
+        // The latest drainer leaves first: the leave bound counts from its leave, whatever
+        // the earlier one (which let the shard go) still drains.
+        let mut l = Liveness::default();
+        l.draining("s", "a");
+        l.draining("s", "b");
+        l.left("s", Some("b"), 7_000, true);
+        assert_eq!(l.check_default(12_500, 17_000, &one(0, Some(0))).len(), 1);
     }
 
     #[test]

@@ -42,9 +42,11 @@ const QUIET_BURST_MS: u128 = 10_000;
 const MAX_UNSETTLED: u64 = 10_000;
 /// The lease, in ms (the brokers' default).
 const LEASE_MS: u64 = 10_000;
-/// How long a watcher goes on watching a former successor after a member joined between them
-/// (`ring_watch`: a lease and a list interval).
-const FORMER_WATCH_MS: u64 = LEASE_MS + 1_000;
+/// How long a watcher goes on watching a former successor after a member joined between them,
+/// from when the join shows in the table: a lease and a list interval (2 s) from when the
+/// watcher saw the change (`ring_watch`), which is at its next watch after its next epoch
+/// read (up to a take interval and a list interval later).
+const FORMER_WATCH_MS: u64 = LEASE_MS + 2_000 + 1_000 + 2_000;
 /// At most this many brokers run at once.
 const MAX_BROKERS: usize = 6;
 /// At most this many open shards.
@@ -893,7 +895,11 @@ impl World {
                 let before = store.read(&key).await.ok().flatten();
                 let began = rec.now_ms();
                 sleep(wait).await;
-                rec.hook_ran(&shard.shard, began);
+                // Only a shard end's hook holds its children back (their reading waits for
+                // its SHARD_END).
+                if matches!(why, Release::ShardEnd) {
+                    rec.hook_ran(&shard.shard, began);
+                }
                 let Ok(Some(row)) = store.read(&key).await else {
                     return;
                 };
@@ -1293,6 +1299,8 @@ impl World {
                 }
             }
             self.unburied.store(true, Ordering::SeqCst);
+            // A member the survivors count until it is buried: see `Liveness::member_crashed`.
+            self.rec.member_crashed();
         } else {
             // A twin runs on with the id: nobody buries it (the twin renews the member row),
             // but its rows' leases lapse and the twin takes its own id's rows back; the crash
@@ -1303,7 +1311,6 @@ impl World {
         }
         self.rec
             .note(format!("{id} crashed (dropped, no clean-up)"));
-        self.rec.member_crashed();
         let now = self.rec.now_ms();
         self.with_id(&id, |l| {
             l.live = l.live.saturating_sub(1);
@@ -1784,6 +1791,11 @@ impl World {
                             .and_then(|r| r.token.clone())
                             == *token
                 });
+            if orphan.watcher == watcher || !still_counting {
+                // No change pending (or the former watcher stopped counting): a later join
+                // starts its own window.
+                orphan.joined_ms = None;
+            }
             if still_counting && orphan.watcher != watcher {
                 // The former watcher counts on its own for a lease and a list interval after
                 // the change; past that, the newcomer is the watcher, on the same clock, unless

@@ -431,6 +431,8 @@ impl Keeper {
             }
         }
         let mut backoff = Backoff::new(config.renew_interval / 30, config.renew_interval);
+        // Whether a hand-over was sent: one whose answer never came may have landed.
+        let mut sent = false;
         loop {
             let store = shared.store.clone();
             let call = store.hand_over(
@@ -440,15 +442,15 @@ impl Keeper {
                 config.lease_duration,
                 checkpoint.as_ref(),
             );
+            sent |= Instant::now() < self.lapse_at(deadline);
             match self.bounded(deadline, call).await {
                 None => {
                     // A write sent may have landed with its answer lost or late: the row may
                     // be the asker's now, and a row owned by a live member is nobody else's
-                    // business. Announced as a hand-over that answered (one listing, or a
-                    // poke and a check of the row, when it did not land), or the asker would
-                    // learn of it only at the next move of the epoch, for any reason
-                    // (simulation seed 35785: the shard unread for the rest of the run).
-                    shared.announce_hand_over(&self.key, &asker);
+                    // business (see `Shared::announce_unanswered`).
+                    if sent {
+                        shared.announce_unanswered(&self.key, Some(&asker));
+                    }
                     return self.lose("could not hand over before the lease lapses");
                 }
                 Some(Ok(Outcome::Written(row))) => {
@@ -642,12 +644,15 @@ impl Keeper {
         loop {
             let store = self.shared.store.clone();
             let call = store.release(&self.key, &self.holder, checkpoint.as_ref());
+            let sent = Instant::now() < self.lapse_at(deadline);
             match self.bounded(deadline, call).await {
                 None => {
                     // A release sent may have landed with its answer lost or late: a free row
                     // is taken only once the epoch moves (a leaving instance's own bump covers
                     // its rows; a release for an asker that is shutting down has no other).
-                    shared.bump_epoch_aside("a release whose answer did not come");
+                    if sent || unanswered {
+                        shared.announce_unanswered(&self.key, None);
+                    }
                     return self.lose("could not release before the lease lapses");
                 }
                 Some(Ok(Outcome::Written(row))) => {
@@ -660,7 +665,13 @@ impl Keeper {
                     return self.released(checkpoint, None).await;
                 }
                 Some(Ok(Outcome::Lost(lost))) => {
-                    return self.lost_to(lost.holder.as_deref(), "lost before the final checkpoint")
+                    // Refused, after a release whose answer was lost, with the row unread in
+                    // time: that release may be what freed it.
+                    if unanswered && lost.holder.is_none() {
+                        shared.announce_unanswered(&self.key, None);
+                    }
+                    return self
+                        .lost_to(lost.holder.as_deref(), "lost before the final checkpoint");
                 }
                 Some(Err(error)) => {
                     tracing::warn!(error = %ErrorChain(&error), "release failed; retrying");

@@ -247,6 +247,52 @@ impl Shared {
         self.run_aside(announce);
     }
 
+    /// A hand-over to `to` (or, with `None`, a release) of the row keyed `key` whose answer
+    /// did not come before the lease lapsed: it may have landed, or land a little later (a
+    /// request still in flight when it was given up). Announced as a hand-over that answered
+    /// (placed by load, a poke and a later check of the row); otherwise the epoch moves now,
+    /// and again two renew intervals and a take interval later if the row then waits for its
+    /// taker (handed to `to` and not taken, or free). Without it a row handed to a live member
+    /// that never learnt of it is nobody's business (simulation seed 35785: unread for the
+    /// rest of the run), and a free row is taken only at the next move of the epoch. In a task
+    /// of its own, as [`Shared::bump_epoch_aside`].
+    pub(crate) fn announce_unanswered(
+        self: &std::sync::Arc<Self>,
+        key: &LeaseKey,
+        to: Option<&str>,
+    ) {
+        if let Some(to) = to {
+            if self
+                .poke_hand_overs
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                self.announce_hand_over(key, to);
+                return;
+            }
+        }
+        let (shared, key, to) = (self.clone(), key.clone(), to.map(str::to_owned));
+        self.run_aside(async move {
+            shared.bump_epoch("a write whose answer did not come").await;
+            let config = &shared.config;
+            tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
+            let most = config.lease_duration;
+            let waiting = match tokio::time::timeout(most, shared.store.read(&key)).await {
+                Ok(Ok(Some(row))) => match &to {
+                    Some(to) => row.owner.as_deref() == Some(to.as_str()) && row.token.is_none(),
+                    None => row.owner.is_none(),
+                },
+                Ok(Ok(None)) => false,
+                _ => true,
+            };
+            if waiting {
+                tracing::info!(shard = %key.shard(), to = ?to, "a row whose write's answer did not come waits for a taker; moving the epoch");
+                shared
+                    .bump_epoch("a write whose answer did not come, still waiting")
+                    .await;
+            }
+        });
+    }
+
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
     /// most a lease in all: for the last bump of an instance that is leaving, which no later
     /// tick of its own would retry, and for a burial's. False when every attempt failed.
