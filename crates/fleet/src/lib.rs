@@ -27,6 +27,7 @@ mod handle;
 mod hooks;
 mod keeper;
 mod keeper_quiet;
+mod keeper_rows;
 mod lag;
 mod load_meter;
 mod load_plan;
