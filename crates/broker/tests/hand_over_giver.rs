@@ -265,13 +265,23 @@ async fn a_giver_lets_the_shard_go_while_its_epoch_bump_hangs() {
     assert!(resent >= 1, "the bump that timed out was never sent again");
 }
 
-/// `a` holds both shards; every answer to its hand-overs is lost (the writes land). `b` joins
-/// and asks for one; the row is b's once the hand-over landed, while `a` retries the write
-/// until an answer comes or its lease lapses. All that while `a` still lists the shard, but says whom
-/// it hands it to (`handing_to`): nothing of it is delivered or handled there any more. Seed
-/// 9034 of the simulation counted such a giver as the shard's second reader.
-#[tokio::test(start_paused = true)]
-async fn a_giver_whose_hand_over_answers_are_lost_says_whom_it_hands_to() {
+/// A hand-over whose every answer is lost, staged: `a` holds both shards of a 2-shard stream,
+/// every answer to its hand-overs is then lost (the writes land), and `b` joins and asks for
+/// one. Returns once the table shows a row handed to `b`.
+struct LostAnswers {
+    a: RunningBroker,
+    b: RunningBroker,
+    /// Set while the answers are lost.
+    lose: Arc<AtomicBool>,
+    /// The shard handed to `b`.
+    shard: String,
+    /// When the table first showed it handed over.
+    handed_at: Instant,
+    /// Kept alive for the brokers.
+    _kinesis: MemoryStream,
+}
+
+async fn lost_answers(by_load: bool) -> LostAnswers {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 2).expect("stream");
     let table = MemoryLeaseTable::new();
@@ -279,14 +289,11 @@ async fn a_giver_whose_hand_over_answers_are_lost_says_whom_it_hands_to() {
     let a = start(
         &kinesis,
         HangingBumps {
-            inner: MemoryLeaseStore::over(&table),
-            hang: Arc::default(),
-            bumps: Arc::default(),
             lose_hand_overs: lose.clone(),
-            deaf: false,
+            ..HangingBumps::over(&table)
         },
         "a",
-        false,
+        by_load,
     )
     .await;
     let until = Instant::now() + Duration::from_secs(20);
@@ -295,18 +302,37 @@ async fn a_giver_whose_hand_over_answers_are_lost_says_whom_it_hands_to() {
         sleep(Duration::from_millis(100)).await;
     }
     lose.store(true, Ordering::SeqCst);
-    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b", false).await;
+    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b", by_load).await;
     let reader = MemoryLeaseStore::over(&table);
     // The hand-over as the table shows it: a shard row now owned by b.
     let until = Instant::now() + Duration::from_secs(60);
-    let shard = loop {
+    let (shard, handed_at) = loop {
         let rows = reader.list(STREAM).await.expect("list");
         if let Some(row) = rows.iter().find(|r| r.owner.as_deref() == Some("b")) {
-            break row.key.shard().to_owned();
+            break (row.key.shard().to_owned(), Instant::now());
         }
         assert!(Instant::now() < until, "no shard was handed to b");
         sleep(Duration::from_millis(50)).await;
     };
+    LostAnswers {
+        a,
+        b,
+        lose,
+        shard,
+        handed_at,
+        _kinesis: kinesis,
+    }
+}
+
+/// `a` holds both shards; every answer to its hand-overs is lost (the writes land). `b` joins
+/// and asks for one; the row is b's once the hand-over landed, while `a` retries the write
+/// until an answer comes or its lease lapses. All that while `a` still lists the shard, but says whom
+/// it hands it to (`handing_to`): nothing of it is delivered or handled there any more. Seed
+/// 9034 of the simulation counted such a giver as the shard's second reader.
+#[tokio::test(start_paused = true)]
+async fn a_giver_whose_hand_over_answers_are_lost_says_whom_it_hands_to() {
+    let staged = lost_answers(false).await;
+    let (a, b, lose, shard) = (staged.a, staged.b, staged.lose, staged.shard);
     // The shard is b's (b reads it at its next listing); a lists it too, handing it to b,
     // until its retries end.
     let mut seen_handing = false;
@@ -427,37 +453,14 @@ async fn a_hand_over_whose_taker_missed_the_poke_is_taken_after_the_epoch_moves(
 /// business (simulation seed 35785, placed by load: the shard stood unread from 82 s to the end
 /// of the run, 170 s).
 async fn a_hand_over_whose_every_answer_is_lost_is_taken(by_load: bool) {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 2).expect("stream");
-    let table = MemoryLeaseTable::new();
-    let lose = Arc::new(AtomicBool::new(false));
-    let a = start(
-        &kinesis,
-        HangingBumps {
-            lose_hand_overs: lose.clone(),
-            ..HangingBumps::over(&table)
-        },
-        "a",
-        by_load,
-    )
-    .await;
-    let until = Instant::now() + Duration::from_secs(20);
-    while a.stats().shards(STREAM).len() < 2 {
-        assert!(Instant::now() < until, "a never held both shards");
-        sleep(Duration::from_millis(100)).await;
-    }
-    lose.store(true, Ordering::SeqCst);
-    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b", by_load).await;
-    let reader = MemoryLeaseStore::over(&table);
-    let until = Instant::now() + Duration::from_secs(60);
-    let (shard, handed_at) = loop {
-        let rows = reader.list(STREAM).await.expect("list");
-        if let Some(row) = rows.iter().find(|r| r.owner.as_deref() == Some("b")) {
-            break (row.key.shard().to_owned(), Instant::now());
-        }
-        assert!(Instant::now() < until, "no shard was handed to b");
-        sleep(Duration::from_millis(50)).await;
-    };
+    let staged = lost_answers(by_load).await;
+    let (a, b, lose, shard, handed_at) = (
+        staged.a,
+        staged.b,
+        staged.lose,
+        staged.shard,
+        staged.handed_at,
+    );
     let until = handed_at + Duration::from_secs(30);
     while !holds(&b, &shard) && Instant::now() < until {
         sleep(Duration::from_millis(100)).await;
