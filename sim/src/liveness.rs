@@ -77,9 +77,9 @@ pub struct Liveness {
     /// Shards whose holder crashed since their last progress: a graceful leave of an earlier
     /// holder (which handed the shard on while draining) says nothing of them.
     orphaned: std::collections::BTreeSet<String>,
-    /// Per shard: the instances whose graceful shutdown holds it (one released it while
-    /// draining, another took it and began its own shutdown before the first left), an id
-    /// once per shutdown (a reused id may drain twice at once).
+    /// Per shard: the graceful shutdowns that hold it, oldest first (one released it while
+    /// draining, another took it and began its own shutdown before the first left), each
+    /// named once per shutdown (a reused id may drain twice at once).
     drainers: BTreeMap<String, Vec<String>>,
 }
 
@@ -154,16 +154,20 @@ impl Liveness {
     pub fn left(&mut self, shard: &str, by: Option<&str>, at: u64, quick: bool) {
         match by {
             Some(by) => {
-                if let Some(drainers) = self.drainers.get_mut(shard) {
-                    let latest = drainers.last().is_some_and(|d| d == by);
-                    if let Some(at) = drainers.iter().rposition(|d| d == by) {
-                        drainers.remove(at);
-                    }
-                    if !latest && !drainers.is_empty() {
-                        return;
-                    }
-                    self.drainers.remove(shard);
+                // A drain no longer listed (a later drainer's leave or a hand-over ended the
+                // hold already) says nothing of the shard.
+                let Some(drainers) = self.drainers.get_mut(shard) else {
+                    return;
+                };
+                let Some(index) = drainers.iter().position(|d| d == by) else {
+                    return;
+                };
+                let latest = index + 1 == drainers.len();
+                drainers.remove(index);
+                if !latest {
+                    return;
                 }
+                self.drainers.remove(shard);
             }
             None => {
                 self.drainers.remove(shard);
@@ -349,11 +353,13 @@ mod tests {
         assert!(l.check_default(64_000, 17_000, &one(0, Some(0))).is_empty());
         assert_eq!(l.check_default(65_500, 17_000, &one(0, Some(0))).len(), 1);
         // The latest drainer leaves first: the leave bound counts from its leave, whatever
-        // the earlier one (which let the shard go) still drains.
+        // the earlier one (which let the shard go) still drains, and that one's leave later
+        // says nothing of the shard.
         let mut l = Liveness::default();
         l.draining("s", "a");
         l.draining("s", "b");
         l.left("s", Some("b"), 7_000, true);
+        l.left("s", Some("a"), 12_000, true);
         assert_eq!(l.check_default(12_500, 17_000, &one(0, Some(0))).len(), 1);
     }
 

@@ -1233,8 +1233,11 @@ impl World {
             .iter()
             .map(|s| s.shard.clone())
             .collect();
+        // The drain's name: the id and which shutdown of the run this is (a reused id may
+        // drain twice at once).
+        let drain = format!("{id}#{}", self.retired.len());
         for shard in &held {
-            self.rec.draining(shard, &id);
+            self.rec.draining(shard, &drain);
         }
         self.rec
             .note(format!("{id} shutting down gracefully (holds {held:?})"));
@@ -1250,7 +1253,7 @@ impl World {
             // watcher may be the only live instance, or a restart waiting out its old row).
             let quick = !unburied.load(Ordering::SeqCst);
             for shard in &held {
-                rec.left(shard, &id, quick);
+                rec.left(shard, &drain, quick);
             }
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
             let life = ids.entry(id).or_default();

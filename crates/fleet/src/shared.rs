@@ -279,7 +279,8 @@ impl Shared {
             let waiting = match tokio::time::timeout(most, shared.store.read(&key)).await {
                 Ok(Ok(Some(row))) => match &to {
                     Some(to) => row.owner.as_deref() == Some(to.as_str()) && row.token.is_none(),
-                    None => row.owner.is_none(),
+                    // A finished row (`SHARD_END`) is free too, and taken by nobody.
+                    None => row.owner.is_none() && !row.is_finished(),
                 },
                 Ok(Ok(None)) => false,
                 _ => true,
