@@ -231,15 +231,7 @@ impl Shared {
                 shared.bump_epoch("hand-over not poked").await;
                 return;
             }
-            tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
-            let waiting = match tokio::time::timeout(most, shared.store.read(&key)).await {
-                Ok(Ok(Some(row))) => {
-                    row.owner.as_deref() == Some(to.as_str()) && row.token.is_none()
-                }
-                Ok(Ok(None)) => false,
-                _ => true,
-            };
-            if waiting {
+            if shared.waits_later(&key, Some(&to)).await {
                 tracing::info!(shard = %key.shard(), %to, "a shard handed over and poked about is not taken yet; moving the epoch");
                 shared.bump_epoch("hand-over not taken").await;
             }
@@ -273,25 +265,30 @@ impl Shared {
         let (shared, key, to) = (self.clone(), key.clone(), to.map(str::to_owned));
         self.run_aside(async move {
             shared.bump_epoch("a write whose answer did not come").await;
-            let config = &shared.config;
-            tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
-            let most = config.lease_duration;
-            let waiting = match tokio::time::timeout(most, shared.store.read(&key)).await {
-                Ok(Ok(Some(row))) => match &to {
-                    Some(to) => row.owner.as_deref() == Some(to.as_str()) && row.token.is_none(),
-                    // A finished row (`SHARD_END`) is free too, and taken by nobody.
-                    None => row.owner.is_none() && !row.is_finished(),
-                },
-                Ok(Ok(None)) => false,
-                _ => true,
-            };
-            if waiting {
+            if shared.waits_later(&key, to.as_deref()).await {
                 tracing::info!(shard = %key.shard(), to = ?to, "a row whose write's answer did not come waits for a taker; moving the epoch");
                 shared
                     .bump_epoch("a write whose answer did not come, still waiting")
                     .await;
             }
         });
+    }
+
+    /// Whether the row keyed `key`, read two renew intervals and a take interval from now
+    /// (time for its taker to take it), still waits for a taker: handed to `to` and not taken,
+    /// or with `None`, free (a finished row, `SHARD_END`, is free too and taken by nobody).
+    /// True when it cannot be read within a lease.
+    async fn waits_later(&self, key: &LeaseKey, to: Option<&str>) -> bool {
+        let config = &self.config;
+        tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
+        match tokio::time::timeout(config.lease_duration, self.store.read(key)).await {
+            Ok(Ok(Some(row))) => match to {
+                Some(to) => row.owner.as_deref() == Some(to) && row.token.is_none(),
+                None => row.owner.is_none() && !row.is_finished(),
+            },
+            Ok(Ok(None)) => false,
+            _ => true,
+        }
     }
 
     /// Bumps `stream`'s epoch (the stream's own, or the roster's), retrying failures for at
