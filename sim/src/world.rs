@@ -170,6 +170,8 @@ pub(crate) struct World {
     /// The roster's epoch at the last sample: when it moves, every member row is listed by
     /// every instance, so crashed unannounced members are watched from then on.
     roster_epoch: u64,
+    /// The sample (ms) that last saw the roster's epoch move.
+    roster_moved_ms: u64,
     /// Rows in the operator's hold, by shard: when the operator moved them (ms).
     evicted: BTreeMap<String, u64>,
     /// Per owner id: its member row's token at the last sample, and since when it carries it
@@ -264,6 +266,7 @@ impl World {
             announced_at: BTreeMap::new(),
             wanted_by: BTreeMap::new(),
             roster_epoch: 0,
+            roster_moved_ms: 0,
             unburied: Arc::default(),
             last_holders: BTreeMap::new(),
             double_held: BTreeMap::new(),
@@ -1286,6 +1289,29 @@ impl World {
         let id = instance.id.clone();
         let now = self.rec.now_ms();
         if self.id_life(&id).live <= 1 {
+            // A join (or a join again, after it was found dead) whose roster bump had not
+            // landed when it crashed: its member row is present, but nobody was told of it,
+            // and it took nothing (an instance takes only once its join's bump landed). It is
+            // watched from the next roster change on, as an unannounced join is (`announce`).
+            // Seed 72129: found dead while cut off, joined again and crashed at once, buried
+            // 23 s later at the next roster listing.
+            let announced = self
+                .joins
+                .get(&id)
+                .is_some_and(|(seen, since)| *seen == token && *since <= self.roster_moved_ms);
+            // Only one that holds nothing: one that reads a shard was announced, or broke the
+            // rule, and its shards' clocks must not wait for the next roster change.
+            let holds_nothing =
+                shards.is_empty() && self.orphans.get(&id).is_none_or(|o| o.shards.is_empty());
+            if token.is_some()
+                && !announced
+                && holds_nothing
+                && self.unannounced_ids.insert(id.clone())
+            {
+                self.rec.note(format!(
+                    "{id} crashes before its join was announced (no roster bump since its member row was taken): watched from the next roster change"
+                ));
+            }
             // A restart that crashes before it joined leaves the earlier run's row and shards
             // unresolved: they stay this orphan's.
             let orphan = self.orphans.entry(id.clone()).or_insert(Orphan {
@@ -1642,6 +1668,7 @@ impl World {
             return;
         }
         self.roster_epoch = epoch;
+        self.roster_moved_ms = self.rec.now_ms();
         // A running instance whose own bumps fail stays unannounced: it may not take.
         let muted: BTreeSet<&str> = self
             .instances

@@ -232,7 +232,7 @@ impl Shared {
                 return;
             }
             if shared.waits_later(&key, Some(&to)).await {
-                tracing::info!(shard = %key.shard(), %to, "a shard handed over and poked about is not taken yet; moving the epoch");
+                tracing::info!(shard = %key.shard(), %to, "a shard handed over and poked about is not taken yet (or an operator moved it); moving the epoch");
                 shared.bump_epoch("hand-over not taken").await;
             }
         };
@@ -266,7 +266,7 @@ impl Shared {
         self.run_aside(async move {
             shared.bump_epoch("a write whose answer did not come").await;
             if shared.waits_later(&key, to.as_deref()).await {
-                tracing::info!(shard = %key.shard(), to = ?to, "a row whose write's answer did not come waits for a taker; moving the epoch");
+                tracing::info!(shard = %key.shard(), to = ?to, "a row whose write's answer did not come waits for a taker (or an operator moved it); moving the epoch");
                 shared
                     .bump_epoch("a write whose answer did not come, still waiting")
                     .await;
@@ -276,12 +276,16 @@ impl Shared {
 
     /// Whether the row keyed `key`, read two renew intervals and a take interval from now
     /// (time for its taker to take it), still waits for a taker: handed to `to` and not taken,
-    /// or with `None`, free (a finished row, `SHARD_END`, is free too and taken by nobody).
-    /// True when it cannot be read within a lease.
+    /// or with `None`, free (a finished row, `SHARD_END`, is free too and taken by nobody), or
+    /// moved by an operator since (in the operator's hold, taken by whoever lists it). True
+    /// when it cannot be read within a lease.
     async fn waits_later(&self, key: &LeaseKey, to: Option<&str>) -> bool {
         let config = &self.config;
         tokio::time::sleep(config.renew_interval * 2 + config.take_interval).await;
         match tokio::time::timeout(config.lease_duration, self.store.read(key)).await {
+            // In an operator's hold since: the move's own epoch bump may have failed, and a
+            // taker poked about it may not have listed.
+            Ok(Ok(Some(row))) if kinesis_lease_core::rules::is_evicted(&row) => true,
             Ok(Ok(Some(row))) => match to {
                 Some(to) => row.owner.as_deref() == Some(to) && row.token.is_none(),
                 None => row.owner.is_none() && !row.is_finished(),

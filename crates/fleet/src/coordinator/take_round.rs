@@ -315,6 +315,16 @@ impl State {
                 return;
             }
         };
+        if kinesis_lease_core::rules::is_evicted(&row) {
+            // The poke was an operator's move of the row handed here (the command line pokes
+            // the member the row names). Should the epoch bump after it have failed, this
+            // instance is the only one that knows: announced, and listed here (simulation
+            // seed 71074: nobody listed, and the shard stood unread for 95 s).
+            tracing::info!(%shard, "poked about a row an operator moved: moving the epoch");
+            shared.bump_epoch_aside("an operator's move of a row handed here");
+            self.relist_now();
+            return;
+        }
         if !row.is_held_by(&config.owner) {
             return;
         }

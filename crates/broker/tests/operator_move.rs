@@ -1,0 +1,216 @@
+//! An operator's move (`kinesis-broker release|reset --force`: an evict of the row that pokes
+//! its holder's member row, then a bump of the stream's epoch) whose epoch bump failed: the
+//! command line reports it, but until some instance moves the epoch, nobody lists the rows and
+//! the row waits in the operator's hold unseen. The evicted holder learns of the move at its
+//! next renewal and must announce it at once: it may crash a moment later. Paused time, a
+//! `MemoryStream`, two brokers over one `MemoryLeaseTable`, default timings and start.
+
+use std::time::Duration;
+
+use kinesis_broker::testing::MemoryStream;
+use kinesis_broker::{
+    lease::{LeaseKey, LeaseStore, Outcome},
+    Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
+};
+use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseResult, Load, Take};
+use tokio::time::{sleep, Instant};
+
+const STREAM: &str = "s";
+
+/// A memory store whose renewals answer 450 ms late (landing at once): an instance learns
+/// that a row was moved between its take ticks, not on them.
+#[derive(Debug, Clone)]
+struct SlowRenewals(MemoryLeaseStore);
+
+/// How late a renewal answers.
+const RENEWAL_LATENCY: Duration = Duration::from_millis(450);
+
+impl LeaseStore for SlowRenewals {
+    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.0.create(row)
+    }
+    fn take<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        take: &'a Take,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.0.take(key, holder, take)
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self.0.renew(key, holder, ttl, checkpoint).await;
+            sleep(RENEWAL_LATENCY).await;
+            outcome
+        })
+    }
+    fn renew_with_load<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+        load: &'a Load,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        Box::pin(async move {
+            let outcome = self
+                .0
+                .renew_with_load(key, holder, ttl, checkpoint, load)
+                .await;
+            sleep(RENEWAL_LATENCY).await;
+            outcome
+        })
+    }
+    fn checkpoint<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: &'a Checkpoint,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.0.checkpoint(key, holder, checkpoint)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.0.release(key, holder, checkpoint)
+    }
+    fn request<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        asker: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.0.request(key, asker, holder)
+    }
+    fn hand_over<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: &'a Holder,
+        to: &'a str,
+        ttl: Duration,
+        checkpoint: Option<&'a Checkpoint>,
+    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
+        self.0.hand_over(key, holder, to, ttl, checkpoint)
+    }
+    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.0.delete(key, observed)
+    }
+    fn poke<'a>(
+        &'a self,
+        member: &'a LeaseKey,
+        about: &'a LeaseKey,
+    ) -> BoxFuture<'a, LeaseResult<bool>> {
+        self.0.poke(member, about)
+    }
+    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
+        self.0.bump_epoch(stream)
+    }
+    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
+        self.0.epoch(stream)
+    }
+    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
+        self.0.read(key)
+    }
+    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
+        self.0.list(stream)
+    }
+}
+
+async fn start(
+    kinesis: &MemoryStream,
+    store: impl LeaseStore + 'static,
+    owner: &str,
+) -> RunningBroker {
+    let mut broker = Broker::builder()
+        .kinesis(kinesis.clone())
+        .lease_store(store)
+        .owner_id(owner)
+        .build()
+        .expect("broker");
+    broker
+        .subscribe(STREAM)
+        .handle(|_d: Delivery| async { Ok::<(), std::io::Error>(()) })
+        .expect("subscribe");
+    broker.start().await.expect("start")
+}
+
+fn held(broker: &RunningBroker) -> Vec<String> {
+    broker
+        .stats()
+        .shards(STREAM)
+        .iter()
+        .map(|s| s.shard.clone())
+        .collect()
+}
+
+/// `a` (whose renewals answer 450 ms late) and `b` share 4 shards. An operator frees one of
+/// `a`'s rows and the epoch bump after it fails; `a` stops reading the shard at its next
+/// renewal and crashes 10 ms later. Expected:
+/// `b` reads the shard again once the row stood still for a lease, within 15 s of the evict
+/// (`a`'s renewal, 3 s; a take interval; the hold, 10 s; a take interval). Simulation seed
+/// 76634: the evicted holder owed the bump to its next take tick and crashed 0.7 s after it
+/// learnt of the move; nobody listed the rows until an unrelated move of the epoch, and the
+/// shard stood unread 19 s after the move. Here, before the fix, `b` listed them only when it
+/// buried `a`: read again 21 s after the evict (measured with the fix: 12 s).
+#[tokio::test(start_paused = true)]
+async fn an_evicted_holder_that_crashes_at_once_has_announced_the_move() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 4).expect("stream");
+    let table = MemoryLeaseTable::new();
+    let a = start(&kinesis, SlowRenewals(MemoryLeaseStore::over(&table)), "a").await;
+    let b = start(&kinesis, MemoryLeaseStore::over(&table), "b").await;
+    let until = Instant::now() + Duration::from_secs(30);
+    while held(&a).len() != 2 || held(&b).len() != 2 {
+        assert!(Instant::now() < until, "never 2 + 2");
+        sleep(Duration::from_millis(100)).await;
+    }
+    sleep(Duration::from_secs(10)).await;
+    let shard = held(&a)[0].clone();
+    let key = LeaseKey::new(STREAM, shard.as_str()).expect("key");
+    let operator = MemoryLeaseStore::over(&table);
+    let row = operator.read(&key).await.expect("read").expect("row");
+    let member = LeaseKey::member(STREAM, "a").expect("member key");
+    let evicted = operator
+        .evict(&key, row.counter, None, Some(&member))
+        .await
+        .expect("evict");
+    assert!(matches!(evicted, Outcome::Written(_)), "{evicted:?}");
+    let at = Instant::now();
+    while held(&a).contains(&shard) {
+        assert!(
+            at.elapsed() < Duration::from_secs(4),
+            "a still reads {shard} {:?} after the evict",
+            at.elapsed()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    drop(a);
+    let mut read_again = None;
+    while at.elapsed() < Duration::from_secs(40) {
+        if held(&b).contains(&shard) {
+            read_again = Some(at.elapsed());
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    b.shutdown().await;
+    eprintln!("read again {read_again:?} after the evict");
+    let read_again = read_again.expect("never read again after the operator's move");
+    assert!(
+        read_again >= Duration::from_secs(10),
+        "read again {read_again:?} after the evict: before it stood still for a lease"
+    );
+    assert!(
+        read_again <= Duration::from_secs(15),
+        "read again only {read_again:?} after the evict"
+    );
+}
