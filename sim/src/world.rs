@@ -1299,10 +1299,17 @@ impl World {
                 .joins
                 .get(&id)
                 .is_some_and(|(seen, since)| *seen == token && *since <= self.roster_moved_ms);
-            // Only one that holds nothing: one that reads a shard was announced, or broke the
-            // rule, and its shards' clocks must not wait for the next roster change.
-            let holds_nothing =
-                shards.is_empty() && self.orphans.get(&id).is_none_or(|o| o.shards.is_empty());
+            // Only one that holds nothing and that no row names (a take whose answer was still
+            // on its way, a row handed to it): one that holds a shard was announced, or broke
+            // the rule, and its shards' clocks must not wait for the next roster change. A join
+            // whose bump landed within the last sample interval counts as unannounced until the
+            // next sample sees the bump: its burial clock starts up to 250 ms late.
+            let named = store.list(STREAM).await.map_or(true, |rows| {
+                rows.iter().any(|r| r.owner.as_deref() == Some(&id))
+            });
+            let holds_nothing = shards.is_empty()
+                && !named
+                && self.orphans.get(&id).is_none_or(|o| o.shards.is_empty());
             if token.is_some()
                 && !announced
                 && holds_nothing

@@ -504,8 +504,9 @@ async fn a_hand_over_whose_every_answer_is_lost_is_taken_by_load() {
 /// `mute`, or the taker `deaf`); an operator then moves the row (`release --force`: an evict
 /// that pokes the member the row names) and the epoch bump after it fails. Returns how long
 /// after the evict the shard was read again (`None`: not in 40 s), checking all along that
-/// no two instances read it.
-async fn moved_while_handed(mute: bool, deaf: bool) -> Option<Duration> {
+/// no two instances read it, and how many times the taker bumped the epoch from the evict
+/// until then.
+async fn moved_while_handed(mute: bool, deaf: bool) -> (Option<Duration>, u32) {
     fastrand::seed(6);
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, LOAD_SHARDS).expect("stream");
@@ -519,6 +520,7 @@ async fn moved_while_handed(mute: bool, deaf: bool) -> Option<Duration> {
         deaf,
         ..HangingBumps::over(&table)
     };
+    let taker_bumps = taker.bumps.clone();
     let taker = start(&kinesis, taker, "instance-1", true).await;
     // Loads to publish and compare: a record a second on each shard, for a minute.
     let keys: Vec<String> = (0..LOAD_SHARDS).map(key_of).collect();
@@ -557,31 +559,36 @@ async fn moved_while_handed(mute: bool, deaf: bool) -> Option<Duration> {
         .expect("evict");
     assert!(matches!(evicted, Outcome::Written(_)), "{evicted:?}");
     let at = Instant::now();
+    let bumps_before = taker_bumps.load(Ordering::SeqCst);
     let mut read_again = None;
+    let mut bumped = 0;
     while at.elapsed() < Duration::from_secs(40) {
         let readers = [&giver, &taker].iter().filter(|b| holds(b, &shard)).count();
         assert!(readers <= 1, "two readers of {shard}");
         if readers == 1 && read_again.is_none() {
             read_again = Some(at.elapsed());
+            bumped = taker_bumps.load(Ordering::SeqCst) - bumps_before;
         }
         sleep(Duration::from_millis(100)).await;
     }
     giver.shutdown().await;
     taker.shutdown().await;
-    read_again
+    (read_again, bumped)
 }
 
 /// The taker never heard of the hand-over, and hears the operator's poke about a row it does
 /// not hold: it reads the row, finds it in the operator's hold, and is the only instance that
 /// knows of the move. Expected: it moves the epoch, and the row is read again once it stood
 /// still for a lease: within 15 s of the evict (the taker's member renewal, 3 s; a take
-/// interval; the hold, 10 s; a take interval; measured: 14 s). Simulation seed 71074 (by load,
+/// interval; the hold, 10 s; a take interval; measured: 14 s), the taker having moved the
+/// epoch (listing alone, it would take the row in time itself, and nobody else would know). Simulation seed 71074 (by load,
 /// store delays): the taker returned, nothing was announced, and the shard stood unread from
 /// 45 s to 140 s. Here, before the fix: 20 s, at a later comparison of loads that listed.
 #[tokio::test(start_paused = true)]
 async fn a_row_handed_over_and_moved_by_an_operator_is_announced_by_the_taker_poked_about_it() {
-    let read_again = moved_while_handed(true, false).await;
-    eprintln!("read again {read_again:?} after the evict");
+    let (read_again, bumped) = moved_while_handed(true, false).await;
+    eprintln!("read again {read_again:?} after the evict; the taker bumped {bumped} times");
+    assert!(bumped >= 1, "the taker did not announce the move");
     let read_again = read_again.expect("never read again after the operator's move");
     assert!(
         read_again >= Duration::from_secs(10),
@@ -601,7 +608,7 @@ async fn a_row_handed_over_and_moved_by_an_operator_is_announced_by_the_taker_po
 /// later comparison of loads that found a count the listing did not show: 20 s.
 #[tokio::test(start_paused = true)]
 async fn a_row_handed_to_a_deaf_taker_and_moved_by_an_operator_is_announced_by_the_giver() {
-    let read_again = moved_while_handed(false, true).await;
+    let (read_again, _) = moved_while_handed(false, true).await;
     eprintln!("read again {read_again:?} after the evict");
     let read_again = read_again.expect("never read again after the operator's move");
     assert!(

@@ -98,12 +98,9 @@ impl Keeper {
             });
         }
         if holder == Some(kinesis_lease_core::rules::EVICTED_OWNER) {
-            // An operator moved the row. Its command line bumps the epoch so every instance
-            // lists it; should that bump have failed, this instance may be the only one that
-            // knows, and it may crash before it takes the row back (sim seed 2248: the row
-            // waited for a burial's bump, 23 s). Bumped at once, not at the next take tick:
-            // seed 76634 crashed 0.7 s after it learnt of the move, the bump still owed.
-            self.shared.bump_epoch_aside("an operator's move");
+            // An operator moved the row: announced at once, not at the next take tick (seed
+            // 76634 crashed 0.7 s after it learnt of the move, the bump still owed).
+            self.shared.announce_move("an operator's move");
         }
         self.lose(why)
     }

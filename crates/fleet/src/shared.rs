@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     /// An epoch bump that failed and is owed: the coordinator retries it at its next tick, so
     /// freed rows are never left unnoticed by the others.
     pub(crate) bump_owed: std::sync::atomic::AtomicBool,
+    /// An operator's move announced by this instance is in flight (`Shared::announce_move`):
+    /// another learnt of meanwhile is owed to the next take tick.
+    pub(crate) move_bump_in_flight: std::sync::atomic::AtomicBool,
     /// The same for the roster's epoch after this instance joined: retried by the member task
     /// at its next renewal, so the others always come to watch it.
     pub(crate) roster_bump_owed: std::sync::atomic::AtomicBool,
@@ -180,6 +183,27 @@ impl Shared {
         self.run_aside(async move { shared.bump_epoch(why).await });
     }
 
+    /// Announces an operator's move of a row that this instance learnt of (a keeper's row
+    /// evicted, a row poked about found in the operator's hold): the command line bumps the
+    /// epoch after its evict, but should that bump have failed, this instance may be the only
+    /// one that knows, and it may crash a moment later (simulation seeds 2248, 76634). The
+    /// epoch moves at once, in a task aside. While such a bump is in flight, one learnt of
+    /// meanwhile is owed to the next take tick instead: a `reset --force` of every row reaches
+    /// every keeper within a renew interval, and makes a few bumps per instance (at most one
+    /// in flight and one per take tick), not one per row.
+    pub(crate) fn announce_move(self: &std::sync::Arc<Self>, why: &'static str) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.move_bump_in_flight.swap(true, SeqCst) {
+            self.bump_owed.store(true, SeqCst);
+            return;
+        }
+        let shared = self.clone();
+        self.run_aside(async move {
+            shared.bump_epoch(why).await;
+            shared.move_bump_in_flight.store(false, SeqCst);
+        });
+    }
+
     /// Runs `work` in a task of its own, in the current span, aborted when the coordinator
     /// ends (see `aside`).
     fn run_aside(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -199,7 +223,8 @@ impl Shared {
     /// row it does not hold. The epoch moves at once when the taker is not such a member (it
     /// left, was found dead, is shutting down, or runs an earlier release) or the read or the
     /// poke failed, and later when the row still waits for its taker two renew intervals and a
-    /// take interval after the poke (a taker that stopped meanwhile). In a task of its own, as
+    /// take interval after the poke (a taker that stopped meanwhile) or an operator moved it
+    /// since (`Shared::waits_later`: its own bump may have failed). In a task of its own, as
     /// [`Shared::bump_epoch_aside`]; a leaving instance's last bump covers it.
     pub(crate) fn announce_hand_over(self: &std::sync::Arc<Self>, key: &LeaseKey, to: &str) {
         if !self
@@ -244,7 +269,7 @@ impl Shared {
     /// request still in flight when it was given up). Announced as a hand-over that answered
     /// (placed by load, a poke and a later check of the row); otherwise the epoch moves now,
     /// and again two renew intervals and a take interval later if the row then waits for its
-    /// taker (handed to `to` and not taken, or free). Without it a row handed to a live member
+    /// taker (handed to `to` and not taken, or free) or an operator moved it since. Without it a row handed to a live member
     /// that never learnt of it is nobody's business (simulation seed 35785: unread for the
     /// rest of the run), and a free row is taken only at the next move of the epoch. In a task
     /// of its own, as [`Shared::bump_epoch_aside`].

@@ -199,6 +199,7 @@ impl Coordinator {
             held: Mutex::default(),
             member: watch::Sender::new(MemberState::outside()),
             bump_owed: std::sync::atomic::AtomicBool::new(false),
+            move_bump_in_flight: std::sync::atomic::AtomicBool::new(false),
             roster_bump_owed: std::sync::atomic::AtomicBool::new(false),
             legacy_rows: std::sync::atomic::AtomicBool::new(false),
             poke_hand_overs: std::sync::atomic::AtomicBool::new(false),

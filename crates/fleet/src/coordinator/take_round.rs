@@ -285,9 +285,10 @@ pub(super) enum Took {
 impl State {
     /// Poked about `shard`, a row not held here: when it was handed to this instance (a move
     /// by load, see `Shared::announce_hand_over`), reads that one row and takes it, rather
-    /// than list every row. A row that names another owner or none was poked about for
-    /// something already over (a request its holder here answered by handing the row over
-    /// before this poke was seen): nothing to do. Anything else (a row of this owner id with a
+    /// than list every row. A row in an operator's hold was poked about by the operator's
+    /// move: announced (`Shared::announce_move`) and the rows listed. A row that names another
+    /// owner or none was poked about for something already over (a request its holder here
+    /// answered by handing the row over before this poke was seen): nothing to do. Anything else (a row of this owner id with a
     /// token, a read that fails, this instance not taking now, a take of it in flight) lists
     /// the rows at the next take tick.
     ///
@@ -316,12 +317,14 @@ impl State {
             }
         };
         if kinesis_lease_core::rules::is_evicted(&row) {
-            // The poke was an operator's move of the row handed here (the command line pokes
-            // the member the row names). Should the epoch bump after it have failed, this
-            // instance is the only one that knows: announced, and listed here (simulation
-            // seed 71074: nobody listed, and the shard stood unread for 95 s).
+            // The poke was an operator's move of a row that named this instance (the command
+            // line pokes the member the row names): handed here and not taken yet, or held
+            // here and its keeper already stopped. Should the epoch bump after the evict have
+            // failed, this instance may be the only one that knows: announced, and listed here
+            // (simulation seed 71074: nobody listed, the shard stood unread for 95 s). When the
+            // keeper announced it already, this is one bump more per move.
             tracing::info!(%shard, "poked about a row an operator moved: moving the epoch");
-            shared.bump_epoch_aside("an operator's move of a row handed here");
+            shared.announce_move("an operator's move of a row that named this instance");
             self.relist_now();
             return;
         }
