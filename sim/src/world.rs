@@ -77,6 +77,9 @@ struct Instance {
     handing: BTreeSet<String>,
     /// When it started (ms since the start).
     started_ms: u64,
+    /// The token its id's member row carried before it started (a twin's, a crashed or
+    /// stopped run's): it has joined once the row is its id's under another token.
+    start_token: Option<String>,
 }
 
 /// What became of an owner id's processes, for the roster and subscription invariants.
@@ -591,6 +594,7 @@ impl World {
         );
         let slow_until = Arc::default();
         let life = self.id_life(&id);
+        let start_token = self.member_token(&id).await;
         let kinesis = self.sim_kinesis.for_instance(freeze.clone());
         let started =
             match self.build_broker(&id, store, kinesis, clock.clone(), &freeze, &slow_until) {
@@ -626,6 +630,7 @@ impl World {
                     held: BTreeSet::new(),
                     handing: BTreeSet::new(),
                     started_ms: now,
+                    start_token,
                 });
             }
             Err(error) => {
@@ -1265,6 +1270,33 @@ impl World {
         }));
     }
 
+    /// The token of `id`'s member row now, if it has one.
+    async fn member_token(&self, id: &str) -> Option<String> {
+        let key = LeaseKey::new(format!("{STREAM}@members"), id).ok()?;
+        let store = MemoryLeaseStore::over(&self.table);
+        store.read(&key).await.ok().flatten().and_then(|row| row.token)
+    }
+
+    /// Whether a running instance has joined the roster: its id's member row is its own under
+    /// a token other than the one the row carried before it started.
+    async fn any_joined(&self) -> bool {
+        let store = MemoryLeaseStore::over(&self.table);
+        let Ok(rows) = store.list(&format!("{STREAM}@members")).await else {
+            return true;
+        };
+        self.instances
+            .iter()
+            .filter(|i| i.running.is_some())
+            .any(|i| {
+                rows.iter().any(|r| {
+                    r.key.shard() == i.id
+                        && r.owner.as_deref() == Some(i.id.as_str())
+                        && r.token.is_some()
+                        && r.token != i.start_token
+                })
+            })
+    }
+
     /// Drops an instance's broker: no clean-up.
     async fn crash(&mut self, i: usize) {
         let store = MemoryLeaseStore::over(&self.table);
@@ -1643,8 +1675,12 @@ impl World {
         for (shard, holder) in &holders {
             self.last_holders.insert(shard.clone(), holder.clone());
         }
-        if self.live().is_empty() {
-            // Nobody runs (every start refused): no bound can hold meanwhile.
+        if self.live().is_empty() || !self.any_joined().await {
+            // Nobody runs (every start refused), or every instance that runs still waits to
+            // join the roster (a twin's start waits for its id's member row to stand still for
+            // a lease once the other process left; seed 97588: the last member left while the
+            // only other instance, a twin, waited, and its shards waited 7.6 s against the
+            // leave bound's 7.5): no bound can hold meanwhile.
             self.rec.delaying_fault(250);
         }
         for stall in self
