@@ -1274,7 +1274,12 @@ impl World {
     async fn member_token(&self, id: &str) -> Option<String> {
         let key = LeaseKey::new(format!("{STREAM}@members"), id).ok()?;
         let store = MemoryLeaseStore::over(&self.table);
-        store.read(&key).await.ok().flatten().and_then(|row| row.token)
+        store
+            .read(&key)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|row| row.token)
     }
 
     /// Whether a running instance has joined the roster: its id's member row is its own under

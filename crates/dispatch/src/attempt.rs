@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::batch::failed_with_followers;
 use crate::ctx::Ctx;
+use crate::delivery::Spare;
 use crate::handler::{BatchHandler, Handler, OneHandler, Permanent};
 use crate::parking::{Parked, Parking};
 use crate::retry::Exhausted;
@@ -57,13 +58,18 @@ impl Ctx {
         handler: &OneHandler,
         delivery: Delivery,
         parking: &mut Parking,
-    ) {
+    ) -> Option<Spare> {
         if delivery.is_revoked() {
-            return;
+            return None;
         }
-        if let Tried::Failed(error) = self.attempt_one(handler, &delivery, 1).await {
-            self.failed(vec![delivery], None, 1, error, parking, false)
-                .await;
+        match self.attempt_one(handler, &delivery, 1).await {
+            // Settled: its memory serves the lane's next record (see `Spare`).
+            Tried::Done => delivery.into_spare(),
+            Tried::Failed(error) => {
+                self.failed(vec![delivery], None, 1, error, parking, false)
+                    .await;
+                None
+            }
         }
     }
 

@@ -41,6 +41,7 @@ use std::task::Poll;
 
 use tokio::sync::watch;
 
+use crate::delivery::Spare;
 use crate::fair_lane::{fair_lane, LaneRx, LaneTx};
 pub(crate) use crate::numbered::Numbered;
 use crate::{lane_of, Delivery, DispatchConfig, DispatchError, Record, ShardSettlement, Workers};
@@ -187,15 +188,30 @@ impl DeliveryReceiver {
 
     /// A delivery if one is waiting now.
     pub fn try_recv(&mut self) -> Option<Delivery> {
+        self.try_recv_reusing(None)
+    }
+
+    /// As [`try_recv`](Self::try_recv), handing `spare` (the memory of a delivery handled) to
+    /// the first lane looked at, for its senders' next records.
+    pub(crate) fn try_recv_reusing(&mut self, mut spare: Option<Spare>) -> Option<Delivery> {
         let n = self.lanes.len();
         for i in 0..n {
             let index = (self.next + i) % n;
-            if let Some(record) = self.lanes[index].try_recv() {
+            if let Some(record) = self.lanes[index].try_recv(spare.take()) {
                 self.next = (index + 1) % n;
                 return Some(record.into_delivery());
             }
         }
         None
+    }
+
+    /// Hands `spare` (the memory of a delivery handled) to the next lane to take from, for its
+    /// senders' next records.
+    pub(crate) fn keep(&mut self, spare: Spare) {
+        let n = self.lanes.len();
+        if let Some(lane) = self.lanes.get_mut(self.next % n.max(1)) {
+            lane.keep(spare);
+        }
     }
 
     /// Stops the channel: senders fail from now on; waiting deliveries can still be received.
@@ -309,7 +325,7 @@ impl ShardFeed {
             turn,
             || {
                 let ordinal = settlement.register_with(record.sequence.clone(), record.arrival);
-                Numbered::new(record, settlement.clone(), ordinal)
+                Numbered::new(record, settlement.clone(), ordinal, None)
             },
             |numbered| settlement.unregister(numbered.ordinal()),
         )
@@ -328,6 +344,7 @@ impl ShardFeed {
             feed: self.clone(),
             held: (0..self.lanes.len()).map(|_| Vec::new()).collect(),
             spare: vec![0; self.lanes.len()],
+            spares: Vec::new(),
             expected: 0,
         }
     }
@@ -395,6 +412,9 @@ pub struct QuietFeed {
     held: Vec<Vec<Numbered>>,
     /// Places taken per lane and not used yet (given back at the flush).
     spare: Vec<usize>,
+    /// Memory of deliveries handled, taken from the lanes with places, for the records held
+    /// next (see `Spare`).
+    spares: Vec<Spare>,
     /// Records the caller said it still has to send, this one included.
     expected: usize,
 }
@@ -433,7 +453,7 @@ impl QuietFeed {
             // Places for what is still to come in one go (a lane's share of it, by key), not
             // a lock per record against the loop taking from the lane.
             let wanted = self.expected.div_ceil(feed.lanes.len());
-            match feed.lanes[index].try_places(wanted) {
+            match feed.lanes[index].try_places(wanted, &mut self.spares) {
                 Ok(0) => return Ok(TrySend::Full(record)),
                 Ok(taken) => self.spare[index] = taken,
                 Err(_) => return Err(feed.refused(false)),
@@ -450,7 +470,13 @@ impl QuietFeed {
         let ordinal = feed
             .settlement
             .register_with(record.sequence.clone(), record.arrival);
-        self.held[index].push(Numbered::new(record, feed.settlement.clone(), ordinal));
+        let spare = self.spares.pop();
+        self.held[index].push(Numbered::new(
+            record,
+            feed.settlement.clone(),
+            ordinal,
+            spare,
+        ));
         self.expected = self.expected.saturating_sub(1);
     }
 
@@ -502,6 +528,7 @@ impl QuietFeed {
             feed.lanes[index].give_back(places);
             return Err(feed.refused(true));
         }
+        feed.lanes[index].take_spares(places, &mut self.spares);
         self.spare[index] += places - 1;
         self.hold(index, record);
         Ok(())

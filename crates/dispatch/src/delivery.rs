@@ -25,6 +25,24 @@ struct Data {
     handed_out: std::sync::atomic::AtomicBool,
 }
 
+/// The memory of a delivery its handler is done with, handed back to the reader's side of its
+/// lane for the next record the reader numbers there.
+///
+/// # Why
+///
+/// The reader makes the delivery as it numbers a record, so that the record travels through
+/// the channel as one pointer (see `numbered.rs`). Made on the reader's thread and freed on
+/// the handler's, each delivery took the allocator's slow path on both (in `drain`'s count,
+/// more than the copies it saved); handed back through the lane's lock, which both sides take
+/// anyway, the same memory serves record after record.
+pub(crate) struct Spare(Arc<Data>);
+
+impl fmt::Debug for Spare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Spare")
+    }
+}
+
 /// One record on its way to a handler, cheap to clone (clones are the same delivery).
 ///
 /// A delivery settles when its handler returns `Ok`, or, from a stream of deliveries, when
@@ -47,6 +65,47 @@ impl Delivery {
                 handed_out: std::sync::atomic::AtomicBool::new(false),
             }),
         }
+    }
+
+    /// As [`new`](Self::new), in the memory of `spare` when one is given (see [`Spare`]).
+    pub(crate) fn new_in(
+        spare: Option<Spare>,
+        record: Record,
+        settlement: Arc<ShardSettlement>,
+        ordinal: u64,
+    ) -> Self {
+        let Some(Spare(mut data)) = spare else {
+            return Self::new(record, settlement, ordinal);
+        };
+        match Arc::get_mut(&mut data) {
+            Some(d) => {
+                d.record = record;
+                d.settlement = settlement;
+                d.ordinal = ordinal;
+                *d.handed_out.get_mut() = false;
+                Self { data }
+            }
+            // A spare is never shared (`into_spare`); made anew all the same.
+            None => Self::new(record, settlement, ordinal),
+        }
+    }
+
+    /// The delivery's memory for another record, once its handler is done with it and nobody
+    /// holds a clone: its record's data and keys are dropped now (their memory freed here, as
+    /// when a delivery is dropped), the rest is written over by [`new_in`](Self::new_in).
+    /// `None` when a clone is still held (a handler kept it): it is freed when that goes.
+    pub(crate) fn into_spare(self) -> Option<Spare> {
+        let mut data = self.data;
+        let d = Arc::get_mut(&mut data)?;
+        d.record.payload = Bytes::new();
+        d.record.partition_key = String::new();
+        d.record.explicit_hash_key = None;
+        d.sequence_text = std::sync::OnceLock::new();
+        match d.held.get_mut() {
+            Ok(held) => *held = None,
+            Err(poisoned) => *poisoned.into_inner() = None,
+        }
+        Some(Spare(data))
     }
 
     /// The record's data.
@@ -74,6 +133,11 @@ impl Delivery {
     /// The explicit hash key of a de-aggregated KPL sub-record, when its producer gave one.
     pub fn explicit_hash_key(&self) -> Option<&str> {
         self.data.record.explicit_hash_key.as_deref()
+    }
+
+    /// Its number in its shard's settlement.
+    pub(crate) fn ordinal(&self) -> u64 {
+        self.data.ordinal
     }
 
     /// The shard the record was read from.

@@ -41,6 +41,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::batch::{gather, Unit};
 use crate::channel::Numbered;
 use crate::ctx::Ctx;
+use crate::delivery::Spare;
 use crate::parking::{Hold, Parking};
 use crate::router::{route, Pick};
 use crate::rx::Rx;
@@ -245,11 +246,21 @@ impl Source {
         }
     }
 
-    /// A delivery already waiting, if any: the hot path takes it without a `select!`.
-    fn try_first(&mut self) -> Option<Delivery> {
+    /// A delivery already waiting, if any: the hot path takes it without a `select!`. The
+    /// memory of a delivery handled goes to the lane taken from, for its senders' next records
+    /// (a queue fed by the router has no use for it: dropped).
+    fn try_first(&mut self, spare: Option<Spare>) -> Option<Delivery> {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => rx.try_recv(),
+            Source::Own(rx) | Source::Drains(rx) => rx.try_recv_reusing(spare),
             Source::Lane { rx, .. } => Rx::try_recv(rx),
+        }
+    }
+
+    /// Hands the memory of a delivery handled to the lane, for its senders' next records, as
+    /// the loop is about to wait (see [`try_first`](Self::try_first)).
+    fn keep(&mut self, spare: Spare) {
+        if let Source::Own(rx) | Source::Drains(rx) = self {
+            rx.keep(spare);
         }
     }
 
@@ -289,6 +300,9 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
     let (mut stopped, mut ended) = (false, false);
     // Whether a new record goes next while released records wait (see below).
     let mut fresh_turn = false;
+    // The memory of the last delivery handled and settled, for the next take to hand to the
+    // lane (see `Spare`); handed to it before the loop waits.
+    let mut spare: Option<Spare> = None;
     loop {
         // `closing` only ever goes from false to true: its version moving (one atomic load) is
         // the cheap sign to look at its value (a read lock).
@@ -313,7 +327,7 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
             // long queue behind it nor a shard that never failed waits for all the others.
             if parking.has_ready() {
                 let fresh = if fresh_turn && !ended {
-                    source.try_first()
+                    source.try_first(spare.take())
                 } else {
                     None
                 };
@@ -333,12 +347,13 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                         Some(max) => Unit::Batch(parking.ready_batch(first, max)),
                         None => Unit::One(first),
                     };
-                    ctx.run(unit, &mut parking).await;
+                    spare = ctx.run(unit, &mut parking).await;
                 }
                 continue;
             }
         }
         if ended {
+            spare = None;
             match parking.next_due() {
                 Some(due) => sleep_until(due).await,
                 None => return,
@@ -350,7 +365,7 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
         // the same, since this path may never wait.
         // (Batches gather for a window, during which `closing` must be watched: not here.)
         let waiting = match max {
-            None => source.try_first(),
+            None => source.try_first(spare.take()),
             Some(_) => None,
         };
         let unit = match waiting {
@@ -362,6 +377,9 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                 // Only the wait for a first delivery is cut short by `close()` or a parked
                 // record's next attempt: a batch being gathered was taken, and is handled
                 // (dropping it would leave a gap before records other loops handled).
+                if let Some(spare) = spare.take() {
+                    source.keep(spare);
+                }
                 let due = parking.next_due();
                 let first = tokio::select! {
                     biased;
@@ -400,25 +418,33 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
             },
             batch => batch,
         };
-        ctx.run(unit, &mut parking).await;
+        spare = ctx.run(unit, &mut parking).await;
     }
 }
 
 impl Ctx {
-    /// Runs a unit taken for the first time; what fails is parked.
-    async fn run(&self, unit: Unit, parking: &mut Parking) {
+    /// Runs a unit taken for the first time; what fails is parked. A record handled alone and
+    /// settled gives back its delivery's memory, for the loop to hand to its lane with its next
+    /// take (see `Spare`).
+    async fn run(&self, unit: Unit, parking: &mut Parking) -> Option<Spare> {
         match (unit, &self.handler) {
             (Unit::One(d), Handler::One(h)) => self.run_one(h, d, parking).await,
-            (Unit::Batch(b), Handler::Batch(h)) => self.run_batch(h, b, parking).await,
+            (Unit::Batch(b), Handler::Batch(h)) => {
+                self.run_batch(h, b, parking).await;
+                None
+            }
             // `max` follows the handler, so these two do not occur; handled all the same.
-            (Unit::One(d), Handler::Batch(h)) => self.run_batch(h, vec![d], parking).await,
+            (Unit::One(d), Handler::Batch(h)) => {
+                self.run_batch(h, vec![d], parking).await;
+                None
+            }
             (Unit::Batch(b), Handler::One(h)) => {
                 for d in b {
-                    match parking.still_free(d) {
-                        Some(d) => self.run_one(h, d, parking).await,
-                        None => continue,
+                    if let Some(d) = parking.still_free(d) {
+                        self.run_one(h, d, parking).await;
                     }
                 }
+                None
             }
         }
     }

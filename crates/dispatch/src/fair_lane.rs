@@ -34,6 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use crate::delivery::Spare;
 use crate::numbered::Numbered;
 use crate::room::{Room, Ticket, Want};
 
@@ -64,6 +65,9 @@ struct Queue {
     slots: Vec<Option<Numbered>>,
     /// Free entries of `slots`.
     vacant: Vec<usize>,
+    /// The memory of deliveries handled, given back by receivers for the senders' next records
+    /// (see `Spare`).
+    spares: Vec<Spare>,
     /// The turn of the record handed out last.
     now: u64,
     /// Arrival order, to break ties between equal turns.
@@ -142,6 +146,20 @@ impl Queue {
         self.room.leave(ticket, self.now)
     }
 
+    /// Moves up to `places` spares into `spares`.
+    fn lend_spares(&mut self, places: usize, spares: &mut Vec<Spare>) {
+        let keep = self.spares.len().saturating_sub(places);
+        spares.extend(self.spares.drain(keep..));
+    }
+
+    /// Keeps the memory of a delivery handled for a sender's next record, up to the lane's
+    /// capacity (more would be memory nobody uses: at most that many records are queued).
+    fn keep_spare(&mut self, spare: Spare) {
+        if self.spares.len() < self.room.capacity() {
+            self.spares.push(spare);
+        }
+    }
+
     /// Takes every queued record out (none is handed out after).
     fn take_all(&mut self) -> Vec<Option<Numbered>> {
         self.heap.clear();
@@ -214,6 +232,7 @@ pub(crate) fn fair_lane(capacity: usize) -> (LaneTx, LaneRx) {
             heap: BinaryHeap::new(),
             slots: Vec::new(),
             vacant: Vec::new(),
+            spares: Vec::new(),
             now: 0,
             arrivals: 0,
             closed: false,
@@ -250,7 +269,7 @@ impl LaneTx {
         make: impl FnOnce() -> Numbered,
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
-        if self.try_places(1)? == 0 {
+        if self.try_places(1, &mut Vec::new())? == 0 {
             self.places(turn, 1).await?;
         }
         match self.push_all(turn, std::iter::once(make())).pop() {
@@ -264,12 +283,25 @@ impl LaneTx {
 
     /// Takes up to `places` places (at least one asked for) if some are free now and no
     /// sender waits: how many it took (`Ok(0)`: none).
-    pub(crate) fn try_places(&self, places: usize) -> Result<usize, LaneClosed> {
+    pub(crate) fn try_places(
+        &self,
+        places: usize,
+        spares: &mut Vec<Spare>,
+    ) -> Result<usize, LaneClosed> {
         let mut queue = self.lane.queue();
         if queue.closed {
             return Err(LaneClosed);
         }
-        Ok(queue.room.try_take(places))
+        let taken = queue.room.try_take(places);
+        // The memory of deliveries handled, one per place taken, under the same lock.
+        queue.lend_spares(taken, spares);
+        Ok(taken)
+    }
+
+    /// Moves up to `places` spares (the memory of deliveries handled) into `spares`, for
+    /// places taken by waiting for them ([`places`](Self::places)): one lock per batch.
+    pub(crate) fn take_spares(&self, places: usize, spares: &mut Vec<Spare>) {
+        self.lane.queue().lend_spares(places, spares);
     }
 
     /// Waits for places for a shard whose last turn in this lane is `turn` and that could use
@@ -418,10 +450,20 @@ impl LaneRx {
     }
 
     /// A record if one is queued now.
-    pub(crate) fn try_recv(&mut self) -> Option<Numbered> {
-        let (record, served) = self.lane.queue().hand_out()?;
+    pub(crate) fn try_recv(&mut self, spare: Option<Spare>) -> Option<Numbered> {
+        let mut queue = self.lane.queue();
+        if let Some(spare) = spare {
+            queue.keep_spare(spare);
+        }
+        let (record, served) = queue.hand_out()?;
+        drop(queue);
         wake_senders(served);
         Some(record)
+    }
+
+    /// Keeps `spare` (the memory of a delivery handled) for the senders' next records.
+    pub(crate) fn keep(&mut self, spare: Spare) {
+        self.lane.queue().keep_spare(spare);
     }
 
     /// Closes the lane: every sender fails from now on; what is queued can still be received.
@@ -482,7 +524,7 @@ mod tests {
             &shard.turn,
             move || {
                 let ordinal = s.register(record.sequence.clone());
-                Numbered::new(record, s, ordinal)
+                Numbered::new(record, s, ordinal, None)
             },
             |_| {},
         )
@@ -506,7 +548,7 @@ mod tests {
         send(&tx, &b, 0).await;
         send(&tx, &b, 1).await;
         send(&tx, &c, 0).await;
-        let order: Vec<String> = (0..7).map(|_| name(&rx.try_recv().unwrap())).collect();
+        let order: Vec<String> = (0..7).map(|_| name(&rx.try_recv(None).unwrap())).collect();
         assert_eq!(order, ["b-0", "c-0", "a-1", "b-1", "a-2", "a-3", "a-4"]);
     }
 
@@ -518,10 +560,10 @@ mod tests {
             send(&tx, &a, n).await;
             send(&tx, &b, n).await;
         }
-        assert_eq!(name(&rx.try_recv().unwrap()), "a-0");
+        assert_eq!(name(&rx.try_recv(None).unwrap()), "a-0");
         // B's first record is queued in the turn being handed out; C joins that turn.
         send(&tx, &c, 0).await;
-        let order: Vec<String> = (0..3).map(|_| name(&rx.try_recv().unwrap())).collect();
+        let order: Vec<String> = (0..3).map(|_| name(&rx.try_recv(None).unwrap())).collect();
         assert_eq!(order, ["b-0", "c-0", "a-1"]);
     }
 
@@ -559,7 +601,7 @@ mod tests {
                 }
             }
             if round.is_multiple_of(3) {
-                while let Some(record) = rx.try_recv() {
+                while let Some(record) = rx.try_recv(None) {
                     let text = name(&record);
                     let (shard, n) = text.split_once('-').unwrap();
                     let n: u64 = n.parse().unwrap();
@@ -596,7 +638,7 @@ mod tests {
         let refused = tx
             .send_with(
                 &a.turn,
-                || Numbered::new(record, a.settlement.clone(), 0),
+                || Numbered::new(record, a.settlement.clone(), 0, None),
                 |_| {},
             )
             .await;
@@ -632,7 +674,7 @@ mod tests {
                 let record = Record::new("x", "k", SequenceNumber::new("1", None).unwrap());
                 tx.send_with(
                     &a.turn,
-                    || Numbered::new(record, a.settlement.clone(), 1),
+                    || Numbered::new(record, a.settlement.clone(), 1, None),
                     |_| {},
                 )
                 .await

@@ -54,7 +54,8 @@ impl Digits {
 }
 
 /// True when `text` is a non-empty string of ASCII decimal digits. Checks every byte without
-/// stopping at the first bad one, which lets the compiler check several at a time.
+/// stopping at the first bad one, which lets the compiler check several at a time. (Eight
+/// bytes at a time in a `u64` was tried: no fewer instructions per record in `drain`.)
 pub(crate) fn all_digits(text: &str) -> bool {
     !text.is_empty()
         && text
@@ -128,5 +129,38 @@ mod tests {
         for bad in ["", "12a4", "-1", "1.5", " 12", "12 ", "١٢", "/", ":"] {
             assert!(!all_digits(bad), "{bad:?} passed");
         }
+    }
+
+    /// The check answers as a plain byte-by-byte one, whatever byte sits wherever (each byte
+    /// value at each place of texts of 1 to 24 bytes, the rest digits).
+    #[test]
+    fn the_check_answers_as_one_byte_by_byte_whatever_byte_sits_where() {
+        let naive = |t: &[u8]| !t.is_empty() && t.iter().all(u8::is_ascii_digit);
+        for len in 1..=24 {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut text = vec![b'5'; len];
+                    text[at] = b;
+                    // Only valid UTF-8 can be a `&str`; other bytes come in valid sequences.
+                    if let Ok(s) = std::str::from_utf8(&text) {
+                        assert_eq!(all_digits(s), naive(&text), "{text:?}");
+                    }
+                }
+            }
+        }
+        for s in [
+            "٣",
+            "é",
+            "€",
+            "9€9",
+            "12345678€",
+            "1234567€",
+            "12345678901234567890٣",
+        ] {
+            assert!(!all_digits(s), "{s:?} passed");
+        }
+        // Bad bytes at once below and above a digit, across a chunk's border.
+        assert!(!all_digits("0000000/:0000000"));
+        assert!(!all_digits("00000000\u{7f}0000000"));
     }
 }

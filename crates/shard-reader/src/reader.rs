@@ -289,14 +289,21 @@ impl Reader {
         // meanwhile, and this reader is the shard's only sender.
         let mut room = 0;
         for record in page {
-            at.records.clear();
-            expand_into(record, self.hash_range, &self.kpl, &mut at.records);
             left -= 1;
+            // A plain record goes on as it is; only an aggregate is unpacked into `records`
+            // (a record is a couple of hundred bytes: each move through a vector is a copy).
+            let mut records = std::mem::take(&mut at.records);
+            records.clear();
+            let plain = if kinesis_kpl::is_aggregated(&record.payload) {
+                expand_into(record, self.hash_range, &self.kpl, &mut records);
+                None
+            } else {
+                Some(record)
+            };
             // What is still to come, for the feed to wait for places in batches: the rest of
             // the page and this record's sub-records.
-            quiet.expect(left + at.records.len());
-            let mut records = std::mem::take(&mut at.records);
-            for record in records.drain(..) {
+            quiet.expect(left + records.len() + usize::from(plain.is_some()));
+            for record in plain.into_iter().chain(records.drain(..)) {
                 if let Some(skip) = &at.skip_upto {
                     if record.sequence <= *skip {
                         continue;
