@@ -205,12 +205,12 @@ impl DeliveryReceiver {
         None
     }
 
-    /// Hands `spare` (the memory of a delivery handled) to the next lane to take from, for its
-    /// senders' next records.
-    pub(crate) fn keep(&mut self, spare: Spare) {
-        let n = self.lanes.len();
-        if let Some(lane) = self.lanes.get_mut(self.next % n.max(1)) {
-            lane.keep(spare);
+    /// The loop is about to wait: `spare` (the memory of a delivery handled) goes to the next
+    /// lane to take from, and the lanes free the spares of shards let go (see
+    /// `LaneRx::idle`).
+    pub(crate) fn idle(&mut self, mut spare: Option<Spare>) {
+        for lane in &mut self.lanes {
+            lane.idle(spare.take());
         }
     }
 
@@ -453,7 +453,7 @@ impl QuietFeed {
             // Places for what is still to come in one go (a lane's share of it, by key), not
             // a lock per record against the loop taking from the lane.
             let wanted = self.expected.div_ceil(feed.lanes.len());
-            match feed.lanes[index].try_places(wanted, &mut self.spares) {
+            match feed.lanes[index].try_places_lending(wanted, Some(&mut self.spares)) {
                 Ok(0) => return Ok(TrySend::Full(record)),
                 Ok(taken) => self.spare[index] = taken,
                 Err(_) => return Err(feed.refused(false)),
@@ -486,6 +486,10 @@ impl QuietFeed {
     pub fn flush(&mut self) {
         for (lane, spare) in self.spare.iter_mut().enumerate() {
             self.feed.lanes[lane].give_back(std::mem::take(spare));
+        }
+        // Spares taken with places not used go back too (any lane's serve as well).
+        if !self.spares.is_empty() {
+            self.feed.lanes[0].return_spares(&mut self.spares);
         }
         let feed = &self.feed;
         let mut refused = Vec::new();

@@ -37,6 +37,13 @@ struct Data {
 /// anyway, the same memory serves record after record.
 pub(crate) struct Spare(Arc<Data>);
 
+impl Spare {
+    /// True once the shard of the record it last held was let go.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.0.settlement.is_revoked()
+    }
+}
+
 impl fmt::Debug for Spare {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Spare")
@@ -282,5 +289,48 @@ impl fmt::Debug for Delivery {
             .field("partition_key", &self.partition_key())
             .field("bytes", &self.payload().len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(n: u64) -> SequenceNumber {
+        SequenceNumber::new(n.to_string(), None).expect("digits")
+    }
+
+    #[test]
+    fn a_settled_deliverys_memory_serves_the_next_record_and_a_kept_one_is_never_reused() {
+        let (a, b) = (
+            ShardSettlement::new("s", "shard-a"),
+            ShardSettlement::new("s", "shard-b"),
+        );
+        let mut first = Record::new("one", "k1", seq(1));
+        first.explicit_hash_key = Some("7".into());
+        first.arrival = Some(SystemTime::UNIX_EPOCH);
+        let delivery = Delivery::new(first, a, 0);
+        assert_eq!(delivery.sequence_text(), "1");
+        delivery.hand_out();
+        let kept = delivery.clone();
+        assert!(delivery.into_spare().is_none(), "a clone is held");
+        assert_eq!(kept.payload().as_ref(), b"one");
+        let memory = Arc::as_ptr(&kept.data);
+        let spare = kept.into_spare().expect("nobody else holds it");
+        let next = Delivery::new_in(Some(spare), Record::new("two", "k2", seq(2)), b, 5);
+        assert_eq!(Arc::as_ptr(&next.data), memory, "the same memory");
+        assert_eq!(next.payload().as_ref(), b"two");
+        assert_eq!(next.partition_key(), "k2");
+        assert_eq!(next.explicit_hash_key(), None);
+        assert_eq!(next.arrival(), None);
+        assert_eq!(next.sequence(), &seq(2));
+        assert_eq!(next.sequence_text(), "2");
+        assert_eq!(next.shard(), "shard-b");
+        assert_eq!(next.ordinal(), 5);
+        assert!(!next
+            .data
+            .handed_out
+            .load(std::sync::atomic::Ordering::SeqCst));
+        assert!(next.data.held.lock().expect("held").is_none());
     }
 }

@@ -256,11 +256,11 @@ impl Source {
         }
     }
 
-    /// Hands the memory of a delivery handled to the lane, for its senders' next records, as
-    /// the loop is about to wait (see [`try_first`](Self::try_first)).
-    fn keep(&mut self, spare: Spare) {
+    /// The loop is about to wait: the memory of the delivery handled last goes to the lane
+    /// (see [`try_first`](Self::try_first)), and the lane frees the spares of shards let go.
+    fn idle(&mut self, spare: Option<Spare>) {
         if let Source::Own(rx) | Source::Drains(rx) = self {
-            rx.keep(spare);
+            rx.idle(spare);
         }
     }
 
@@ -377,9 +377,7 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                 // Only the wait for a first delivery is cut short by `close()` or a parked
                 // record's next attempt: a batch being gathered was taken, and is handled
                 // (dropping it would leave a gap before records other loops handled).
-                if let Some(spare) = spare.take() {
-                    source.keep(spare);
-                }
+                source.idle(spare.take());
                 let due = parking.next_due();
                 let first = tokio::select! {
                     biased;

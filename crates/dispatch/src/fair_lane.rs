@@ -67,7 +67,7 @@ struct Queue {
     unused: Vec<VecDeque<Numbered>>,
     /// The memory of deliveries handled, given back by receivers for the senders' next records
     /// (see `Spare`).
-    spares: Vec<Spare>,
+    spares: VecDeque<Spare>,
     /// The turn of the record handed out last.
     now: u64,
     /// No more sends: the receiver closed the lane, or the last receiver went.
@@ -137,18 +137,41 @@ impl Queue {
         self.room.leave(ticket, self.now)
     }
 
-    /// Moves up to `places` spares into `spares`.
+    /// Moves up to `places` spares into `spares`, the oldest first: each turns over, and none
+    /// keeps the settlement of a shard long gone alive while others are used.
     fn lend_spares(&mut self, places: usize, spares: &mut Vec<Spare>) {
-        let keep = self.spares.len().saturating_sub(places);
-        spares.extend(self.spares.drain(keep..));
+        let lent = places.min(self.spares.len());
+        spares.extend(self.spares.drain(..lent));
     }
 
     /// Keeps the memory of a delivery handled for a sender's next record, up to the lane's
-    /// capacity (more would be memory nobody uses: at most that many records are queued).
-    fn keep_spare(&mut self, spare: Spare) {
+    /// capacity (more would be memory nobody uses: at most that many records are queued); one
+    /// more is given back, to be freed once the lock is gone.
+    fn keep_spare(&mut self, spare: Spare) -> Option<Spare> {
         if self.spares.len() < self.room.capacity() {
-            self.spares.push(spare);
+            self.spares.push_back(spare);
+            return None;
         }
+        Some(spare)
+    }
+
+    /// The spares whose last shard was let go (each holds on to that shard's settlement), to
+    /// free once the lock is gone.
+    fn released_spares(&mut self) -> Vec<Spare> {
+        if !self.spares.iter().any(Spare::is_revoked) {
+            return Vec::new();
+        }
+        let mut released = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.spares.len());
+        for spare in self.spares.drain(..) {
+            if spare.is_revoked() {
+                released.push(spare);
+            } else {
+                kept.push_back(spare);
+            }
+        }
+        self.spares = kept;
+        released
     }
 
     /// Takes every queued record out (none is handed out after).
@@ -221,7 +244,7 @@ pub(crate) fn fair_lane(capacity: usize) -> (LaneTx, LaneRx) {
             turns: VecDeque::new(),
             base: 0,
             unused: Vec::new(),
-            spares: Vec::new(),
+            spares: VecDeque::new(),
             now: 0,
             closed: false,
             orphaned: false,
@@ -257,7 +280,7 @@ impl LaneTx {
         make: impl FnOnce() -> Numbered,
         unmake: impl FnOnce(Numbered),
     ) -> Result<(), LaneClosed> {
-        if self.try_places(1, &mut Vec::new())? == 0 {
+        if self.try_places(1)? == 0 {
             self.places(turn, 1).await?;
         }
         match self.push_all(turn, std::iter::once(make())).pop() {
@@ -271,18 +294,25 @@ impl LaneTx {
 
     /// Takes up to `places` places (at least one asked for) if some are free now and no
     /// sender waits: how many it took (`Ok(0)`: none).
-    pub(crate) fn try_places(
+    pub(crate) fn try_places(&self, places: usize) -> Result<usize, LaneClosed> {
+        self.try_places_lending(places, None)
+    }
+
+    /// As [`try_places`](Self::try_places), moving into `spares`, under the same lock, the
+    /// memory of one delivery handled per place taken (see `Spare`).
+    pub(crate) fn try_places_lending(
         &self,
         places: usize,
-        spares: &mut Vec<Spare>,
+        spares: Option<&mut Vec<Spare>>,
     ) -> Result<usize, LaneClosed> {
         let mut queue = self.lane.queue();
         if queue.closed {
             return Err(LaneClosed);
         }
         let taken = queue.room.try_take(places);
-        // The memory of deliveries handled, one per place taken, under the same lock.
-        queue.lend_spares(taken, spares);
+        if let Some(spares) = spares {
+            queue.lend_spares(taken, spares);
+        }
         Ok(taken)
     }
 
@@ -290,6 +320,18 @@ impl LaneTx {
     /// places taken by waiting for them ([`places`](Self::places)): one lock per batch.
     pub(crate) fn take_spares(&self, places: usize, spares: &mut Vec<Spare>) {
         self.lane.queue().lend_spares(places, spares);
+    }
+
+    /// Gives back spares a sender took and did not use (its page ended first).
+    pub(crate) fn return_spares(&self, spares: &mut Vec<Spare>) {
+        let mut refused = Vec::new();
+        {
+            let mut queue = self.lane.queue();
+            for spare in spares.drain(..) {
+                refused.extend(queue.keep_spare(spare));
+            }
+        }
+        drop(refused);
     }
 
     /// Waits for places for a shard whose last turn in this lane is `turn` and that could use
@@ -440,18 +482,26 @@ impl LaneRx {
     /// A record if one is queued now.
     pub(crate) fn try_recv(&mut self, spare: Option<Spare>) -> Option<Numbered> {
         let mut queue = self.lane.queue();
-        if let Some(spare) = spare {
-            queue.keep_spare(spare);
-        }
-        let (record, served) = queue.hand_out()?;
+        let refused = spare.and_then(|spare| queue.keep_spare(spare));
+        let handed = queue.hand_out();
         drop(queue);
+        drop(refused);
+        let (record, served) = handed?;
         wake_senders(served);
         Some(record)
     }
 
-    /// Keeps `spare` (the memory of a delivery handled) for the senders' next records.
-    pub(crate) fn keep(&mut self, spare: Spare) {
-        self.lane.queue().keep_spare(spare);
+    /// The loop taking from this lane is about to wait: `spare` is kept for the senders' next
+    /// records, and the spares of shards let go since (whose settlements they keep alive) are
+    /// freed, outside the lock. While records flow, spares are used oldest first and turn
+    /// over; this bounds how long an idle lane keeps a released shard's settlement.
+    pub(crate) fn idle(&mut self, spare: Option<Spare>) {
+        let (refused, released) = {
+            let mut queue = self.lane.queue();
+            let refused = spare.and_then(|spare| queue.keep_spare(spare));
+            (refused, queue.released_spares())
+        };
+        drop((refused, released));
     }
 
     /// Closes the lane: every sender fails from now on; what is queued can still be received.

@@ -71,12 +71,12 @@ pub(crate) struct Want {
 }
 
 impl Room {
-    /// A room of `capacity` free places (at least one).
     /// The lane's capacity.
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
+    /// A room of `capacity` free places (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         Self {
