@@ -205,11 +205,10 @@ impl DeliveryReceiver {
         None
     }
 
-    /// The loop is about to wait: `spare` (the memory of a delivery handled) goes to the next
-    /// lane to take from, and the lanes free the spares of shards let go (see
-    /// `LaneRx::idle`).
+    /// The loop is about to wait: `spare` (the memory of a delivery handled) goes to the first
+    /// lane, which frees the spares of shards let go (see `LaneRx::idle`).
     pub(crate) fn idle(&mut self, mut spare: Option<Spare>) {
-        for lane in &mut self.lanes {
+        if let Some(lane) = self.lanes.first_mut() {
             lane.idle(spare.take());
         }
     }

@@ -85,13 +85,20 @@ impl Queue {
         // One past the shard's last turn, and no earlier than the turn being handed out: a
         // shard that starts sending joins the current turn, behind at most one record of each
         // other shard queued in it. Read and written under the queue's lock.
-        let turn = (last.load(atomic::Ordering::Relaxed) + 1).max(self.now);
+        // At most the lane's capacity past it: a shard's records queued here take consecutive
+        // turns from `now` on, so only a shard's turns carried over from another channel (a
+        // settlement fed into two; see `ShardSettlement::turns`) could be further ahead, and
+        // the turns queued must span no more than the lane holds (each turn is a queue here).
+        let capacity = self.room.capacity() as u64;
+        let turn = (last.load(atomic::Ordering::Relaxed) + 1)
+            .max(self.now)
+            .min(self.now.saturating_add(capacity));
         last.store(turn, atomic::Ordering::Relaxed);
         if self.turns.is_empty() {
             self.base = turn;
         }
-        // Never below the front in practice (every turn queued is at least `now`, and the
-        // front's is at most that); kept right all the same.
+        // Below the front when the queue emptied after a shard's record and that shard's next
+        // one set the front one turn on: another shard joining the current turn goes before.
         while turn < self.base {
             let empty = self.unused.pop().unwrap_or_default();
             self.turns.push_front(empty);
@@ -148,7 +155,8 @@ impl Queue {
     /// capacity (more would be memory nobody uses: at most that many records are queued); one
     /// more is given back, to be freed once the lock is gone.
     fn keep_spare(&mut self, spare: Spare) -> Option<Spare> {
-        if self.spares.len() < self.room.capacity() {
+        // A closed lane takes no more records: no sender could use it.
+        if !self.closed && self.spares.len() < self.room.capacity() {
             self.spares.push_back(spare);
             return None;
         }
@@ -175,8 +183,9 @@ impl Queue {
     }
 
     /// Takes every queued record out (none is handed out after).
-    fn take_all(&mut self) -> Vec<Numbered> {
-        self.turns.drain(..).flatten().collect()
+    fn take_all(&mut self) -> (Vec<Numbered>, VecDeque<Spare>) {
+        let queued = self.turns.drain(..).flatten().collect();
+        (queued, std::mem::take(&mut self.spares))
     }
 
     /// Every waiting receiver's waker, to wake once the lock is released. All of them, not
@@ -230,7 +239,10 @@ impl FairLane {
         queue.closed = true;
         let wakers = queue.wakers();
         let senders = queue.room.close();
+        // No sender takes places any more: the spares would serve nobody.
+        let spares = std::mem::take(&mut queue.spares);
         drop(queue);
+        drop(spares);
         wake(wakers);
         wake_senders(senders);
     }
@@ -496,6 +508,12 @@ impl LaneRx {
     /// freed, outside the lock. While records flow, spares are used oldest first and turn
     /// over; this bounds how long an idle lane keeps a released shard's settlement.
     pub(crate) fn idle(&mut self, spare: Option<Spare>) {
+        // Without a spare to keep, nothing to do (and no lock): a loop with nothing settled
+        // alone since its last wait (batches, records that failed) made no spare, and the
+        // sweep waits for the next wait that brings one.
+        if spare.is_none() {
+            return;
+        }
         let (refused, released) = {
             let mut queue = self.lane.queue();
             let refused = spare.and_then(|spare| queue.keep_spare(spare));
@@ -572,6 +590,26 @@ mod tests {
 
     fn name(record: &Numbered) -> String {
         record.payload_text()
+    }
+
+    /// A shard whose turns ran far ahead in another channel (a settlement fed into two) is
+    /// queued no further than the lane's capacity past the turn handed out now: the lane keeps
+    /// one queue per turn, and a hundred million empty ones would not fit. The order is as
+    /// before: behind the shards that started sending here.
+    #[tokio::test]
+    async fn a_shard_whose_turns_ran_ahead_elsewhere_is_queued_within_the_lanes_span() {
+        let (tx, mut rx) = fair_lane(4);
+        let (far, near) = (shard("far"), shard("near"));
+        far.turn.store(100_000_000, atomic::Ordering::Relaxed);
+        send(&tx, &far, 0).await;
+        send(&tx, &near, 0).await;
+        send(&tx, &near, 1).await;
+        assert!(
+            tx.lane.queue().turns.len() <= 5,
+            "turns spanned past the lane"
+        );
+        let order: Vec<String> = (0..3).map(|_| name(&rx.try_recv(None).unwrap())).collect();
+        assert_eq!(order, ["near-0", "near-1", "far-0"]);
     }
 
     #[tokio::test]
