@@ -12,10 +12,12 @@
 //!   channel made by [`channel_for`](crate::channel_for) the readers send into the lanes
 //!   directly; with a plain channel a router moves each record into its lane.
 //!
-//! Records travel through the channel (and lanes) as they were numbered; each loop makes the
-//! [`Delivery`] around a record when it takes it, so the delivery is allocated and freed on
-//! the handler's thread (freeing what another thread allocated costs glibc markedly more; see
-//! docs/benchmarks.md).
+//! Records travel through the channel (and lanes) as their [`Delivery`], one pointer, made by
+//! the reader as it numbers the record. A loop that handled a record alone and saw it settle
+//! hands the delivery's memory back to the lane it takes from next (`Spare`), and the reader
+//! makes its next deliveries in it: no allocation per record, and none made on one thread and
+//! freed on another, which costs glibc markedly more (see docs/benchmarks.md, "Records as
+//! pointers").
 //!
 //! # Clean shutdown
 //!

@@ -2,8 +2,7 @@
 //! gathering a batch (`batch`) and the loops (`dispatcher`) read either the same way.
 //!
 //! - A [`DeliveryReceiver`]: the subscription's shared channel, or one lane by key of it.
-//! - A worker's or lane's queue of [`Numbered`] records, fed by the router; the delivery around
-//!   each record is made here, on the thread that takes it.
+//! - A worker's or lane's queue of [`Numbered`] records (each its delivery), fed by the router.
 
 use tokio::sync::mpsc;
 
