@@ -378,6 +378,18 @@ fn key_of(i: u32) -> String {
         .expect("some key hashes into each shard")
 }
 
+/// Loads to publish and compare: a record a second on each of the stream's shards, for a
+/// minute.
+async fn a_minute_of_load(kinesis: &MemoryStream) {
+    let keys: Vec<String> = (0..LOAD_SHARDS).map(key_of).collect();
+    for second in 0..60u64 {
+        for key in &keys {
+            kinesis.put(STREAM, key, second.to_string()).expect("put");
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// `giver` and a `taker` that never hears of pokes share 4 shards by load. A row of the
 /// giver's is marked wanted by the taker (as a move by load marks it); the giver hands it over
 /// and pokes the taker, which does not hear it. Expected: the taker holds the shard within
@@ -398,14 +410,7 @@ async fn a_hand_over_whose_taker_missed_the_poke_is_taken_after_the_epoch_moves(
         ..HangingBumps::over(&table)
     };
     let taker = start(&kinesis, taker, "instance-1", true).await;
-    // Loads to publish and compare: a record a second on each shard, for a minute.
-    let keys: Vec<String> = (0..LOAD_SHARDS).map(key_of).collect();
-    for second in 0..60u64 {
-        for key in &keys {
-            kinesis.put(STREAM, key, second.to_string()).expect("put");
-        }
-        sleep(Duration::from_secs(1)).await;
-    }
+    a_minute_of_load(&kinesis).await;
     let store = MemoryLeaseStore::over(&table);
     let rows = store.list(STREAM).await.expect("list");
     let row = rows
@@ -522,14 +527,7 @@ async fn moved_while_handed(mute: bool, deaf: bool) -> (Option<Duration>, u32) {
     };
     let taker_bumps = taker.bumps.clone();
     let taker = start(&kinesis, taker, "instance-1", true).await;
-    // Loads to publish and compare: a record a second on each shard, for a minute.
-    let keys: Vec<String> = (0..LOAD_SHARDS).map(key_of).collect();
-    for second in 0..60u64 {
-        for key in &keys {
-            kinesis.put(STREAM, key, second.to_string()).expect("put");
-        }
-        sleep(Duration::from_secs(1)).await;
-    }
+    a_minute_of_load(&kinesis).await;
     let operator = MemoryLeaseStore::over(&table);
     let rows = operator.list(STREAM).await.expect("list");
     let row = rows

@@ -5,136 +5,25 @@
 //! next renewal and must announce it at once: it may crash a moment later. Paused time, a
 //! `MemoryStream`, two brokers over one `MemoryLeaseTable`, default timings and start.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_broker::testing::MemoryStream;
 use kinesis_broker::{
     lease::{LeaseKey, LeaseStore, Outcome},
-    Broker, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
+    Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker,
 };
-use kinesis_lease_core::{BoxFuture, Holder, Lease, LeaseResult, Load, Take};
+use kinesis_lease_core::testkit::Outage;
 use tokio::time::{sleep, Instant};
 
 const STREAM: &str = "s";
 
 /// A memory store whose renewals answer 450 ms late (landing at once): an instance learns
-/// that a row was moved between its take ticks, not on them. It counts the bumps of the
-/// stream's epoch sent through it.
-#[derive(Debug, Clone)]
-struct SlowRenewals(MemoryLeaseStore, Arc<AtomicU32>);
-
-impl SlowRenewals {
-    fn over(table: &MemoryLeaseTable) -> Self {
-        SlowRenewals(MemoryLeaseStore::over(table), Arc::default())
-    }
-}
-
-/// How late a renewal answers.
-const RENEWAL_LATENCY: Duration = Duration::from_millis(450);
-
-impl LeaseStore for SlowRenewals {
-    fn create<'a>(&'a self, row: &'a Lease) -> BoxFuture<'a, LeaseResult<bool>> {
-        self.0.create(row)
-    }
-    fn take<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        take: &'a Take,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.0.take(key, holder, take)
-    }
-    fn renew<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        ttl: Duration,
-        checkpoint: Option<&'a Checkpoint>,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        Box::pin(async move {
-            let outcome = self.0.renew(key, holder, ttl, checkpoint).await;
-            sleep(RENEWAL_LATENCY).await;
-            outcome
-        })
-    }
-    fn renew_with_load<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        ttl: Duration,
-        checkpoint: Option<&'a Checkpoint>,
-        load: &'a Load,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        Box::pin(async move {
-            let outcome = self
-                .0
-                .renew_with_load(key, holder, ttl, checkpoint, load)
-                .await;
-            sleep(RENEWAL_LATENCY).await;
-            outcome
-        })
-    }
-    fn checkpoint<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        checkpoint: &'a Checkpoint,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.0.checkpoint(key, holder, checkpoint)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        checkpoint: Option<&'a Checkpoint>,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.0.release(key, holder, checkpoint)
-    }
-    fn request<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        asker: &'a str,
-        holder: &'a str,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.0.request(key, asker, holder)
-    }
-    fn hand_over<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: &'a Holder,
-        to: &'a str,
-        ttl: Duration,
-        checkpoint: Option<&'a Checkpoint>,
-    ) -> BoxFuture<'a, LeaseResult<Outcome>> {
-        self.0.hand_over(key, holder, to, ttl, checkpoint)
-    }
-    fn delete<'a>(&'a self, key: &'a LeaseKey, observed: u64) -> BoxFuture<'a, LeaseResult<bool>> {
-        self.0.delete(key, observed)
-    }
-    fn poke<'a>(
-        &'a self,
-        member: &'a LeaseKey,
-        about: &'a LeaseKey,
-    ) -> BoxFuture<'a, LeaseResult<bool>> {
-        self.0.poke(member, about)
-    }
-    fn bump_epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<()>> {
-        if stream == STREAM {
-            self.1.fetch_add(1, Ordering::SeqCst);
-        }
-        self.0.bump_epoch(stream)
-    }
-    fn epoch<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<u64>> {
-        self.0.epoch(stream)
-    }
-    fn read<'a>(&'a self, key: &'a LeaseKey) -> BoxFuture<'a, LeaseResult<Option<Lease>>> {
-        self.0.read(key)
-    }
-    fn list<'a>(&'a self, stream: &'a str) -> BoxFuture<'a, LeaseResult<Vec<Lease>>> {
-        self.0.list(stream)
-    }
+/// that a row was moved between its take ticks, not on them.
+fn slow_renewals(table: &MemoryLeaseTable) -> Outage {
+    let (store, switch) = Outage::wrap(Arc::new(MemoryLeaseStore::over(table)));
+    switch.slow_renewals(Duration::from_millis(450));
+    store
 }
 
 async fn start(
@@ -179,7 +68,7 @@ async fn an_evicted_holder_that_crashes_at_once_has_announced_the_move() {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 4).expect("stream");
     let table = MemoryLeaseTable::new();
-    let a = start(&kinesis, SlowRenewals::over(&table), "a").await;
+    let a = start(&kinesis, slow_renewals(&table), "a").await;
     let b = start(&kinesis, MemoryLeaseStore::over(&table), "b").await;
     let until = Instant::now() + Duration::from_secs(30);
     while held(&a).len() != 2 || held(&b).len() != 2 {
@@ -241,9 +130,7 @@ async fn a_reset_of_every_row_is_announced_with_a_few_bumps_not_one_per_row() {
     let kinesis = MemoryStream::new();
     kinesis.create_stream(STREAM, 16).expect("stream");
     let table = MemoryLeaseTable::new();
-    let store = SlowRenewals::over(&table);
-    let bumps = store.1.clone();
-    let a = start(&kinesis, store, "a").await;
+    let a = start(&kinesis, slow_renewals(&table), "a").await;
     let until = Instant::now() + Duration::from_secs(30);
     while held(&a).len() != 16 {
         assert!(Instant::now() < until, "never held all 16");
@@ -252,7 +139,8 @@ async fn a_reset_of_every_row_is_announced_with_a_few_bumps_not_one_per_row() {
     sleep(Duration::from_secs(10)).await;
     let operator = MemoryLeaseStore::over(&table);
     let member = LeaseKey::member(STREAM, "a").expect("member key");
-    let before = bumps.load(Ordering::SeqCst);
+    // Nobody else bumps the epoch: how far it moves is how often `a` bumped it.
+    let before = operator.epoch(STREAM).await.expect("epoch");
     for row in operator.list(STREAM).await.expect("list") {
         let evicted = operator
             .evict(&row.key, row.counter, None, Some(&member))
@@ -271,7 +159,7 @@ async fn a_reset_of_every_row_is_announced_with_a_few_bumps_not_one_per_row() {
         sleep(Duration::from_millis(10)).await;
     }
     sleep(Duration::from_secs(2)).await;
-    let bumped = bumps.load(Ordering::SeqCst) - before;
+    let bumped = operator.epoch(STREAM).await.expect("epoch") - before;
     eprintln!("16 rows moved: {bumped} bumps");
     assert!(
         (1..=4).contains(&bumped),

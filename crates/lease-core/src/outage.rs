@@ -40,6 +40,7 @@ pub struct Outage {
     inner: Arc<dyn LeaseStore>,
     down: Arc<AtomicBool>,
     latency_us: Arc<AtomicU64>,
+    renewal_latency_us: Arc<AtomicU64>,
     lose_takes: Arc<AtomicBool>,
 }
 
@@ -48,6 +49,7 @@ pub struct Outage {
 pub struct OutageSwitch {
     down: Arc<AtomicBool>,
     latency_us: Arc<AtomicU64>,
+    renewal_latency_us: Arc<AtomicU64>,
     lose_takes: Arc<AtomicBool>,
 }
 
@@ -69,6 +71,15 @@ impl OutageSwitch {
         self.latency_us.store(micros, Ordering::SeqCst);
     }
 
+    /// From now on, a renewal (of a shard row or a member row) lands at once and its answer
+    /// comes `latency` later (on tokio's clock), the other calls as before: an instance learns
+    /// what a renewal found between its take ticks, not on them. `Duration::ZERO` answers at
+    /// once.
+    pub fn slow_renewals(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.renewal_latency_us.store(micros, Ordering::SeqCst);
+    }
+
     /// While `lose` is true, a take reaches the store and lands (or not) as usual, but its
     /// answer is lost on the way back: the caller gets [`LeaseError::Unavailable`].
     pub fn lose_take_answers(&self, lose: bool) {
@@ -81,20 +92,36 @@ impl Outage {
     pub fn wrap(inner: Arc<dyn LeaseStore>) -> (Self, OutageSwitch) {
         let down = Arc::new(AtomicBool::new(false));
         let latency_us = Arc::new(AtomicU64::new(0));
+        let renewal_latency_us = Arc::new(AtomicU64::new(0));
         let lose_takes = Arc::new(AtomicBool::new(false));
         (
             Self {
                 inner,
                 down: down.clone(),
                 latency_us: latency_us.clone(),
+                renewal_latency_us: renewal_latency_us.clone(),
                 lose_takes: lose_takes.clone(),
             },
             OutageSwitch {
                 down,
                 latency_us,
+                renewal_latency_us,
                 lose_takes,
             },
         )
+    }
+
+    /// A renewal's answer, `renewal_latency_us` after it landed.
+    async fn renewal_answered(
+        &self,
+        renewed: impl std::future::Future<Output = LeaseResult<Outcome>>,
+    ) -> LeaseResult<Outcome> {
+        let outcome = renewed.await;
+        let micros = self.renewal_latency_us.load(Ordering::SeqCst);
+        if micros > 0 {
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+        }
+        outcome
     }
 
     async fn answer_late(&self) {
@@ -186,7 +213,7 @@ impl LeaseStore for Outage {
         forward!(
             self,
             "renew",
-            self.inner.renew(key, holder, ttl, checkpoint)
+            self.renewal_answered(self.inner.renew(key, holder, ttl, checkpoint))
         )
     }
     fn renew_with_load<'a>(
@@ -200,8 +227,10 @@ impl LeaseStore for Outage {
         forward!(
             self,
             "renew",
-            self.inner
-                .renew_with_load(key, holder, ttl, checkpoint, load)
+            self.renewal_answered(
+                self.inner
+                    .renew_with_load(key, holder, ttl, checkpoint, load)
+            )
         )
     }
     fn checkpoint<'a>(
