@@ -331,12 +331,13 @@ fn lost_reason(before: &Lease, holder: Option<&str>, counter: u64) -> String {
     )
 }
 
-/// `release`: frees one row, fenced on the counter read.
+/// `release`: frees one row, fenced on the counter read; a renewal by the same holding
+/// between the read and the write is read again and the row freed (up to three attempts).
 ///
 /// # Errors
 ///
-/// [`CliError::ShardNotFound`]; [`CliError::Refused`] for a finished row or one written
-/// between the read and the write; [`CliError::Store`].
+/// [`CliError::ShardNotFound`]; [`CliError::Refused`] for a finished row or one another
+/// holder took between the read and the write; [`CliError::Store`].
 pub async fn release<O: Write, E: Write>(
     ctx: &Context,
     args: &ReleaseArgs,
@@ -360,51 +361,89 @@ pub async fn release<O: Write, E: Write>(
             stream: stream.clone(),
             shard: shard.clone(),
         })?;
-    let line =
-        match state_of(&row) {
-            State::Finished => return Err(refused(
-                "the shard is finished (SHARD_END): there is nothing to read and nobody holds it"
-                    .into(),
-            )),
-            State::Free => change(
-                &row,
-                &row,
-                "already_free",
-                "nobody held it; nothing written".into(),
-            ),
-            State::Evicted => change(
-                &row,
-                &row,
-                "already_free",
-                "already released by an operator; nothing written".into(),
-            ),
+    // A live holder renews between our read and our write now and then: the same holding is
+    // read again and freed, one an operator freed meanwhile is reported as free, another
+    // holding (taken meanwhile) is refused.
+    let mut current = row.clone();
+    let mut line = None;
+    for _ in 0..WRITE_ATTEMPTS {
+        match state_of(&current) {
+            State::Finished => {
+                return Err(refused(
+                    "the shard is finished (SHARD_END): there is nothing to read and nobody \
+                     holds it"
+                        .into(),
+                ))
+            }
+            State::Free => {
+                line = Some(change(
+                    &row,
+                    &row,
+                    "already_free",
+                    "nobody held it; nothing written".into(),
+                ));
+            }
+            State::Evicted => {
+                line = Some(change(
+                    &row,
+                    &row,
+                    "already_free",
+                    "already released by an operator; nothing written".into(),
+                ));
+            }
             State::Held | State::HandedOver => {
                 match ctx
                     .store
-                    .evict(&key, row.counter, None, holder_member(&row).as_ref())
+                    .evict(
+                        &key,
+                        current.counter,
+                        None,
+                        holder_member(&current).as_ref(),
+                    )
                     .await
                     .map_err(|e| ctx.store_error(stream, e))?
                 {
                     Outcome::Written(after) => {
-                        let owner = row.owner.as_deref().unwrap_or("-");
+                        let owner = current.owner.as_deref().unwrap_or("-");
                         let note = format!(
                             "`{owner}` stops reading it at its next renewal (records it handled \
                              since the checkpoint are handled again); an instance takes it once \
                              it has stood still for a lease, and reads after the checkpoint"
                         );
                         ctx.bump(stream, io).await?;
-                        change(&row, &after, "released", note)
+                        line = Some(change(&current, &after, "released", note));
                     }
                     Outcome::Lost(lost) => {
-                        return Err(refused(lost_reason(
-                            &row,
-                            lost.holder.as_deref(),
-                            lost.counter,
-                        )))
+                        let fresh = ctx
+                            .store
+                            .read(&key)
+                            .await
+                            .map_err(|e| ctx.store_error(stream, e))?;
+                        match fresh {
+                            Some(fresh) if may_retry(&current, &fresh, false) => {
+                                current = fresh;
+                                continue;
+                            }
+                            _ => {
+                                return Err(refused(lost_reason(
+                                    &row,
+                                    lost.holder.as_deref(),
+                                    lost.counter,
+                                )))
+                            }
+                        }
                     }
                 }
             }
-        };
+        }
+        break;
+    }
+    let line = line.ok_or_else(|| {
+        refused(format!(
+            "the row kept changing over {WRITE_ATTEMPTS} attempts; nothing was changed: run the \
+             command again"
+        ))
+    })?;
     let lines = [line];
     print(io, &args.table, &lines, || render::changes_table(&lines))
 }
@@ -606,7 +645,8 @@ pub async fn reset<O: Write, E: Write>(
                          from {target}"
                     ),
                 };
-                lines.push(change(&row, &after, "reset", note));
+                // Before: the row as the write that landed was fenced on.
+                lines.push(change(&current, &after, "reset", note));
             }
             None if lost.is_none() => {
                 lost = Some((

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use kinesis_broker_cli::commands::Context;
 use kinesis_broker_cli::{run_with, Cli, CliError};
+use kinesis_lease_core::testkit::Outage;
 use kinesis_lease_core::{
     rules, Checkpoint, Holder, Lease, LeaseKey, LeaseStore, SequenceNumber, Take,
 };
@@ -259,6 +260,90 @@ async fn release_frees_a_row_fenced_and_refuses_finished_or_missing_rows() {
         result.unwrap_err().exit_code(),
         2,
         "a bookkeeping row is no shard"
+    );
+}
+
+/// A live holder renews its row every renew interval; an operator's read and fenced write can
+/// straddle one renewal (the integration run of `cli` lost that race once on a loaded machine:
+/// "the row was written since it was read (counter 5 -> 6, now held by `a`)"). The holding is
+/// the same: `release` reads again and frees it, as `reset` does; a row taken by another
+/// holder meanwhile is still refused.
+#[tokio::test(start_paused = true)]
+async fn release_frees_a_row_its_holder_renewed_between_the_read_and_the_write() {
+    let (store, a, b) = fleet().await;
+    // Every call lands a second after it is made: the read at 1 s, the write at 2 s.
+    let (slow, switch) = Outage::wrap(Arc::new(store.clone()));
+    switch.slow(Duration::from_secs(1));
+    let ctx = Context {
+        store: Arc::new(slow),
+        ..ctx(&store)
+    };
+    let row = key("s", "shardId-0");
+    // `a` renews at 1.5 s, between them, and every 3 s after.
+    let renewer = {
+        let (store, a, row) = (store.clone(), a.clone(), row.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let mut tick = tokio::time::interval(Duration::from_secs(3));
+            loop {
+                tick.tick().await;
+                assert!(store.renew(&row, &a, TTL, None).await.unwrap().is_written());
+            }
+        })
+    };
+    let before = store.read(&row).await.unwrap().unwrap();
+    let out = json_in(
+        &ctx,
+        "release --table leases --stream s --shard shardId-0 --json",
+    )
+    .await;
+    renewer.abort();
+    assert_eq!(out[0]["result"], "released", "{out}");
+    assert_eq!(out[0]["owner_before"], "a");
+    let after = store.read(&row).await.unwrap().unwrap();
+    assert!(rules::is_evicted(&after), "{after:?}");
+    assert_eq!(
+        after.counter,
+        before.counter + 2,
+        "renewed once, evicted once"
+    );
+    assert_eq!(
+        (&out[0]["counter_before"], &out[0]["counter"]),
+        (
+            &Value::from(before.counter + 1),
+            &Value::from(after.counter)
+        ),
+        "reported: the counter the write was fenced on, and the one it wrote"
+    );
+
+    // Taken by `b` between the read and the write: another holding, refused.
+    let other = key("s", "shardId-1");
+    let taker = {
+        let (store, b, other) = (store.clone(), b.clone(), other.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            let fence = store.read(&other).await.unwrap().unwrap().counter;
+            assert!(store
+                .take(&other, &b, &Take::fenced(TTL, fence))
+                .await
+                .unwrap()
+                .is_written());
+        })
+    };
+    take(&store, "s", "shardId-1", &a).await;
+    let (result, _, _) = cli_in(&ctx, "release --table leases --stream s --shard shardId-1").await;
+    taker.await.unwrap();
+    match result {
+        Err(CliError::Refused { shard, reason, .. }) => {
+            assert_eq!(shard, "shardId-1");
+            assert!(reason.contains("now held by `b`"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.read(&other).await.unwrap().unwrap().owner.as_deref(),
+        Some("b"),
+        "nothing was changed"
     );
 }
 
