@@ -442,6 +442,7 @@ impl QuietFeed {
     ///
     /// [`DispatchError::Revoked`] once the shard's lease was lost; [`DispatchError::Closed`]
     /// when dispatch has shut down. Nothing is sent then.
+    #[inline]
     pub fn try_send(&mut self, record: Record) -> Result<TrySend, DispatchError> {
         let feed = &self.feed;
         if feed.settlement.is_revoked() {

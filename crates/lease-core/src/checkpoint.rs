@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::digits::{all_digits, Digits};
+use crate::digits::Digits;
 use crate::LeaseError;
 
 /// A Kinesis sequence number, optionally with the subsequence of a de-aggregated KPL record.
@@ -34,16 +34,16 @@ impl SequenceNumber {
     /// [`LeaseError::InvalidCheckpoint`] when `number` is empty or not all ASCII digits.
     pub fn new(number: impl AsRef<str>, subsequence: Option<u64>) -> Result<Self, LeaseError> {
         let number = number.as_ref();
-        if !all_digits(number) {
-            return Err(LeaseError::InvalidCheckpoint {
+        match Digits::parse(number) {
+            Some(number) => Ok(Self {
+                number,
+                subsequence,
+            }),
+            None => Err(LeaseError::InvalidCheckpoint {
                 input: number.to_owned(),
                 reason: "a sequence number is a non-empty string of decimal digits",
-            });
+            }),
         }
-        Ok(Self {
-            number: Digits::new(number),
-            subsequence,
-        })
     }
 
     /// The decimal digits, as Kinesis returned them.

@@ -18,26 +18,43 @@ use std::sync::Arc;
 /// in the 64 bytes the shared form takes anyway (it is 16 bytes, aligned to 8).
 pub(crate) const INLINE: usize = 62;
 
-/// Decimal digits (never empty; checked by the caller), inline or shared.
+/// Decimal digits (never empty; checked by [`Digits::parse`]), inline or shared.
 #[derive(Clone)]
 pub(crate) enum Digits {
-    /// Up to [`INLINE`] digits; the bytes past `len` are zero.
+    /// Up to [`INLINE`] digits; the bytes past `len` are `'0'` (never read).
     Inline { len: u8, bytes: [u8; INLINE] },
     /// More than [`INLINE`] digits.
     Shared(Arc<str>),
 }
 
 impl Digits {
-    /// `text`'s digits, inline when they fit.
-    pub(crate) fn new(text: &str) -> Self {
+    /// `text`'s digits, inline when they fit; `None` when `text` is empty or holds anything
+    /// but ASCII digits.
+    ///
+    /// Text that fits is copied into a buffer of digits first and the whole buffer checked:
+    /// a fixed-size check the compiler turns into a few vector compares, where checking the
+    /// text and then copying it walked the bytes twice, in a loop of the text's length.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        if text.is_empty() {
+            return None;
+        }
         match u8::try_from(text.len()) {
             Ok(len) if text.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
+                let mut bytes = [b'0'; INLINE];
                 bytes[..text.len()].copy_from_slice(text.as_bytes());
-                Digits::Inline { len, bytes }
+                let worst = bytes
+                    .iter()
+                    .fold(0u8, |worst, b| worst.max(b.wrapping_sub(b'0')));
+                (worst < 10).then_some(Digits::Inline { len, bytes })
             }
-            _ => Digits::Shared(text.into()),
+            _ => all_digits(text).then(|| Digits::Shared(text.into())),
         }
+    }
+
+    /// `text`'s digits (checked by the caller), inline when they fit.
+    #[cfg(test)]
+    pub(crate) fn new(text: &str) -> Self {
+        Self::parse(text).expect("digits")
     }
 
     /// The digits as text.
@@ -131,12 +148,13 @@ mod tests {
         }
     }
 
-    /// The check answers as a plain byte-by-byte one, whatever byte sits wherever (each byte
-    /// value at each place of texts of 1 to 24 bytes, the rest digits).
+    /// The checks (of long text, and of text copied inline) answer as a plain byte-by-byte
+    /// one, whatever byte sits wherever (each byte value at each place of texts of 1 to 24
+    /// bytes and of either side of the inline limit, the rest digits).
     #[test]
     fn the_check_answers_as_one_byte_by_byte_whatever_byte_sits_where() {
         let naive = |t: &[u8]| !t.is_empty() && t.iter().all(u8::is_ascii_digit);
-        for len in 1..=24 {
+        for len in (1..=24).chain(INLINE - 2..=INLINE + 2) {
             for at in 0..len {
                 for b in 0..=255u8 {
                     let mut text = vec![b'5'; len];
@@ -144,10 +162,16 @@ mod tests {
                     // Only valid UTF-8 can be a `&str`; other bytes come in valid sequences.
                     if let Ok(s) = std::str::from_utf8(&text) {
                         assert_eq!(all_digits(s), naive(&text), "{text:?}");
+                        let parsed = Digits::parse(s);
+                        assert_eq!(parsed.is_some(), naive(&text), "{text:?}");
+                        if let Some(digits) = parsed {
+                            assert_eq!(digits.as_str(), s);
+                        }
                     }
                 }
             }
         }
+        assert!(Digits::parse("").is_none());
         for s in [
             "٣",
             "é",

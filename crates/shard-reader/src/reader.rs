@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kinesis_dispatch::{ShardFeed, ShardSettlement, TrySend};
+use kinesis_dispatch::{QuietFeed, ShardFeed, ShardSettlement, TrySend};
 use kinesis_lease_core::{ErrorChain, SequenceNumber};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -128,6 +128,26 @@ impl Delivered {
             None => self.reopen.clone(),
         }
     }
+}
+
+/// Where [`Reader::offer_plain`] stopped.
+enum Next {
+    /// At the page's end.
+    Done,
+    /// At a record that must wait for room or a place.
+    Wait(kinesis_dispatch::Record),
+    /// At a KPL aggregate, to unpack: the page's next record.
+    Aggregate,
+}
+
+/// What [`Reader::offer`] did with a record.
+enum Offer {
+    /// Sent into the channel (held by the feed until its flush).
+    Sent,
+    /// Delivered before (at or below `skip_upto`): not sent again.
+    Skipped,
+    /// No room in the settlement window or no place in the channel: send it waiting.
+    Wait(kinesis_dispatch::Record),
 }
 
 impl Reader {
@@ -283,60 +303,42 @@ impl Reader {
             return Err(Stop::Stopped);
         }
         let mut quiet = self.feed.quietly();
-        let mut left = page.len();
         // Room left in the settlement window, counted down here and read again (a lock on the
         // window the handlers settle in) only once it runs out: records only leave the window
         // meanwhile, and this reader is the shard's only sender.
         let mut room = 0;
-        for record in page {
-            left -= 1;
-            // A plain record goes on as it is; only an aggregate is unpacked into `records`
-            // (a record is a couple of hundred bytes: each move through a vector is a copy).
-            let mut records = std::mem::take(&mut at.records);
-            records.clear();
-            let plain = if kinesis_kpl::is_aggregated(&record.payload) {
-                expand_into(record, self.hash_range, &self.kpl, &mut records);
-                None
-            } else {
-                Some(record)
-            };
-            // What is still to come, for the feed to wait for places in batches: the rest of
-            // the page and this record's sub-records.
-            quiet.expect(left + records.len() + usize::from(plain.is_some()));
-            for record in plain.into_iter().chain(records.drain(..)) {
-                if let Some(skip) = &at.skip_upto {
-                    if record.sequence <= *skip {
+        let mut page = page.into_iter();
+        loop {
+            // Plain records go on in a plain loop, handed from call to call by value (a record
+            // is a couple of hundred bytes: each move through a vector or a waiting future is
+            // a copy); only a record that must wait, or an aggregate, comes back here.
+            let record =
+                match self.offer_plain(&mut quiet, &mut page, at, &mut room, max_unsettled)? {
+                    Next::Done => return Ok(()),
+                    Next::Wait(record) => {
+                        self.send_waiting(&mut quiet, record, at, &mut room, max_unsettled)
+                            .await?;
                         continue;
                     }
-                    // Past the checkpoint (or the last delivered record): read on as usual.
-                    at.skip_upto = None;
-                }
-                if room == 0 {
-                    room = self.room(max_unsettled);
-                    while room == 0 {
-                        quiet.flush();
-                        self.wait_for_room(max_unsettled).await?;
-                        room = self.room(max_unsettled);
-                    }
-                }
-                room -= 1;
-                if self.stopping_since_checked() {
-                    return Err(Stop::Stopped);
-                }
-                let sequence = record.sequence.clone();
-                match quiet.try_send(record) {
-                    Ok(TrySend::Sent) => {}
-                    // No place: wait for one (the loops woken first), stopping at once if the
-                    // reader must.
-                    Ok(TrySend::Full(record)) => match self.or_stop(quiet.send(record)).await {
-                        Ok(Ok(())) => {}
-                        // Revoked or closed: nothing more can be delivered.
-                        Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
+                    Next::Aggregate => match page.next() {
+                        Some(record) => record,
+                        None => return Ok(()),
                     },
-                    Err(_) => return Err(Stop::Stopped),
+                };
+            // An aggregate is unpacked into `records`.
+            let mut records = std::mem::take(&mut at.records);
+            records.clear();
+            expand_into(record, self.hash_range, &self.kpl, &mut records);
+            // What is still to come, for the feed to wait for places in batches: the rest of
+            // the page and this record's sub-records.
+            quiet.expect(page.len() + records.len());
+            for record in records.drain(..) {
+                if let Offer::Wait(record) =
+                    self.offer(&mut quiet, record, true, at, &mut room, max_unsettled)?
+                {
+                    self.send_waiting(&mut quiet, record, at, &mut room, max_unsettled)
+                        .await?;
                 }
-                at.last_delivered = Some(sequence);
-                at.first.queued();
             }
             if records.capacity() <= 4_096 {
                 // Reused for the next record (a huge aggregate of tiny sub-records gives its
@@ -344,6 +346,114 @@ impl Reader {
                 at.records = records;
             }
         }
+    }
+
+    /// Sends the page's plain records while none has to wait, up to the page's end, the
+    /// first record that must wait, or the first aggregate.
+    fn offer_plain(
+        &mut self,
+        quiet: &mut QuietFeed,
+        page: &mut std::vec::IntoIter<kinesis_dispatch::Record>,
+        at: &mut Delivered,
+        room: &mut u64,
+        max_unsettled: usize,
+    ) -> Result<Next, Stop> {
+        // Looked at where it lies before it is taken: one copy fewer of each record.
+        while let Some(next) = page.as_slice().first() {
+            if kinesis_kpl::is_aggregated(&next.payload) {
+                return Ok(Next::Aggregate);
+            }
+            // What is still to come, for the feed to wait for places in batches.
+            quiet.expect(page.len());
+            let Some(record) = page.next() else { break };
+            // `last_delivered` is needed once `deliver` returned (to open again after it), so
+            // only the last plain record of a run is remembered: the one before the page's end
+            // or an aggregate (whose sub-records are each remembered, one may be the last).
+            // A record given back to wait is remembered when it is sent.
+            let remember = page
+                .as_slice()
+                .first()
+                .is_none_or(|next| kinesis_kpl::is_aggregated(&next.payload));
+            if let Offer::Wait(record) =
+                self.offer(quiet, record, remember, at, room, max_unsettled)?
+            {
+                return Ok(Next::Wait(record));
+            }
+        }
+        Ok(Next::Done)
+    }
+
+    /// Sends `record` if it can without waiting: skipped when delivered before, sent when the
+    /// settlement window has room and the channel a place, given back to wait for them
+    /// otherwise. A record sent is kept as `at.last_delivered` when `remember` says so.
+    #[inline]
+    fn offer(
+        &mut self,
+        quiet: &mut QuietFeed,
+        record: kinesis_dispatch::Record,
+        remember: bool,
+        at: &mut Delivered,
+        room: &mut u64,
+        max_unsettled: usize,
+    ) -> Result<Offer, Stop> {
+        if let Some(skip) = &at.skip_upto {
+            if record.sequence <= *skip {
+                return Ok(Offer::Skipped);
+            }
+            // Past the checkpoint (or the last delivered record): read on as usual.
+            at.skip_upto = None;
+        }
+        if *room == 0 {
+            *room = self.room(max_unsettled);
+            if *room == 0 {
+                return Ok(Offer::Wait(record));
+            }
+        }
+        if self.stopping_since_checked() {
+            return Err(Stop::Stopped);
+        }
+        let sequence = remember.then(|| record.sequence.clone());
+        match quiet.try_send(record) {
+            Ok(TrySend::Sent) => {}
+            Ok(TrySend::Full(record)) => return Ok(Offer::Wait(record)),
+            Err(_) => return Err(Stop::Stopped),
+        }
+        *room -= 1;
+        if sequence.is_some() {
+            at.last_delivered = sequence;
+        }
+        at.first.queued();
+        Ok(Offer::Sent)
+    }
+
+    /// Sends `record`, which [`offer`](Self::offer) found no room or no place for, waiting
+    /// for them (the records held so far queued first, the loops woken), stopping at once if
+    /// the reader must.
+    async fn send_waiting(
+        &mut self,
+        quiet: &mut QuietFeed,
+        record: kinesis_dispatch::Record,
+        at: &mut Delivered,
+        room: &mut u64,
+        max_unsettled: usize,
+    ) -> Result<(), Stop> {
+        while *room == 0 {
+            quiet.flush();
+            self.wait_for_room(max_unsettled).await?;
+            *room = self.room(max_unsettled);
+        }
+        if self.stopping_since_checked() {
+            return Err(Stop::Stopped);
+        }
+        let sequence = record.sequence.clone();
+        match self.or_stop(quiet.send(record)).await {
+            Ok(Ok(())) => {}
+            // Revoked or closed: nothing more can be delivered.
+            Ok(Err(_)) | Err(Stop::Stopped) => return Err(Stop::Stopped),
+        }
+        *room -= 1;
+        at.last_delivered = Some(sequence);
+        at.first.queued();
         Ok(())
     }
 
