@@ -313,7 +313,11 @@ fn change(before: &Lease, after: &Lease, result: &'static str, note: String) -> 
     ChangeLine {
         shard: before.key.shard().to_owned(),
         result,
-        owner_before: before.owner.clone(),
+        // The operator's hold is nobody's (as `leases` shows it).
+        owner_before: before
+            .owner
+            .clone()
+            .filter(|_| !kinesis_lease_core::rules::is_evicted(before)),
         checkpoint_before: before.checkpoint.as_ref().map(|c| c.stored()),
         checkpoint: after.checkpoint.as_ref().map(|c| c.stored()),
         counter_before: before.counter,
@@ -331,13 +335,16 @@ fn lost_reason(before: &Lease, holder: Option<&str>, counter: u64) -> String {
     )
 }
 
-/// `release`: frees one row, fenced on the counter read; a renewal by the same holding
-/// between the read and the write is read again and the row freed (up to three attempts).
+/// `release`: frees one row, fenced on the counter read. A row written between the read and
+/// the write is read again and judged as it stands (up to three writes): the same holding
+/// (owner and token) is freed on the new counter, a row freed meanwhile is reported
+/// `already_free`.
 ///
 /// # Errors
 ///
-/// [`CliError::ShardNotFound`]; [`CliError::Refused`] for a finished row or one another
-/// holder took between the read and the write; [`CliError::Store`].
+/// [`CliError::ShardNotFound`]; [`CliError::Refused`] for a finished row, one another holder
+/// (or the same owner restarted, with a new token) took between the read and the write, or
+/// one that kept changing over three writes; [`CliError::Store`].
 pub async fn release<O: Write, E: Write>(
     ctx: &Context,
     args: &ReleaseArgs,
@@ -361,12 +368,13 @@ pub async fn release<O: Write, E: Write>(
             stream: stream.clone(),
             shard: shard.clone(),
         })?;
-    // A live holder renews between our read and our write now and then: the same holding is
-    // read again and freed, one an operator freed meanwhile is reported as free, another
-    // holding (taken meanwhile) is refused.
+    // A live holder renews between our read and our write now and then: the row is read
+    // again and judged as it stands: the same holding is freed, a row freed or finished
+    // meanwhile is reported as such, another holding (taken meanwhile) is refused. The last
+    // pass only judges.
     let mut current = row.clone();
     let mut line = None;
-    for _ in 0..WRITE_ATTEMPTS {
+    for attempt in 0..=WRITE_ATTEMPTS {
         match state_of(&current) {
             State::Finished => {
                 return Err(refused(
@@ -377,20 +385,21 @@ pub async fn release<O: Write, E: Write>(
             }
             State::Free => {
                 line = Some(change(
-                    &row,
-                    &row,
+                    &current,
+                    &current,
                     "already_free",
                     "nobody held it; nothing written".into(),
                 ));
             }
             State::Evicted => {
                 line = Some(change(
-                    &row,
-                    &row,
+                    &current,
+                    &current,
                     "already_free",
                     "already released by an operator; nothing written".into(),
                 ));
             }
+            State::Held | State::HandedOver if attempt == WRITE_ATTEMPTS => break,
             State::Held | State::HandedOver => {
                 match ctx
                     .store
@@ -420,7 +429,14 @@ pub async fn release<O: Write, E: Write>(
                             .await
                             .map_err(|e| ctx.store_error(stream, e))?;
                         match fresh {
-                            Some(fresh) if may_retry(&current, &fresh, false) => {
+                            // Judged again at the top: the same holding, or no holding at all.
+                            Some(fresh)
+                                if may_retry(&current, &fresh, false)
+                                    || !matches!(
+                                        state_of(&fresh),
+                                        State::Held | State::HandedOver
+                                    ) =>
+                            {
                                 current = fresh;
                                 continue;
                             }
@@ -634,11 +650,11 @@ pub async fn reset<O: Write, E: Write>(
         }
         match written {
             Some(after) => {
-                let note = match state_of(&row) {
+                let note = match state_of(&current) {
                     State::Held => format!(
                         "freed: `{}` stops reading it at its next renewal; an instance takes it \
                          once it has stood still for a lease and reads from {target}",
-                        row.owner.as_deref().unwrap_or("-")
+                        current.owner.as_deref().unwrap_or("-")
                     ),
                     _ => format!(
                         "an instance takes it once it has stood still for a lease and reads \

@@ -267,7 +267,7 @@ async fn release_frees_a_row_fenced_and_refuses_finished_or_missing_rows() {
 /// straddle one renewal (the integration run of `cli` lost that race once on a loaded machine:
 /// "the row was written since it was read (counter 5 -> 6, now held by `a`)"). The holding is
 /// the same: `release` reads again and frees it, as `reset` does; a row taken by another
-/// holder meanwhile is still refused.
+/// holder meanwhile is still refused, one its holder released meanwhile is reported free.
 #[tokio::test(start_paused = true)]
 async fn release_frees_a_row_its_holder_renewed_between_the_read_and_the_write() {
     let (store, a, b) = fleet().await;
@@ -285,9 +285,12 @@ async fn release_frees_a_row_its_holder_renewed_between_the_read_and_the_write()
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(1_500)).await;
             let mut tick = tokio::time::interval(Duration::from_secs(3));
+            // Until a renewal is refused: the row was released.
             loop {
                 tick.tick().await;
-                assert!(store.renew(&row, &a, TTL, None).await.unwrap().is_written());
+                if !store.renew(&row, &a, TTL, None).await.unwrap().is_written() {
+                    break;
+                }
             }
         })
     };
@@ -345,6 +348,39 @@ async fn release_frees_a_row_its_holder_renewed_between_the_read_and_the_write()
         Some("b"),
         "nothing was changed"
     );
+
+    // Released by its holder (a graceful shutdown) between the read and the write: free, as
+    // asked; nothing written.
+    let third = key("s", "shardId-3");
+    take(&store, "s", "shardId-3", &a).await;
+    let leaver = {
+        let (store, a, third) = (store.clone(), a.clone(), third.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            assert!(store.release(&third, &a, None).await.unwrap().is_written());
+        })
+    };
+    let out = json_in(
+        &ctx,
+        "release --table leases --stream s --shard shardId-3 --json",
+    )
+    .await;
+    leaver.await.unwrap();
+    let now = store.read(&third).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            &out[0]["result"],
+            &out[0]["owner_before"],
+            &out[0]["counter"]
+        ),
+        (
+            &Value::from("already_free"),
+            &Value::Null,
+            &Value::from(now.counter)
+        ),
+        "{out}"
+    );
+    assert!(now.owner.is_none() && !rules::is_evicted(&now), "{now:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,7 +21,8 @@ pub(crate) const INLINE: usize = 62;
 /// Decimal digits (never empty; checked by [`Digits::parse`]), inline or shared.
 #[derive(Clone)]
 pub(crate) enum Digits {
-    /// Up to [`INLINE`] digits; the bytes past `len` are `'0'` (never read).
+    /// Up to [`INLINE`] digits; the bytes past `len` are `'0'` (checked with the rest by
+    /// [`Digits::parse`], never part of the text).
     Inline { len: u8, bytes: [u8; INLINE] },
     /// More than [`INLINE`] digits.
     Shared(Arc<str>),
@@ -60,7 +61,7 @@ impl Digits {
     /// The digits as text.
     pub(crate) fn as_str(&self) -> &str {
         match self {
-            // Only ASCII digits are ever stored (`SequenceNumber::new` checks them first), so
+            // Only ASCII digits are ever stored (`Digits::parse` checks them), so
             // this cannot fail; an empty answer would be the visible sign if it ever did.
             Digits::Inline { len, bytes } => {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()

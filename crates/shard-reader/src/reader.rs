@@ -86,7 +86,9 @@ pub(crate) struct Delivered {
     /// Sub-records at or below this were delivered already (by a previous owner, or before a
     /// reopen inside an aggregate): skipped.
     pub(crate) skip_upto: Option<SequenceNumber>,
-    /// The last record sent into the channel.
+    /// The last record sent into the channel, as of the last `deliver` that returned `Ok`
+    /// (inside a page only the last record of a run of plain records is kept; a `deliver`
+    /// that returned `Err` stops the reader, which opens nothing again).
     pub(crate) last_delivered: Option<SequenceNumber>,
     /// One record's sub-records (or the record itself), reused from record to record.
     records: Vec<kinesis_dispatch::Record>,
