@@ -2146,6 +2146,18 @@ impl Handling {
                 guard.slow();
             }
         }
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let records: Vec<String> = batch
+                .iter()
+                .map(|d| format!("{} {}", d.shard(), d.sequence()))
+                .collect();
+            self.rec.note(format!(
+                "{} enter a batch of {} latency {slowest:?}: {}",
+                self.instance,
+                batch.len(),
+                records.join(", ")
+            ));
+        }
         sleep(slowest).await;
         self.freeze.wait().await;
         match verdict {

@@ -1,5 +1,5 @@
 //! `Ctx`: what every loop of one dispatcher shares (the handler, the retry policy, the batch
-//! window, the closing signal and the router's room signal).
+//! window and the closing signal).
 //!
 //! It has a file of its own, below everything that runs on it, so the files that run on it
 //! form layers instead of a circle: the router reads it, `attempt` runs the handler with it and
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::{Handler, RetryPolicy};
 
@@ -22,7 +22,4 @@ pub(crate) struct Ctx {
     pub(crate) window: Duration,
     /// Turns true at `close()`: the loops and the router stop taking.
     pub(crate) closing: watch::Receiver<bool>,
-    /// Signalled each time a worker takes from its queue: a router whose every candidate
-    /// queue was full tries again (a permit is kept when it is not waiting yet).
-    pub(crate) room: Notify,
 }

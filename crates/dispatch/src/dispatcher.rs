@@ -4,8 +4,12 @@
 //!   (shards take turns, see `fair_lane`).
 //! - [`Workers::Unordered`]`(n)`: n loops each take the next delivery from the shared channel
 //!   themselves, so up to n run at once, in no particular order, and none waits behind a busy
-//!   loop. For batch handlers a router fills one loop's queue (a batch's worth) at a time, so
-//!   batches fill.
+//!   loop. For batch handlers the loops gather their batches from the shared channel one at a
+//!   time (a loop holds the gather token from its wait for a first record to its batch's
+//!   close), so batches fill, and a record that arrives while a loop runs a batch stays in the
+//!   channel for the next loop to gather: it never waits behind a busy loop (a router that
+//!   filled one loop's queue at a time did that: a record waited 13 s for another shard's
+//!   slow batch while the other loop idled, simulation seed 145969).
 //! - [`Workers::ByKey`]`(n)`: n lanes by [`lane_of`](crate::lane_of)`(partition key, n)`;
 //!   each lane is one loop over its own bounded queue, so a key's records are handled one
 //!   after another in order, across retries too, while other lanes run beside it. With a
@@ -36,7 +40,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, Instant};
 
@@ -45,7 +49,7 @@ use crate::channel::Numbered;
 use crate::ctx::Ctx;
 use crate::delivery::Spare;
 use crate::parking::{Hold, Parking};
-use crate::router::{route, Pick};
+use crate::router::route;
 use crate::rx::Rx;
 use crate::{Delivery, DeliveryReceiver, DispatchConfig, DispatchError, Handler, Workers};
 
@@ -113,7 +117,6 @@ impl Dispatcher {
             retry: config.retry,
             window: config.batch_window,
             closing,
-            room: Notify::new(),
         });
         let mut tasks = JoinSet::new();
         match config.workers {
@@ -140,25 +143,27 @@ impl Dispatcher {
                     });
                 }
             }
-            Workers::Unordered(n) | Workers::ByKey(n) => {
-                let batch = ctx.handler.batch_size();
-                let (pick, capacity) = match config.workers {
-                    // Batch handlers in no order: any worker with room takes the next delivery,
-                    // a batch's worth filled one worker at a time.
-                    Workers::Unordered(_) => (Pick::AnyFree { sticky: true }, batch),
-                    _ => (Pick::ByKey, config.lane_capacity),
-                };
-                // Workers in no order tell the router when they take (it may wait for any of
-                // them); a lane by key has its router wait on that lane alone.
-                let signals = matches!(pick, Pick::AnyFree { .. });
-                let hold = if signals { Hold::Nothing } else { Hold::Key };
+            // Batch handlers in no order: each loop gathers its own batch from the shared
+            // channel, one loop at a time.
+            Workers::Unordered(n) => {
+                let token = Arc::new(tokio::sync::Mutex::new(()));
+                for _ in 0..n {
+                    let source = Source::Gathering {
+                        rx: receiver.share(),
+                        token: token.clone(),
+                    };
+                    tasks.spawn(worker(source, ctx.clone(), Hold::Nothing));
+                }
+            }
+            // Lanes by key behind a plain channel: a router moves each record into its lane.
+            Workers::ByKey(n) => {
                 let mut lanes = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let (tx, rx) = mpsc::channel(capacity);
+                    let (tx, rx) = mpsc::channel(config.lane_capacity);
                     lanes.push(tx);
-                    tasks.spawn(worker(Source::Lane { rx, signals }, ctx.clone(), hold));
+                    tasks.spawn(worker(Source::Lane(rx), ctx.clone(), Hold::Key));
                 }
-                tasks.spawn(route(receiver, lanes, pick, ctx.clone()));
+                tasks.spawn(route(receiver, lanes, ctx.clone()));
             }
         }
         Ok(DispatchHandle {
@@ -212,23 +217,33 @@ enum Source {
     /// The shared channel, this loop's alone (serial) or taken from side by side (unordered):
     /// the loop stops taking at `close()`.
     Own(DeliveryReceiver),
+    /// As `Own`, for batch handlers in no order: the loops gather their batches one at a
+    /// time, each holding `token` from its wait for a first record to its batch's close.
+    Gathering {
+        rx: DeliveryReceiver,
+        token: Arc<tokio::sync::Mutex<()>>,
+    },
     /// One lane by key of the channel, fed by the readers: at `close()` the loop closes the
     /// lane and handles what is already in it.
     Drains(DeliveryReceiver),
-    /// A worker's or lane's queue, fed by the router; `signals`: each take is signalled to the
-    /// router (workers in no order).
-    Lane {
-        rx: mpsc::Receiver<Numbered>,
-        signals: bool,
-    },
+    /// A lane's queue, fed by the router (lanes by key behind a plain channel).
+    Lane(mpsc::Receiver<Numbered>),
 }
 
+/// The gather token a loop holds while it gathers a batch (`None`: no token to hold).
+type Gathering = Option<tokio::sync::OwnedMutexGuard<()>>;
+
 impl Source {
-    /// The next delivery, waiting for it; cancel-safe (nothing is taken until it resolves).
-    async fn first(&mut self) -> Option<Delivery> {
+    /// The next delivery, waiting for it, with the gather token when the loops gather one at
+    /// a time; cancel-safe (nothing is taken until it resolves, the token is let go).
+    async fn first(&mut self) -> (Option<Delivery>, Gathering) {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => Rx::recv(rx).await,
-            Source::Lane { rx, .. } => Rx::recv(rx).await,
+            Source::Own(rx) | Source::Drains(rx) => (Rx::recv(rx).await, None),
+            Source::Gathering { rx, token } => {
+                let held = token.clone().lock_owned().await;
+                (Rx::recv(rx).await, Some(held))
+            }
+            Source::Lane(rx) => (Rx::recv(rx).await, None),
         }
     }
 
@@ -243,8 +258,10 @@ impl Source {
         parking: &mut Parking,
     ) -> Unit {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => gather(rx, first, max, window, parking).await,
-            Source::Lane { rx, .. } => gather(rx, first, max, window, parking).await,
+            Source::Own(rx) | Source::Drains(rx) | Source::Gathering { rx, .. } => {
+                gather(rx, first, max, window, parking).await
+            }
+            Source::Lane(rx) => gather(rx, first, max, window, parking).await,
         }
     }
 
@@ -253,15 +270,17 @@ impl Source {
     /// (a queue fed by the router has no use for it: dropped).
     fn try_first(&mut self, spare: Option<Spare>) -> Option<Delivery> {
         match self {
-            Source::Own(rx) | Source::Drains(rx) => rx.try_recv_reusing(spare),
-            Source::Lane { rx, .. } => Rx::try_recv(rx),
+            Source::Own(rx) | Source::Drains(rx) | Source::Gathering { rx, .. } => {
+                rx.try_recv_reusing(spare)
+            }
+            Source::Lane(rx) => Rx::try_recv(rx),
         }
     }
 
     /// The loop is about to wait: the memory of the delivery handled last goes to the lane
     /// (see [`try_first`](Self::try_first)), and the lane frees the spares of shards let go.
     fn idle(&mut self, spare: Option<Spare>) {
-        if let Source::Own(rx) | Source::Drains(rx) = self {
+        if let Source::Own(rx) | Source::Drains(rx) | Source::Gathering { rx, .. } = self {
             rx.idle(spare);
         }
     }
@@ -269,7 +288,7 @@ impl Source {
     /// True when the loop stops taking deliveries at `close()`: it reads the shared channel,
     /// whose waiting deliveries are dropped unsettled (they come after everything taken).
     fn stops_at_close(&self) -> bool {
-        matches!(self, Source::Own(_))
+        matches!(self, Source::Own(_) | Source::Gathering { .. })
     }
 
     /// At `close()`, a lane fed by the readers is closed (their sends fail from then on) and
@@ -291,9 +310,8 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
     // the lane ends once what was already routed to it is handled. Those records may come
     // before records other lanes completed; handling them keeps each shard's settled prefix
     // free of gaps, so a graceful shutdown re-delivers nothing. The shared channel itself
-    // (serial mode) is in order: it stops at once.
+    // (serial and unordered loops) is in order: it stops at once.
     let own = source.stops_at_close();
-    let signals = matches!(source, Source::Lane { signals: true, .. });
     // Failed records wait here for their next attempt, and what they hold back behind them;
     // they were taken, so the loop goes on until they are done, after `close()` too (the
     // shutdown deadline abandons what still fails then).
@@ -335,12 +353,7 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                 };
                 fresh_turn = fresh.is_none();
                 let first = match fresh {
-                    Some(delivery) => {
-                        if signals {
-                            ctx.room.notify_one();
-                        }
-                        parking.admit(delivery)
-                    }
+                    Some(delivery) => parking.admit(delivery),
                     None => parking.next_ready(),
                 };
                 tokio::task::consume_budget().await;
@@ -395,22 +408,19 @@ async fn worker(mut source: Source, ctx: Arc<Ctx>, hold: Hold) {
                     () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => continue,
                     first = source.first() => first,
                 };
-                let Some(first) = first else {
+                let (Some(first), gathering) = first else {
                     ended = true;
                     continue;
                 };
                 let Some(first) = parking.admit(first) else {
-                    if signals {
-                        ctx.room.notify_one();
-                    }
                     continue;
                 };
-                source.unit(first, max, ctx.window, &mut parking).await
+                let unit = source.unit(first, max, ctx.window, &mut parking).await;
+                // The batch is closed: the next loop may gather while this one handles it.
+                drop(gathering);
+                unit
             }
         };
-        if signals {
-            ctx.room.notify_one();
-        }
         let unit = match unit {
             Unit::One(d) => match parking.admit(d) {
                 Some(d) => Unit::One(d),

@@ -362,3 +362,60 @@ async fn a_permanent_failure_in_a_batch_dead_letters_only_the_records_it_names()
         handle.shutdown(Duration::from_millis(10)).await;
     }
 }
+
+/// Batch handlers under `workers(2)`: while one loop runs a slow batch, a record that arrives
+/// after it started is handled by the other loop within the window, not queued behind the slow
+/// batch (simulation seed 145969: a router that kept filling the busy loop's queue left a
+/// shard's record waiting 13 s for another shard's slow batch while the second loop idled).
+#[tokio::test(start_paused = true)]
+async fn a_record_after_a_slow_batch_started_is_handled_by_an_idle_loop() {
+    let (tx, rx) = channel(64);
+    let handled: Arc<Mutex<Vec<(String, tokio::time::Instant)>>> = Arc::default();
+    let seen = handled.clone();
+    let handler = Handler::batch(10, move |batch: Vec<Delivery>| {
+        let seen = seen.clone();
+        async move {
+            if batch.iter().any(|d| d.shard() == "slow") {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            let now = tokio::time::Instant::now();
+            for d in &batch {
+                seen.lock().unwrap().push((d.shard().to_owned(), now));
+            }
+            Ok(())
+        }
+    });
+    let config = DispatchConfig {
+        workers: Workers::Unordered(2),
+        ..DispatchConfig::default()
+    };
+    let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+    let slow = ShardSettlement::new("s", "slow");
+    let fast = ShardSettlement::new("s", "fast");
+    let (slow_feed, fast_feed) = (tx.feed(slow.clone()), tx.feed(fast.clone()));
+    slow_feed.send(record("a", 0)).await.unwrap();
+    // The slow batch's window closes; it runs for 10 s from then.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = tokio::time::Instant::now();
+    for n in 1..4 {
+        fast_feed.send(record("b", n)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    fast.all_settled().await;
+    let waited = handled
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(shard, _)| shard == "fast")
+        .map(|(_, at)| *at - sent)
+        .max()
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the idle loop handles them: the last 1 s after the first was sent, plus a window; \
+         waited {waited:?}"
+    );
+    slow.all_settled().await;
+    drop((tx, slow_feed, fast_feed));
+    handle.join().await;
+}
