@@ -6,8 +6,10 @@
 //!   themselves, so up to n run at once, in no particular order, and none waits behind a busy
 //!   loop. For batch handlers the loops gather their batches from the shared channel one at a
 //!   time (a loop holds the gather token from its wait for a first record to its batch's
-//!   close), so batches fill, and a record that arrives while a loop runs a batch stays in the
-//!   channel for the next loop to gather: it never waits behind a busy loop (a router that
+//!   close), so batches fill one after another (from the channel's places and what readers send
+//!   within the window: nothing is staged per loop), and a record that arrives while a loop
+//!   runs a batch stays in the channel for the next loop to gather: it never waits behind a
+//!   busy loop (a router that
 //!   filled one loop's queue at a time did that: a record waited 13 s for another shard's
 //!   slow batch while the other loop idled, simulation seed 145969).
 //! - [`Workers::ByKey`]`(n)`: n lanes by [`lane_of`](crate::lane_of)`(partition key, n)`;
@@ -25,9 +27,10 @@
 //!
 //! # Clean shutdown
 //!
-//! [`DispatchHandle::shutdown`] stops taking deliveries from the shared channel at once (those
-//! still there are dropped unsettled; the channel is in each shard's order, so they come after
-//! everything taken and their shard's checkpoint stays before them). Lanes are closed instead
+//! [`DispatchHandle::shutdown`] stops taking deliveries from the shared channel at once, but
+//! for a batch being gathered, which goes on to its window's end (those still there are
+//! dropped unsettled; the channel is in each shard's order, so they come after everything
+//! taken and their shard's checkpoint stays before them). Lanes are closed instead
 //! (sends into them fail) and handle what they hold. Units in flight and what lanes hold
 //! finish within a deadline (failing ones keep being retried), and what is still running then
 //! is abandoned, without settling it. A record parked for its next attempt (and what waits

@@ -2,7 +2,8 @@
 //! gathering a batch (`batch`) and the loops (`dispatcher`) read either the same way.
 //!
 //! - A [`DeliveryReceiver`]: the subscription's shared channel, or one lane by key of it.
-//! - A worker's or lane's queue of [`Numbered`] records (each its delivery), fed by the router.
+//! - A lane's queue of [`Numbered`] records (each its delivery), fed by the router (lanes by
+//!   key behind a plain channel).
 
 use tokio::sync::mpsc;
 

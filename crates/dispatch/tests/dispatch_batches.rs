@@ -419,3 +419,49 @@ async fn a_record_after_a_slow_batch_started_is_handled_by_an_idle_loop() {
     drop((tx, slow_feed, fast_feed));
     handle.join().await;
 }
+
+/// Batch handlers under `workers(2)` at shutdown: a batch being gathered is handled (its loop
+/// goes on gathering to its window's end), a loop running a batch finishes it, and what is
+/// still in the shared channel is dropped unsettled: it comes after everything taken, so the
+/// checkpoint stands at the end of what was handled and nothing handled is handled again.
+#[tokio::test(start_paused = true)]
+async fn unordered_batches_at_shutdown_leave_the_checkpoint_after_what_was_handled() {
+    let (tx, rx) = channel(64);
+    let batches = Batches::default();
+    let seen = batches.clone();
+    // Each batch takes 1 s: both loops are busy when the shutdown comes.
+    let handler = Handler::batch(2, move |batch: Vec<Delivery>| {
+        let seen = seen.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let ids = batch
+                .iter()
+                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
+                .collect();
+            seen.lock().unwrap().push(ids);
+            Ok(())
+        }
+    });
+    let config = DispatchConfig {
+        workers: Workers::Unordered(2),
+        ..DispatchConfig::default()
+    };
+    let handle = Dispatcher::spawn(rx, handler, config).unwrap();
+    let settlement = ShardSettlement::new("s", "shard-0");
+    let feed = tx.feed(settlement.clone());
+    // Two full batches taken at once (0, 1 and 2, 3), both running for 1 s; 4 and 5 wait in
+    // the channel.
+    for n in 0..6 {
+        feed.send(record("k", n)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(handle.shutdown(Duration::from_secs(5)).await);
+    let mut handled: Vec<u64> = batches.lock().unwrap().concat();
+    handled.sort_unstable();
+    assert_eq!(handled, vec![0, 1, 2, 3], "the batches taken, and no more");
+    assert_eq!(
+        settlement.progress().checkpoint,
+        Some(seq(3)),
+        "after what was handled, before what was dropped"
+    );
+}

@@ -91,7 +91,7 @@ async fn a_record_that_never_settles_fills_a_bounded_window_and_is_reported_stuc
         (WINDOW as u64, WINDOW as u64),
         "reading stopped with a full window"
     );
-    // The others settle, but for one that may wait in the poisoned worker's queue.
+    // The others settle, but for one that a worker may have taken and not yet handled.
     let handled = log.lock().unwrap().len();
     assert!(
         (WINDOW - 2..WINDOW).contains(&handled),
