@@ -20,7 +20,9 @@
 //! graceful shutdown (a draining holder finishes what it has before anyone may take the shard)
 //! or a hand-over, and, for a shard of a crashed member (or a child of one), the moment a live
 //! process began watching that member. A slow handler (a second or more) running on the
-//! shard's holder counts as progress until it ends: it holds the holder's lanes. In a
+//! shard's holder counts as progress until it ends where it holds what the shard waits for
+//! (one loop, a lane by key; under `workers(n)` only n slow units at once: see `record.rs`,
+//! `loops`). In a
 //! single-lane mode (serial, serial batches), the time the holder's lane spent on its other
 //! shards' records while it held this one is excused: the one loop handles them in turn. Faults that legitimately delay reading (a store
 //! episode, a cut-off, a freeze, throttled Kinesis, a consumer being deleted) extend the bound

@@ -84,10 +84,18 @@ struct State {
     ordered: bool,
     /// Per shard: its last handler entry or completion.
     progress: BTreeMap<String, u64>,
-    /// Slow handler attempts (a second or more) running now, per instance.
+    /// Slow handler units (a record or a batch taking a second or more) running now, per
+    /// instance.
     slow: BTreeMap<String, u32>,
-    /// When an instance's last slow attempt ended: it held the instance's lanes until then.
+    /// When a slow unit that left every loop of its instance busy ended: until then those
+    /// loops were held.
     slow_ended: BTreeMap<String, u64>,
+    /// How many slow units hold every loop of an instance: 1 where one slow unit holds what
+    /// a shard's records wait for (one loop; a lane by key, whose queue fills and holds its
+    /// readers), the loop count where loops take records in no order (a slow unit holds one
+    /// loop, the others go on: simulation seed 145969 hid 10 s of a record queued behind
+    /// another loop's slow batch while that batch ran, excused as if every loop were held).
+    loops: u32,
     /// The handlers run in one lane per instance (serial, serial batches).
     single_lane: bool,
     /// Per instance, in a single-lane mode: when its lane ran a handler (ms), and when the
@@ -131,8 +139,9 @@ pub struct Running {
 }
 
 impl Running {
-    /// Marks this attempt as slow (a second or more): it holds its instance's lanes, which
-    /// counts as progress for every shard the instance holds.
+    /// Marks this attempt as a slow unit (a second or more): it holds one loop of its
+    /// instance; when slow units hold every loop, that counts as progress for every shard the
+    /// instance holds.
     pub fn slow(&mut self) {
         if !self.slow {
             self.slow = true;
@@ -159,10 +168,16 @@ impl Drop for Running {
                 .push((self.entered, now, put));
         }
         if self.slow {
-            state.slow_ended.insert(self.instance.clone(), now);
+            let loops = state.loops.max(1);
             if let Some(n) = state.slow.get_mut(&self.instance) {
-                *n -= 1;
-                if *n == 0 {
+                if *n >= loops {
+                    state.slow_ended.insert(self.instance.clone(), now);
+                }
+                let n = state.slow.get_mut(&self.instance).map(|n| {
+                    *n -= 1;
+                    *n
+                });
+                if n == Some(0) {
                     state.slow.remove(&self.instance);
                 }
             }
@@ -274,6 +289,12 @@ impl Recorder {
         self.lock().single_lane = true;
     }
 
+    /// `n` loops take records in no order: a slow unit holds one of them, and only `n` slow
+    /// units at once excuse a shard's stall on their instance (1 otherwise).
+    pub fn loops_in_no_order(&self, n: u32) {
+        self.lock().loops = n;
+    }
+
     /// The stream lists `shard` with these parents.
     pub fn parents(&self, shard: &str, parents: Vec<String>) {
         self.lock().parents.insert(shard.to_owned(), parents);
@@ -377,10 +398,11 @@ impl Recorder {
                 .info
                 .get(&(shard.clone(), oldest.clone()))
                 .map_or(0, |e| e.at_ms);
+            let loops = state.loops.max(1);
             let busy = state.running.get(shard).is_some_and(|by| !by.is_empty())
                 || holders
                     .get(shard)
-                    .is_some_and(|h| state.slow.contains_key(h));
+                    .is_some_and(|h| state.slow.get(h).is_some_and(|n| *n >= loops));
             let lanes_freed = holders
                 .get(shard)
                 .and_then(|h| state.slow_ended.get(h))

@@ -58,6 +58,11 @@ const AT_TIMESTAMP_MS: u64 = 3_000;
 /// this much more for the janitor's own cadence: member rows never outnumber the live
 /// instances plus the ones departed within this.
 const MEMBER_ROW_GRACE_MS: u64 = 120_000;
+/// Loops under `Mode::Workers` (one-record handlers in no order).
+const WORKERS: u32 = 3;
+/// Loops under `Mode::BatchWorkers` (batch handlers in no order).
+const BATCH_WORKERS: u32 = 2;
+
 /// A slow handler attempt (planned `SlowHandlers`) takes 1 to 15 s, one attempt in 1,000.
 const SLOW_HANDLER_MS: std::ops::RangeInclusive<u64> = 1_000..=15_000;
 
@@ -228,6 +233,11 @@ impl World {
         }
         if matches!(plan.mode, Mode::Serial | Mode::Batch) {
             rec.single_lane();
+        }
+        match plan.mode {
+            Mode::Workers => rec.loops_in_no_order(WORKERS),
+            Mode::BatchWorkers => rec.loops_in_no_order(BATCH_WORKERS),
+            _ => {}
         }
         let hooks = if plan.hooks { HOOK_SLACK } else { 0 };
         // Epoch reads up to 2 s late: each take tick waits for its read, so rows freed by a
@@ -810,14 +820,16 @@ impl World {
         };
         match self.plan.mode {
             Mode::Serial => sub.handle(move |d| handler.clone().one(d))?,
-            Mode::Workers => sub.workers(3).handle(move |d| handler.clone().one(d))?,
+            Mode::Workers => sub
+                .workers(WORKERS as usize)
+                .handle(move |d| handler.clone().one(d))?,
             Mode::ByKey => sub
                 .workers(3)
                 .by_key()
                 .handle(move |d| handler.clone().one(d))?,
             Mode::Batch => sub.batch(10).handle(move |b| handler.clone().batch(b))?,
             Mode::BatchWorkers => sub
-                .workers(2)
+                .workers(BATCH_WORKERS as usize)
                 .batch(10)
                 .handle(move |b| handler.clone().batch(b))?,
         }
@@ -2142,7 +2154,8 @@ impl Handling {
             }
         }
         if slowest >= Duration::from_secs(1) {
-            for guard in &mut guards {
+            // One slow unit: the batch holds one loop.
+            if let Some(guard) = guards.first_mut() {
                 guard.slow();
             }
         }
