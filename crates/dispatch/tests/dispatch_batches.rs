@@ -20,10 +20,18 @@ fn record(key: &str, n: u64) -> Record {
 type Batches = Arc<Mutex<Vec<Vec<u64>>>>;
 
 fn recording(max: usize, batches: &Batches) -> Handler {
+    recording_after(max, batches, Duration::ZERO)
+}
+
+/// As [`recording`], each batch taking `delay` first.
+fn recording_after(max: usize, batches: &Batches, delay: Duration) -> Handler {
     let b = batches.clone();
     Handler::batch(max, move |batch: Vec<Delivery>| {
         let b = b.clone();
         async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let ids = batch
                 .iter()
                 .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
@@ -428,20 +436,8 @@ async fn a_record_after_a_slow_batch_started_is_handled_by_an_idle_loop() {
 async fn unordered_batches_at_shutdown_leave_the_checkpoint_after_what_was_handled() {
     let (tx, rx) = channel(64);
     let batches = Batches::default();
-    let seen = batches.clone();
     // Each batch takes 1 s: both loops are busy when the shutdown comes.
-    let handler = Handler::batch(2, move |batch: Vec<Delivery>| {
-        let seen = seen.clone();
-        async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let ids = batch
-                .iter()
-                .map(|d| d.sequence().number().parse::<u64>().unwrap() - 100)
-                .collect();
-            seen.lock().unwrap().push(ids);
-            Ok(())
-        }
-    });
+    let handler = recording_after(2, &batches, Duration::from_secs(1));
     let config = DispatchConfig {
         workers: Workers::Unordered(2),
         ..DispatchConfig::default()
