@@ -84,7 +84,7 @@ const EXCHANGE_WINDOW: u64 = 60;
 const UNHELD: u64 = 30;
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute (as the
 /// planner counts it).
-const PER_SHARD: f64 = 60.0;
+const PER_SHARD: f64 = 1.0;
 
 /// One load seed's fleet and load.
 #[derive(Debug, Clone)]

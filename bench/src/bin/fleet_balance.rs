@@ -149,7 +149,8 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
     let mut owners: HashMap<String, usize> = HashMap::new();
     let mut moves = 0u64;
     let mut bill_from = None;
-    // `FLEET_BALANCE_HISTORY=1`: every move on stderr, to explain a figure.
+    // `FLEET_BALANCE_HISTORY=1`: every move on stderr, and what each broker holds at the end, to
+    // explain a figure.
     let history = std::env::var_os("FLEET_BALANCE_HISTORY").is_some();
     let shard_ids: HashMap<String, u64> = kinesis
         .shards(STREAM)
@@ -189,6 +190,23 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
                     }
                 }
             }
+        }
+    }
+    if history {
+        // What each broker holds at the end: shards, hot ones, and records a second.
+        for (who, running) in fleet.iter().enumerate() {
+            let rates: Vec<u64> = running
+                .stats()
+                .shards(STREAM)
+                .iter()
+                .map(|s| shard_rate(&s.shard))
+                .collect();
+            eprintln!(
+                "at the end broker-{who:03}: {} shards, {} hot, {} records a second",
+                rates.len(),
+                rates.iter().filter(|r| **r > 1).count(),
+                rates.iter().sum::<u64>()
+            );
         }
     }
     let (before, after): (Bill, Bill) = (bill_from.expect("a quiet window"), billed.bill());

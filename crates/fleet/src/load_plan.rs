@@ -11,7 +11,8 @@
 //! A member's weight is its handler time plus [`PER_SHARD`] for each shard it holds, over its
 //! capacity: on a stream whose shards cost alike (or nothing at all, idle) the weights are the
 //! counts, and the shares come out as by count within [`THRESHOLD`] (13 idle shards against
-//! 11 stay).
+//! 11 stay); on a busy stream the counts follow the loads (a member may hold two hot shards
+//! alone while another holds twenty cold ones).
 //!
 //! A move must leave the taker lighter (over capacity) than the giver was, by more than
 //! [`THRESHOLD`] of the giver's weight and [`NOISE_MARGIN`] standard deviations of what
@@ -28,9 +29,15 @@
 
 use kinesis_lease_core::Load;
 
-/// What a held shard weighs besides its handler time, in handler milliseconds a minute (0.1 %
-/// of a handler): idle shards weigh alike, so an idle fleet shares by count.
-pub(crate) const PER_SHARD: f64 = 60.0;
+/// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
+/// what reading it costs when it is idle (the `scale` benchmark: 1,000 idle shards take 0.73 %
+/// of a core, 0.44 ms a minute each). Idle shards weigh alike, so an idle fleet shares by count;
+/// shards that carry records weigh by their handler time. At 60 (0.1 % of a handler, until
+/// 2026-12-06) a cold shard of `fleet_balance` (1 record a second at 2 ms) weighed 1.5 times
+/// its handler time: a member of 2 hot and 6 cold shards (26 records a second) and one of 1 hot
+/// and 10 cold (20) stood within the threshold by weight, and 100 x 10 stopped at 1.18x the
+/// offline placement (1.05x at 1).
+pub(crate) const PER_SHARD: f64 = 1.0;
 
 /// How far below the giver's weight (over capacity) a move must leave the taker (besides the
 /// pair's noise: [`NOISE_MARGIN`]). 8 %
