@@ -259,9 +259,10 @@ impl Keeper {
                 }
                 // The branches below fall through to one renewal after the `select!`.
                 () = self.poked() => {
-                    // A quiet keeper: somebody else wrote rows of this instance. Write ours now
-                    // (see `quiet`); the next poke or nudge waits a third of a renew interval,
-                    // so a failing store is not hammered.
+                    // A quiet keeper: somebody else wrote rows of this instance; or any keeper:
+                    // its row was marked to be given. Write ours now (see `quiet`); the next
+                    // poke or nudge waits a third of a renew interval, so a failing store is
+                    // not hammered.
                     self.poke_retry_at = Instant::now() + self.shared.config.renew_interval / 3;
                     tracing::debug!("poked: writing the row to check it");
                 }

@@ -26,11 +26,16 @@ impl crate::keeper::Keeper {
             && self.cursor.due(&self.settlement).is_none()
     }
 
-    /// Resolves when this quiet keeper must write its row before its next tick: an unchecked
-    /// poke, or a nudge from a listing. Never for a keeper that writes every tick.
+    /// Resolves when this keeper must write its row before its next tick: for a quiet keeper
+    /// an unchecked poke, or a nudge (from a listing, or from its coordinator marking the row
+    /// to give it away); for a keeper that writes every tick only such a nudge, so that a
+    /// hand-over by load starts at once rather than at the next tick, up to a renew interval
+    /// later (in the load simulation a second giver chose the same light member in that gap,
+    /// before the first hand-over showed on its row: seed 102).
     pub(crate) async fn poked(&self) {
         if self.quiet.is_none() {
-            return std::future::pending().await;
+            tokio::time::sleep_until(self.poke_retry_at).await;
+            return self.nudge.notified().await;
         }
         tokio::time::sleep_until(self.poke_retry_at).await;
         let mut member = self.shared.member.subscribe();

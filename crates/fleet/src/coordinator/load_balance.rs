@@ -6,12 +6,14 @@
 //! heavier, it weighs itself against the member a move or an exchange relieves most
 //! (`load_plan`), read again unless read just now, and, when a move of some of its shards is
 //! worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
-//! confirms the member), marks those rows wanted by it. A
-//! member whose row shows a hand-over on its way in (`load_plan::receiving`) is given nothing
-//! until a later reading: two givers would otherwise both see it light. Its own keeper then hands the shard over as
-//! it does for any request: the reader stops, what was handed out settles, one write moves the
-//! row, the other member is poked about it (`Shared::announce_hand_over`; the epoch moves only
-//! when it cannot be), and it takes the row and starts after the checkpoint.
+//! confirms the member), marks those rows wanted by it. A member whose row shows a hand-over
+//! on its way in (`load_plan::receiving`) is given nothing until a later reading: two givers
+//! would otherwise both see it light. Its own keeper, nudged, then hands the shard over at
+//! once (not at its next renewal, up to a renew interval later, while the taker's row shows
+//! nothing of the move yet), as it does for any request: the reader stops, what was handed out
+//! settles, one write moves the row, the other member is poked about it
+//! (`Shared::announce_hand_over`; the epoch moves only when it cannot be), and it takes the row
+//! and starts after the checkpoint.
 //!
 //! One move at a time: no new one while a shard of the last move is still held here (for at most
 //! six leases), and the next comparison as soon as it has gone (looking every renew interval
@@ -26,11 +28,14 @@
 //! wanted by itself (the taker's keepers hand them over, as to any asker) and then gives, of
 //! its own, the shard that with the marks that landed still leaves the taker lighter than this
 //! instance was (`load_plan::give_for`). A comparison makes up to eight member reads while
-//! members were never read (or read in the first half minute), then one or two, and an
-//! exchange up to 12 reads of the taker's rows (those not read since the listing, at most 8,
-//! and those it would take back), a consistent read of the taker, four marks and a mark of its
-//! own (each call cut off as above), all in the coordinator's loop: a slow table delays the
-//! take rounds by up to that many take intervals at such a comparison.
+//! members were never read (or read in the first half minute), or while this instance stands
+//! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
+//! from giving, read more than a renew interval ago, and again one to two renew intervals
+//! later while they do), then one or two, and an exchange up to 16 reads of the taker's rows
+//! (those not read since the listing, at most 8, and those it would take back), a consistent
+//! read of the taker, up to eight marks and a mark of its own (each call cut off as above), all
+//! in the coordinator's loop: a slow table delays the take rounds by up to that many take
+//! intervals at such a comparison.
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -163,26 +168,48 @@ impl State {
             })
             .cloned()
             .collect();
+        let mine = Side::of(&shared.instance_load());
+        let far = mine.is_some_and(|m| {
+            load_plan::far_above_mean(m, self.peers.values().filter_map(|p| p.side))
+        });
         let to_read = if never.is_empty() {
             // A member heavier than this one (which keeps it from giving) read more than three
             // sample intervals ago first: it may have shed since, and at 1,000 x 50 the
             // heaviest members, each read once in eight minutes, kept one another from giving
-            // on readings minutes old. Then the one read the longest ago.
-            let mine = Side::of(&shared.instance_load());
-            let stale = |peer: &Peer| {
-                now.duration_since(peer.at) >= load_plan::SAMPLE_INTERVAL * 3
-                    && mine
-                        .zip(peer.side)
-                        .is_some_and(|(m, p)| load_plan::blocks(m, p))
+            // on readings minutes old. Then the one read the longest ago. A member far above
+            // the mean (`load_plan::far_above_mean`) reads every such member read more than a
+            // renew interval ago, up to `load_plan::FIRST_READS`, and compares again one to two
+            // renew intervals later while they keep it from giving (below): the heaviest members of a
+            // fleet that starts unbalanced give in turn, each held back by the others a hot
+            // shard above it until it reads them again (`fleet_balance` 1,000 x 50: six members
+            // of 20 hot shards gave one every 12 to 60 s each).
+            let (age, most) = match far {
+                true => (config.renew_interval, load_plan::FIRST_READS),
+                false => (load_plan::SAMPLE_INTERVAL * 3, 1),
             };
-            let oldest = |blocking: bool| {
-                self.peers
+            let mut blocking: Vec<(Instant, &String)> = self
+                .peers
+                .iter()
+                .filter(|(_, peer)| {
+                    now.duration_since(peer.at) >= age
+                        && mine
+                            .zip(peer.side)
+                            .is_some_and(|(m, p)| load_plan::blocks(m, p))
+                })
+                .map(|(member, peer)| (peer.at, member))
+                .collect();
+            blocking.sort_unstable();
+            blocking.truncate(most);
+            match blocking.is_empty() {
+                false => blocking.into_iter().map(|(_, m)| m.clone()).collect(),
+                true => self
+                    .peers
                     .iter()
-                    .filter(|(_, peer)| !blocking || stale(peer))
                     .min_by_key(|(_, peer)| peer.at)
                     .map(|(member, _)| member.clone())
-            };
-            oldest(true).or_else(|| oldest(false)).into_iter().collect()
+                    .into_iter()
+                    .collect(),
+            }
         } else {
             fastrand::shuffle(&mut never);
             never.truncate(load_plan::FIRST_READS);
@@ -205,6 +232,13 @@ impl State {
         let weighed = || self.peers.values().filter_map(|peer| peer.side);
         if !load_plan::among_heaviest(mine, weighed()) {
             tracing::debug!(owner = %config.owner, mine = mine.weight, peers = ?weighed().map(|s| s.weight).collect::<Vec<_>>(), "not among the heaviest members");
+            // Far above the mean: again within one to two renew intervals (at a random moment,
+            // so that members held back together do not all give in the same second and choose
+            // one taker: load simulation seed 102, at a fixed renew interval).
+            if far {
+                let soon = config.renew_interval.max(config.take_interval);
+                self.balance_soon = Some(soon.mul_f64(1.0 + fastrand::f64()));
+            }
             return;
         }
         let mut movable = self.movable(now);

@@ -439,8 +439,9 @@ fn a_member_stuck_with_three_hot_shards_swaps_one_for_cold_ones() {
     let swap = swap(giver, taker, &mine, &theirs).expect("a swap");
     assert_eq!(swap.give, "hot-1");
     assert!(swap.take.iter().all(|s| s.starts_with("cold-")), "{swap:?}");
-    // Both end near the pair's mean (25,007): 4 cold shards back, the most an exchange takes.
-    assert_eq!(swap.take.len(), 4, "{swap:?}");
+    // Both end at the pair's mean (25,007): 5 cold shards back (at most 4 until 2026-12-06,
+    // which left the pair at 26,008 and 24,006).
+    assert_eq!(swap.take.len(), 5, "{swap:?}");
 }
 
 #[test]
@@ -689,4 +690,18 @@ fn an_exchange_passes_over_a_shard_that_would_leave_the_giver_no_lighter() {
     let pair = (side(25_000, 4, 1_000), side(21_000, 4, 1_000));
     let planned = planned_swap(pair, &mine, &theirs);
     assert_eq!(planned, Some(("m2".into(), vec!["t0".into(), "t2".into()])));
+}
+
+#[test]
+fn a_member_far_above_the_mean_is_told_apart_from_one_near_it() {
+    // Three members at 10,000, 4,000 and 4,000 (mean 6,000): the first stands at 1.67x.
+    let peers = [side(4_000, 4, 1_000), side(4_000, 4, 1_000)];
+    assert!(far_above_mean(side(10_000, 4, 1_000), peers));
+    // At 1.2x the mean (7,000 against 5,833): near enough.
+    assert!(!far_above_mean(
+        side(7_000, 4, 1_000),
+        [side(5_250, 4, 1_000), side(5_250, 4, 1_000)]
+    ));
+    // Over capacity: 10,000 at twice the capacity weighs 5,000 against a mean of 4,500.
+    assert!(!far_above_mean(side(10_000, 4, 2_000), peers));
 }
