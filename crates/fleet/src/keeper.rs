@@ -51,10 +51,11 @@ pub(crate) struct Keeper {
     /// With `quiet_idle`: the pokes checked and the time they clear (see the module docs).
     pub(crate) quiet: Option<Quiet>,
     /// Rings when a listing shows this row wanted by another instance, or with a token not
-    /// ours: a quiet keeper writes its row at once.
+    /// ours (a quiet keeper writes its row at once), and when this instance's coordinator
+    /// marked the row to give it away by load (any keeper writes it at once, and hands it over).
     pub(crate) nudge: Arc<tokio::sync::Notify>,
-    /// A quiet keeper's write on a poke or a nudge goes no earlier than this (a failing store
-    /// is not hammered).
+    /// A keeper's write on a poke or a nudge goes no earlier than this (a failing store is not
+    /// hammered).
     pub(crate) poke_retry_at: Instant,
     /// The shard's metrics and load, read at every tick; the load goes with every renewal.
     pub(crate) load: crate::shard_load::ShardLoad,

@@ -42,8 +42,9 @@ pub(crate) struct Held {
     pub(crate) written: Arc<Mutex<Option<Checkpoint>>>,
     pub(crate) kpl: Arc<KplCounters>,
     pub(crate) refusal: Arc<kinesis_shard_reader::Refusal>,
-    /// Tells a quiet keeper (see `quiet`) to write its row now: a listing showed it wanted by
-    /// another instance, or carrying a token not its own.
+    /// Tells the keeper to write its row now: a quiet one (see `quiet`) when a listing showed it
+    /// wanted by another instance, or carrying a token not its own; any one when this
+    /// instance's coordinator marked the row to give it away by load.
     pub(crate) nudge: Arc<tokio::sync::Notify>,
     /// Whom the shard is being handed to, once its reader stopped and its handlers finished
     /// (see `ShardStats::handing_to`).

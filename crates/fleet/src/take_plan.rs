@@ -394,23 +394,31 @@ pub(crate) fn ask<'a>(
 }
 
 /// Of the rows an ask may name (`open`), those this instance has seen their holder hold the
-/// longest: each row's `held_for` (how long since this instance first saw it carry its token;
-/// `None`, never seen before, counts as the longest) equal to the longest, as for rows first
-/// seen at one listing. A row its holder has only just taken is likely not read yet (its
-/// iterator, its `on_taken` hook): asked for then, it is handed over before a record of it is
-/// handled, and a shard asked for at two joins in a row went unread for 8 s (the simulation's
-/// seed 7878 before it balanced by load: taken, handed over, taken, handed over, 18.6 s after
-/// its last progress against a bound of 18.5 s). An instance's first ask cannot tell: every
-/// row is first seen at its first listing, one taken just before it too.
+/// longest, and for at least `at_least` (the caller passes half a lease): each row's
+/// `held_for` (how long since this instance saw it take its token; `None`, first listed with
+/// it, counts as the longest) equal to the longest.
+/// A row its holder has only just taken is likely not read yet (its iterator, its `on_taken`
+/// hook): asked for then, it is handed over before a record of it is handled, and a shard asked
+/// for at two joins in a row went unread for 8 s (the simulation's seed 7878 before it balanced
+/// by load: taken, handed over, taken, handed over, 18.6 s after its last progress against a
+/// bound of 18.5 s). When every row open was taken that recently, none is named and the ask
+/// waits (seed 198673: a joiner saw a shard freed by an operator's reset, then taken; it asked
+/// for it 1.5 s after the take, the longest held of its holder's rows, all taken since: 18.8 s
+/// without progress). An instance's first ask cannot tell: every row is first seen at its first
+/// listing, one taken just before it too, and counts as held long.
 pub(crate) fn longest_held<'a>(
     open: &[&'a Lease],
     held_for: impl Fn(&Lease) -> Option<Duration>,
+    at_least: Duration,
 ) -> Vec<&'a Lease> {
     let longest = open
         .iter()
         .map(|r| held_for(r).unwrap_or(Duration::MAX))
         .max()
         .unwrap_or(Duration::MAX);
+    if longest < at_least {
+        return Vec::new();
+    }
     open.iter()
         .copied()
         .filter(|r| held_for(r).is_none_or(|d| d >= longest))

@@ -124,7 +124,8 @@ impl State {
             if previous.is_none_or(|seen| seen.counter != row.counter) {
                 let held_since = match previous {
                     Some(seen) if seen.token == row.token => seen.held_since,
-                    _ => now,
+                    Some(_) => Some(now),
+                    None => None,
                 };
                 self.observed.insert(
                     shard.to_owned(),

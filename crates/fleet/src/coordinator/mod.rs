@@ -232,6 +232,7 @@ impl Coordinator {
             asked: None,
             giving: None,
             balance_soon: None,
+            far_blocked: 0,
             cooling: None,
             read_back: HashMap::new(),
             loads_seen: false,
@@ -258,8 +259,9 @@ struct Seen {
     wanted: bool,
     since: Instant,
     /// Since when this instance has seen the row carry its token: since its holder took it,
-    /// as near as the listings tell (see `take_plan::longest_held`).
-    held_since: Instant,
+    /// as near as the listings tell (see `take_plan::longest_held`); `None` when the row
+    /// carried it when this instance first listed it (how long it has been held is not known).
+    held_since: Option<Instant>,
     /// The load the row showed at the last listing (see `load_balance`'s exchanges).
     load: Option<kinesis_lease_core::Load>,
 }
@@ -344,6 +346,10 @@ struct State {
     /// Balancing by load: compare again this soon rather than at the next sample interval
     /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
     balance_soon: Option<std::time::Duration>,
+    /// Balancing by load: comparisons in a row at which this instance stood far above the
+    /// mean and was kept from giving (see `load_balance`): it compares sooner, and reads more,
+    /// for at most `load_balance::FAR_COMPARISONS` of them.
+    far_blocked: u32,
     /// Balancing by load: the member a shard was last given to, and until when it is not
     /// weighed as a taker (see `load_balance`).
     cooling: Option<(String, Instant)>,

@@ -235,13 +235,22 @@ impl State {
         };
         let victim = ask.owner;
         let now = Instant::now();
-        // One of the rows it has held longest (not one it has only just taken: see
-        // `take_plan::longest_held`).
-        let open = take_plan::longest_held(&ask.open, |row| {
-            self.observed
-                .get(row.key.shard())
-                .map(|seen| now.duration_since(seen.held_since))
-        });
+        // One of the rows it has held longest, for half a lease at least (not one it has only
+        // just taken: see `take_plan::longest_held`); none such: look again once one may be.
+        let open = take_plan::longest_held(
+            &ask.open,
+            |row| {
+                self.observed
+                    .get(row.key.shard())
+                    .and_then(|seen| seen.held_since)
+                    .map(|since| now.duration_since(since))
+            },
+            config.lease_duration / 2,
+        );
+        if open.is_empty() {
+            self.relist_by(now + config.lease_duration / 2);
+            return;
+        }
         let row = open[fastrand::usize(..open.len())];
         let asked = bounded(
             &shared,
