@@ -404,8 +404,8 @@ pub(crate) fn ask<'a>(
 /// bound of 18.5 s). When every row open was taken that recently, none is named and the ask
 /// waits (seed 198673: a joiner saw a shard freed by an operator's reset, then taken; it asked
 /// for it 1.5 s after the take, the longest held of its holder's rows, all taken since: 18.8 s
-/// without progress). An instance's first ask cannot tell: every row is first seen at its first
-/// listing, one taken just before it too, and counts as held long.
+/// without progress). Rows at an instance's first listing count as held long: it cannot tell
+/// when they were taken, one taken just before it too.
 pub(crate) fn longest_held<'a>(
     open: &[&'a Lease],
     held_for: impl Fn(&Lease) -> Option<Duration>,

@@ -99,6 +99,10 @@ impl State {
     /// Records what the listing shows; fails the subscription when another process with this
     /// owner id is seen writing a row.
     pub(super) fn observe(&mut self, rows: &[Lease], now: Instant) -> Result<(), ReaderError> {
+        // Rows at the first listing were taken at any time before it: how long each has been
+        // held is not known (see `Seen::held_since`). A row first seen at a later listing,
+        // already held, was taken since the one before.
+        let first_listing = self.listed_at.is_none();
         self.listed_at = Some(now);
         self.read_back.clear();
         let me = self.shared.config.owner.clone();
@@ -124,8 +128,8 @@ impl State {
             if previous.is_none_or(|seen| seen.counter != row.counter) {
                 let held_since = match previous {
                     Some(seen) if seen.token == row.token => seen.held_since,
-                    Some(_) => Some(now),
-                    None => None,
+                    None if first_listing => None,
+                    _ => Some(now),
                 };
                 self.observed.insert(
                     shard.to_owned(),

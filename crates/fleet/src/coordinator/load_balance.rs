@@ -35,7 +35,7 @@
 //! (those not read since the listing, at most 8, and those it would take back), a consistent
 //! read of the taker, up to eight marks and a mark of its own (each call cut off as above), all
 //! in the coordinator's loop: a slow table delays the take rounds by up to that many take
-//! intervals at such a comparison.
+//! intervals at such a comparison (the member reads stop at the first one cut off).
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -56,11 +56,12 @@ use super::State;
 /// reads the members that keep it from giving and compares again within two renew intervals
 /// (about a minute of them) while none of them sheds: a member holding a hot shard alone below
 /// a hotter one stays far above the mean and kept from giving for good, and must not read and
-/// compare more often for good. A member above it found lighter by half the threshold (it
-/// gave a shard) starts the count again: at `fleet_balance` 1,000 x 50 the six heaviest
-/// members, held back by one another a hot shard apart, stayed kept from giving for more than
-/// 12 comparisons in a row while they gave, and a bare count of 12 brought it within 1.25x
-/// after 220 s rather than 170 s.
+/// compare more often for good. A member that kept it from giving, read again lighter by half
+/// the threshold (it gave a shard), starts the count again, also once the count ran out; so
+/// does a comparison not far above the mean, or among the heaviest. At `fleet_balance` 1,000
+/// x 50 the six heaviest members, held back by one another a hot shard apart, stayed kept from
+/// giving for more than 12 comparisons in a row while they gave, and a bare count of 12
+/// brought it within 1.25x after 220 s rather than 170 s.
 pub(super) const FAR_COMPARISONS: u32 = 12;
 
 /// What this instance last read of another member (see `State::peers`).
@@ -181,11 +182,15 @@ impl State {
             .collect();
         let mine = Side::of(&shared.instance_load());
         // Far above the mean, for a bounded number of comparisons in a row kept from giving
-        // while nobody above sheds (`FAR_COMPARISONS`).
-        let far = self.far_blocked < FAR_COMPARISONS
-            && mine.is_some_and(|m| {
-                load_plan::far_above_mean(m, self.peers.values().filter_map(|p| p.side))
-            });
+        // while nobody above sheds (`FAR_COMPARISONS`); a comparison not far above it ends the
+        // row.
+        let far_out = mine.is_some_and(|m| {
+            load_plan::far_above_mean(m, self.peers.values().filter_map(|p| p.side))
+        });
+        if !far_out {
+            self.far_blocked = 0;
+        }
+        let far = far_out && self.far_blocked < FAR_COMPARISONS;
         let to_read = if never.is_empty() {
             // A member heavier than this one (which keeps it from giving) read more than three
             // sample intervals ago first: it may have shed since, and at 1,000 x 50 the
@@ -234,12 +239,14 @@ impl State {
             let asked = Instant::now();
             let before = self.peers.get(&member).and_then(|p| p.side);
             if let Some(weighed) = self.weigh(&member).await {
-                // A member above shed a shard's worth since last read: the fleet above is
-                // moving, and comparing sooner still pays (see `FAR_COMPARISONS`).
-                let shed = before.is_some_and(|b| {
-                    weighed.0.weight < b.weight * (1.0 - load_plan::THRESHOLD / 2.0)
+                // A member that kept this one from giving shed a shard's worth since it was
+                // last read: the fleet above is moving, and comparing sooner pays again (see
+                // `FAR_COMPARISONS`).
+                let shed = mine.zip(before).is_some_and(|(m, b)| {
+                    load_plan::blocks(m, b)
+                        && weighed.0.weight < b.weight * (1.0 - load_plan::THRESHOLD / 2.0)
                 });
-                if far && shed {
+                if far_out && shed {
                     self.far_blocked = 0;
                 }
                 read.insert(member, weighed);
@@ -264,7 +271,7 @@ impl State {
             // Far above the mean: again within one to two renew intervals (at a random moment,
             // so that members held back together do not all give in the same second and choose
             // one taker: load simulation seed 102, at a fixed renew interval).
-            if far {
+            if far_out && self.far_blocked < FAR_COMPARISONS {
                 let soon = config.renew_interval.max(config.take_interval);
                 self.balance_soon = Some(soon.mul_f64(1.0 + fastrand::f64()));
                 self.far_blocked += 1;

@@ -260,7 +260,7 @@ struct Seen {
     since: Instant,
     /// Since when this instance has seen the row carry its token: since its holder took it,
     /// as near as the listings tell (see `take_plan::longest_held`); `None` when the row
-    /// carried it when this instance first listed it (how long it has been held is not known).
+    /// carried it at this instance's first listing (how long it had been held is not known).
     held_since: Option<Instant>,
     /// The load the row showed at the last listing (see `load_balance`'s exchanges).
     load: Option<kinesis_lease_core::Load>,

@@ -236,19 +236,20 @@ impl State {
         let victim = ask.owner;
         let now = Instant::now();
         // One of the rows it has held longest, for half a lease at least (not one it has only
-        // just taken: see `take_plan::longest_held`); none such: look again once one may be.
-        let open = take_plan::longest_held(
-            &ask.open,
-            |row| {
-                self.observed
-                    .get(row.key.shard())
-                    .and_then(|seen| seen.held_since)
-                    .map(|since| now.duration_since(since))
-            },
-            config.lease_duration / 2,
-        );
+        // just taken: see `take_plan::longest_held`); none such: look again once the longest
+        // held is.
+        let at_least = config.lease_duration / 2;
+        let held_for = |row: &Lease| {
+            self.observed
+                .get(row.key.shard())
+                .and_then(|seen| seen.held_since)
+                .map(|since| now.duration_since(since))
+        };
+        let open = take_plan::longest_held(&ask.open, held_for, at_least);
         if open.is_empty() {
-            self.relist_by(now + config.lease_duration / 2);
+            let longest = ask.open.iter().filter_map(|r| held_for(r)).max();
+            let wait = at_least.saturating_sub(longest.unwrap_or_default());
+            self.relist_by(now + wait.max(config.take_interval));
             return;
         }
         let row = open[fastrand::usize(..open.len())];
