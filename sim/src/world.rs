@@ -114,9 +114,12 @@ fn continue_with_old(orphan: &Orphan, rec: &Recorder) {
 #[derive(Debug, Clone)]
 struct Orphan {
     shards: Vec<String>,
-    /// The watcher's id, member-row token (a restarted watcher is a new process) and whether
-    /// its process is alive (a crashed watcher watches nobody).
-    watcher: Option<(String, Option<String>, bool)>,
+    /// The watcher's id, member-row token (a restarted watcher is a new process), whether its
+    /// process is alive (a crashed watcher watches nobody), and when the process running the
+    /// id started: a watcher that crashed and restarted at once keeps its old member row, and
+    /// its token, until the new process joins, but is a new process that watches nobody yet
+    /// (seed 204797: the checker counted the bound from the crashed one's start).
+    watcher: Option<(String, Option<String>, bool, u64)>,
     since_ms: u64,
     /// The crashed run's member-row token: the orphan is adopted once the row carries another.
     token: Option<String>,
@@ -1861,26 +1864,29 @@ impl World {
                         .iter()
                         .find(|r| r.key.shard() == *w)
                         .and_then(|r| r.token.clone());
-                    ((*w).to_owned(), token, !crashed.contains(*w))
+                    let started = ids.get(*w).map_or(0, |l| l.started_ms);
+                    ((*w).to_owned(), token, !crashed.contains(*w), started)
                 });
             // The clock runs only while a live process watches it, from when that one began. A
             // watcher whose successor changed because a member joined between goes on counting
             // on its own (`ring_watch`: former successors), so while that same process is
             // still a live member the clock goes on too.
-            let alive = watcher.as_ref().is_some_and(|(_, _, alive)| *alive);
-            let still_counting = orphan
-                .watcher
-                .as_ref()
-                .is_some_and(|(w, token, was_alive)| {
-                    *was_alive
-                        && !crashed.contains(w)
-                        && present.contains(w.as_str())
-                        && rows
-                            .iter()
-                            .find(|r| r.key.shard() == w.as_str())
-                            .and_then(|r| r.token.clone())
-                            == *token
-                });
+            let alive = watcher.as_ref().is_some_and(|(_, _, alive, _)| *alive);
+            let still_counting =
+                orphan
+                    .watcher
+                    .as_ref()
+                    .is_some_and(|(w, token, was_alive, started)| {
+                        *was_alive
+                            && !crashed.contains(w)
+                            && ids.get(w).is_some_and(|l| l.started_ms == *started)
+                            && present.contains(w.as_str())
+                            && rows
+                                .iter()
+                                .find(|r| r.key.shard() == w.as_str())
+                                .and_then(|r| r.token.clone())
+                                == *token
+                    });
             if orphan.watcher == watcher || !still_counting {
                 // No change pending (or the former watcher stopped counting): a later join
                 // starts its own window.
