@@ -118,6 +118,17 @@ fn listing_units(billed: &Billed) -> f64 {
     billed.reads_by_call().get("list").copied().unwrap_or(0.0)
 }
 
+/// Puts one second of the skewed load, payloads numbered from `id` on: shards 0 and 1 hot (10
+/// records a second), the others 1.
+fn put_a_second(kinesis: &MemoryStream, keys: &[String], id: &mut u64) {
+    for (shard, key) in keys.iter().enumerate() {
+        for _ in 0..if shard < 2 { 10 } else { 1 } {
+            kinesis.put(STREAM, key, id.to_string()).expect("put");
+            *id += 1;
+        }
+    }
+}
+
 /// Runs the fleet for `secs` of steady load; returns the records each instance handled in the
 /// last `last` seconds, the handled map, and what moved.
 async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled, Moved) {
@@ -142,13 +153,7 @@ async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled, Moved
         if second == secs - last {
             counted_from = Some(id);
         }
-        for (shard, key) in keys.iter().enumerate() {
-            // Shards 0 and 1 hot: 10 records a second; the others 1.
-            for _ in 0..if shard < 2 { 10 } else { 1 } {
-                kinesis.put(STREAM, key, id.to_string()).expect("put");
-                id += 1;
-            }
-        }
+        put_a_second(&kinesis, &keys, &mut id);
         sleep(Duration::from_secs(1)).await;
         for (who, running) in fleet.iter().enumerate() {
             for shard in running.stats().shards(STREAM) {
@@ -464,12 +469,7 @@ async fn a_shard_given_by_load_is_handed_over_at_once() {
     let mut id = 0u64;
     for tenth in 0..1_200 {
         if tenth % 10 == 0 {
-            for (shard, key) in keys.iter().enumerate() {
-                for _ in 0..if shard < 2 { 10 } else { 1 } {
-                    kinesis.put(STREAM, key, id.to_string()).expect("put");
-                    id += 1;
-                }
-            }
+            put_a_second(&kinesis, &keys, &mut id);
         }
         sleep(Duration::from_millis(100)).await;
         let now = tokio::time::Instant::now();

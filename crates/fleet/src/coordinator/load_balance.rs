@@ -190,7 +190,7 @@ impl State {
         if !far_out {
             self.far_blocked = 0;
         }
-        let far = far_out && self.far_blocked < FAR_COMPARISONS;
+        let far = self.compares_fast(far_out);
         let to_read = if never.is_empty() {
             // A member heavier than this one (which keeps it from giving) read more than three
             // sample intervals ago first: it may have shed since, and at 1,000 x 50 the
@@ -271,7 +271,7 @@ impl State {
             // Far above the mean: again within one to two renew intervals (at a random moment,
             // so that members held back together do not all give in the same second and choose
             // one taker: load simulation seed 102, at a fixed renew interval).
-            if far_out && self.far_blocked < FAR_COMPARISONS {
+            if self.compares_fast(far_out) {
                 let soon = config.renew_interval.max(config.take_interval);
                 self.balance_soon = Some(soon.mul_f64(1.0 + fastrand::f64()));
                 self.far_blocked += 1;
@@ -446,6 +446,13 @@ impl State {
             self.giving = Some((given, taker, now));
             self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
+    }
+
+    /// Whether this instance, far above the mean or not (`far_out`), reads the members that
+    /// keep it from giving and compares again soon: while far above it, for at most
+    /// [`FAR_COMPARISONS`] in a row (the count read again after the reads, which may restart it).
+    fn compares_fast(&self, far_out: bool) -> bool {
+        far_out && self.far_blocked < FAR_COMPARISONS
     }
 
     /// Marks `shard` wanted by `taker` and nudges its keeper, which hands it over: true when it
