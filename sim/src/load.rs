@@ -17,14 +17,17 @@
 //! heaviest first, onto the member it leaves lightest over capacity).
 //!
 //! 1. **Balanced:** every second from [`CONVERGE`] (the 90 s) after the load starts
-//!    or changes, the heaviest member weighs at most [`BOUND`] times the reference's heaviest;
-//!    from [`SETTLE`], at most [`TARGET`] (the 1.15x) times. A breach counts when the
-//!    seconds over the bound in force at each make [`SPIKE`] of the last twice that many
-//!    (seconds before [`CONVERGE`] are not judged): the hand-overs of an exchange land
-//!    over a few renewals, and a
+//!    or changes, the heaviest member weighs at most [`TARGET`] (the 1.15x) times the
+//!    reference's heaviest. A breach counts when the seconds over it make [`SPIKE`] of the last
+//!    twice that many (seconds before [`CONVERGE`] are not judged): the hand-overs of an
+//!    exchange land over a few renewals, and a
 //!    taker holds the shard given before the giver holds those it takes back (a load seed saw
 //!    1.82x for 3 s that way, an instant no handler's backlog notices); at no second from
-//!    [`CONVERGE`] above [`CAP`].
+//!    [`CONVERGE`] above [`CAP`]. (Until 2026-12-06 the bound was 1.3x until [`SETTLE`]: 7 of
+//!    the steady seeds 0..300 settled within 1.15x only after 104 to 245 s.) Bursty seeds
+//!    (`LoadPlan::bursty`), whose members weigh each shard on a Poisson count, are held to
+//!    [`BURSTY_BOUND`] until [`SETTLE`] and to [`TARGET`] from then on: the figures
+//!    are for steady load, and a move must clear the noise of the pair (`load_plan`).
 //! 2. **No churn:** in steady load (from [`SETTLE`] after a change to the next change, 10
 //!    minutes each), no member takes part in more than one move in any 10 minutes (a shard
 //!    changing hands; shards changing hands between one pair within a minute are one move, an
@@ -33,10 +36,10 @@
 //!    [`UNHELD`] seconds, and every record put is handled (counted once however often it is
 //!    handled) within a minute of the last put.
 //!
-//! The targets are 1.15x within 90 s. Most seeds meet them (the report says when each
-//! window settled within 1.15x for good: `LoadReport::settled`); the bounds checked are what
-//! every seed of the campaign meets today (see `docs/leases.md`, "Balancing by load"), so that
-//! a regression fails seeds.
+//! The targets are 1.15x within 90 s, checked as they stand on steady seeds: 596 of
+//! the steady seeds 0..600 meet them on the code of 2026-12-06 (the report says when each
+//! window settled within 1.15x for good: `LoadReport::settled`; see `docs/leases.md`,
+//! "Balancing by load", for the four that do not).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -58,14 +61,13 @@ pub const TURN: u64 = 900;
 /// Seconds of steady load in all.
 pub const LENGTH: u64 = 1_800;
 /// Seconds after the load starts or changes from which the heaviest member weighs at most
-/// [`BOUND`] times the reference's heaviest: the convergence time.
+/// [`TARGET`] times the reference's heaviest: the convergence time.
 pub const CONVERGE: u64 = 90;
-/// The most the heaviest member may weigh against the offline placement's heaviest from
+/// The most the heaviest member of a bursty seed may weigh against the reference from
 /// [`CONVERGE`] to [`SETTLE`].
-pub const BOUND: f64 = 1.3;
-/// Seconds after the load starts or changes from which the heaviest member weighs at most
-/// [`TARGET`] times the reference's heaviest, and from which the load counts as steady for the
-/// no-churn invariant: a correction of the first moves waits for the three minutes a shard
+pub const BURSTY_BOUND: f64 = 1.3;
+/// Seconds after the load starts or changes from which the load counts as steady for the
+/// no-churn invariant: a correction of the first moves may wait for the three minutes a shard
 /// handed over stays where it went (`load_plan::dwell`).
 pub const SETTLE: u64 = 300;
 /// Seconds a breach of the balance bounds must last, in the last twice as many, to count.
@@ -74,7 +76,7 @@ pub const SPIKE: u64 = 10;
 /// [`CONVERGE`], however briefly (an exchange's hand-overs in flight).
 pub const CAP: f64 = 2.0;
 /// The bound on the heaviest member against the reference, after convergence: checked
-/// from [`SETTLE`]; the report says when each steady window settled within it
+/// from [`CONVERGE`]; the report says when each steady window settled within it
 /// (`LoadReport::settled`).
 pub const TARGET: f64 = 1.15;
 /// Seconds within which shards that change hands between one pair of members count as one
@@ -412,13 +414,14 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         if ratio > TARGET {
             settled[usize::from(second >= TURN)] = since_change + 1;
         }
-        // From `CONVERGE`, each second is judged by the bound in force at that second (`BOUND`,
-        // from `SETTLE` the tighter `TARGET`): a breach counts when the seconds over their bound
-        // make `SPIKE` of the last `2 * SPIKE` (within this window), broken or not.
-        let (bound, bound_from) = if since_change >= SETTLE {
-            (TARGET, SETTLE)
-        } else {
-            (BOUND, CONVERGE)
+        // From `CONVERGE`, each second is judged by the bound in force at that second (`TARGET`;
+        // for a bursty seed `BURSTY_BOUND` until `SETTLE`): a breach counts when the seconds
+        // over their bound make `SPIKE` of the last `2 * SPIKE` (within this window), broken
+        // or not.
+        let (bound, bound_from) = match plan.bursty && since_change < SETTLE {
+            true => (BURSTY_BOUND, CONVERGE),
+            false if plan.bursty => (TARGET, SETTLE),
+            false => (TARGET, CONVERGE),
         };
         if since_change == 0 {
             recent.clear();

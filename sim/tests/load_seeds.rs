@@ -30,3 +30,27 @@ fn a_bursty_load_seed_replays_exactly() {
         "bursty puts are drawn, not the rates"
     );
 }
+
+/// Steady seeds whose fleets settled within 1.15x of the offline placement only after 104 to
+/// 245 s (2026-12-06): a giver chose its taker on a reading of it from before it took a hot
+/// shard, or an exchange took back shards past the point where the pair would weigh alike; the
+/// shards given then stayed where they went for three minutes (`load_plan::dwell`). Each must
+/// now be within 1.15x from 90 s after the start and after the turn. (Seed 280, the seventh,
+/// still settles only after 233 s: docs/leases.md.)
+#[test]
+fn fleets_that_balanced_late_balance_within_90_s() {
+    for seed in [20, 54, 116, 119, 239, 269] {
+        let report = kinesis_sim::load::run_load(seed);
+        assert!(
+            report.passed()
+                && report
+                    .settled
+                    .iter()
+                    .all(|s| *s <= kinesis_sim::load::CONVERGE),
+            "load seed {seed}: settled after {:?} s, {:?}\n{}",
+            report.settled,
+            report.violations,
+            report.history.join("\n")
+        );
+    }
+}

@@ -4,7 +4,10 @@
 //! `load_plan::FIRST_READS` at once while some member was never read), and keeps what each
 //! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
 //! heavier, it weighs itself against the member a move or an exchange relieves most
-//! (`load_plan`), read again unless read just now, and, when a move of some of its shards is
+//! (`load_plan`), read again unless read just now (and another drawn in its place, up to
+//! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; the first
+//! read back stays the taker when none drawn after it is confirmed), and, when a move of some
+//! of its shards is
 //! worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
 //! confirms the member), marks those rows wanted by it. A member whose row shows a hand-over
 //! on its way in (`load_plan::receiving`) is given nothing until a later reading: two givers
@@ -31,7 +34,8 @@
 //! members were never read (or read in the first half minute), or while this instance stands
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals
-//! later while they do), then one or two, and an exchange up to 16 reads of the taker's rows
+//! later while they do), then one to four (one, and up to `TAKER_READS` of takers, which stop
+//! at the first one cut off), and an exchange up to 16 reads of the taker's rows
 //! (those not read since the listing, at most 8, and those it would take back), a consistent
 //! read of the taker, up to eight marks and a mark of its own (each call cut off as above), all
 //! in the coordinator's loop: a slow table delays the take rounds by up to that many take
@@ -63,6 +67,11 @@ use super::State;
 /// giving for more than 12 comparisons in a row while they gave, and a bare count of 12
 /// brought it within 1.25x after 220 s rather than 170 s.
 pub(super) const FAR_COMPARISONS: u32 = 12;
+
+/// The most members a comparison reads as its taker: the one drawn, and others drawn in its
+/// place when on the reading taken then it is no longer among the takers
+/// (`load_plan::takers`).
+pub(super) const TAKER_READS: usize = 3;
 
 /// What this instance last read of another member (see `State::peers`).
 #[derive(Debug, Clone, Copy)]
@@ -283,33 +292,67 @@ impl State {
         // By shard id: the planner keeps the first of equal candidates, and the held map's
         // order differs from run to run (a seeded simulation replays exactly).
         movable.sort_by(|a, b| a.shard.cmp(&b.shard));
-        let listed: Vec<(&String, Side, Vec<Movable>)> = self
-            .peers
-            .iter()
-            .filter(|(_, peer)| !peer.awaits(now, config.renew_interval))
-            .filter(|(member, _)| {
-                self.cooling
-                    .as_ref()
-                    .is_none_or(|(taker, until)| taker != *member || now >= *until)
-            })
-            .filter_map(|(member, peer)| Some((member, peer.side?, self.held_by(member))))
-            .collect();
-        let peers = listed
-            .iter()
-            .map(|(m, side, held)| (*m, *side, held.as_slice()));
         let pick = fastrand::usize(..);
-        // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
-        let fill = load_plan::mean(mine, weighed());
-        let Some(taker) = load_plan::taker(mine, peers, &movable, fill, pick).cloned() else {
-            return;
+        // The member drawn as the taker is read again unless read just now (what it weighed
+        // may be a sample interval per member old), and drawn again from the others when on
+        // that reading it is no longer among the takers (`load_plan::takers`), up to
+        // `TAKER_READS` reads: a member read before it took a hot shard looked light.
+        let mut tried: Vec<String> = Vec::new();
+        // The first member drawn whose reading came back stays the taker when no other drawn
+        // is confirmed: their readings are as old as its was, and at `fleet_balance` 1,000 x
+        // 50, where most are minutes old and light, givers whose three draws all read heavier
+        // gave nothing (1.27x the offline placement after 8 minutes, against 1.05x), and a read
+        // that fails must not keep this instance from giving either.
+        let mut first = None;
+        let chosen = loop {
+            if tried.len() >= TAKER_READS {
+                break None;
+            }
+            let listed = self.listed_takers(now, &tried);
+            // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
+            let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
+            let peers = listed
+                .iter()
+                .map(|(m, side, held)| (m, *side, held.as_slice()));
+            let Some(taker) = load_plan::taker(mine, peers, &movable, fill, pick).cloned() else {
+                break None;
+            };
+            let asked = Instant::now();
+            let weighed = match read.remove(&taker) {
+                Some(weighed) => Some(weighed),
+                None => self.weigh(&taker).await,
+            };
+            // A member that publishes no load turns the comparisons off (`weigh`).
+            if !self.loads_seen {
+                return;
+            }
+            // Cut off (a slow table): no more reads at this comparison, as above.
+            let cut_off = asked.elapsed() >= config.take_interval;
+            let others: Vec<String> = tried.clone();
+            tried.push(taker.clone());
+            let Some((theirs, their_count)) = weighed else {
+                match cut_off {
+                    true => break None,
+                    false => continue,
+                }
+            };
+            // On what it weighs now (and the mean with it), still among the takers?
+            let listed = self.listed_takers(now, &others);
+            let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
+            let peers = listed
+                .iter()
+                .map(|(m, side, held)| (m, *side, held.as_slice()));
+            let picked = (taker, theirs, their_count, fill);
+            if load_plan::takers(mine, peers, &movable, fill).contains(&&picked.0) {
+                break Some(picked);
+            }
+            tracing::debug!(owner = %config.owner, taker = %picked.0, theirs = theirs.weight, "read again, no longer a taker");
+            first.get_or_insert(picked);
+            if cut_off {
+                break None;
+            }
         };
-        // Read again unless read just now: what it weighed may be a sample interval per
-        // member old.
-        let weighed = match read.remove(&taker) {
-            Some(weighed) => Some(weighed),
-            None => self.weigh(&taker).await,
-        };
-        let Some((theirs, their_count)) = weighed else {
+        let Some((taker, theirs, their_count, fill)) = chosen.or(first) else {
             return;
         };
         let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
@@ -446,6 +489,28 @@ impl State {
             self.giving = Some((given, taker, now));
             self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
+    }
+
+    /// The members that may take a shard now, with what they weigh and what the last listing
+    /// showed them to hold: weighed, no hand-over on its way in, not the one a shard went to
+    /// a moment ago, and not among `left_out`.
+    fn listed_takers(
+        &self,
+        now: Instant,
+        left_out: &[String],
+    ) -> Vec<(String, Side, Vec<Movable>)> {
+        let renew = self.shared.config.renew_interval;
+        self.peers
+            .iter()
+            .filter(|(member, _)| !left_out.contains(member))
+            .filter(|(_, peer)| !peer.awaits(now, renew))
+            .filter(|(member, _)| {
+                self.cooling
+                    .as_ref()
+                    .is_none_or(|(taker, until)| taker != *member || now >= *until)
+            })
+            .filter_map(|(member, peer)| Some((member.clone(), peer.side?, self.held_by(member))))
+            .collect()
     }
 
     /// Whether this instance, far above the mean or not (`far_out`), reads the members that

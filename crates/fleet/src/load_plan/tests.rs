@@ -664,9 +664,10 @@ fn an_exchange_stops_taking_back_where_the_pair_is_best() {
     // A hot shard alone (24,000) that fits only a member of twice the capacity holding a warm
     // shard, a mild one and cold ones: for the warm shard alone the pair ends at 12,001 and
     // 16,503 a capacity; for the warm and the mild (where heaviest-first picks reach the
-    // even point), at 18,002 and 13,502. The first: a hot shard was once given for both (load
-    // simulation seed 319), and the giver stood at 1.45x the offline placement for the three
-    // minutes the two stayed.
+    // even point), at 18,002 and 13,502 (a hot shard was once given for both, load simulation
+    // seed 319, and the giver stood at 1.45x the offline placement for the three minutes the
+    // two stayed); for the warm and two cold ones, passing over the mild one that would go past
+    // the even point, at 14,003 and 15,502: the best.
     let theirs = [
         ("warm", 12_000),
         ("mild", 6_000),
@@ -676,7 +677,31 @@ fn an_exchange_stops_taking_back_where_the_pair_is_best() {
     ];
     let pair = (side(24_000, 1, 1_000), side(21_000, 5, 2_000));
     let planned = planned_swap(pair, &[("hot", 24_000)], &theirs);
-    assert_eq!(planned, Some(("hot".into(), vec!["warm".into()])));
+    assert_eq!(
+        planned,
+        Some(("hot".into(), vec!["warm".into(), "c1".into(), "c2".into()]))
+    );
+    // Load simulation seed 269: 20 records a second alone for a member of twice the capacity
+    // holding 10, 6, 2, 2 and 1 (1,200 handler ms a minute each): the 10 and the 6 left the
+    // giver at 19,200 (1.19x the offline placement's heaviest) for three minutes; the 10 and
+    // both 2s leave the pair at 16,800 and 18,000.
+    let theirs = [
+        ("ten", 12_000),
+        ("six", 7_200),
+        ("two-a", 2_400),
+        ("two-b", 2_400),
+        ("one", 1_200),
+    ];
+    let pair = (side(24_000, 1, 1_000), side(28_800, 5, 2_000));
+    let (given, back) = planned_swap(pair, &[("hot", 24_000)], &theirs).expect("an exchange");
+    assert_eq!(given, "hot");
+    assert!(!back.contains(&"six".to_owned()), "{back:?}");
+    let back: u64 = back
+        .iter()
+        .map(|s| theirs.iter().find(|(t, _)| t == s).unwrap().1)
+        .sum();
+    let (giver, taker) = (back, (28_800 + 24_000 - back) / 2);
+    assert!(giver.max(taker) <= 18_000, "{giver} and {taker}");
 }
 
 #[test]
