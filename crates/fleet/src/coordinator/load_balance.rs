@@ -105,6 +105,33 @@ impl Peer {
     }
 }
 
+/// The members a comparison may give to, as last read (`State::listed_takers`).
+struct Listed {
+    /// Each with what it weighs and what the last listing showed it to hold.
+    peers: Vec<(String, Side, Vec<Movable>)>,
+    /// The fleet's mean weight over capacity, to which a move fills its taker
+    /// (`load_plan::bundle`).
+    fill: f64,
+}
+
+impl Listed {
+    fn as_peers(&self) -> impl Iterator<Item = (&String, Side, &[Movable])> {
+        self.peers
+            .iter()
+            .map(|(member, side, held)| (member, *side, held.as_slice()))
+    }
+
+    /// The member `pick` draws as the taker of a move from `movable` (`load_plan::taker`).
+    fn draw(&self, mine: Side, movable: &[Movable], pick: usize) -> Option<String> {
+        load_plan::taker(mine, self.as_peers(), movable, self.fill, pick).cloned()
+    }
+
+    /// The members a move from `movable` may go to (`load_plan::takers`).
+    fn takers(&self, mine: Side, movable: &[Movable]) -> Vec<&String> {
+        load_plan::takers(mine, self.as_peers(), movable, self.fill)
+    }
+}
+
 /// What a member row says of its member as a taker.
 enum Taker {
     /// Present, renewing, and weighed.
@@ -308,13 +335,8 @@ impl State {
             if tried.len() >= TAKER_READS {
                 break None;
             }
-            let listed = self.listed_takers(now, &tried);
-            // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
-            let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
-            let peers = listed
-                .iter()
-                .map(|(m, side, held)| (m, *side, held.as_slice()));
-            let Some(taker) = load_plan::taker(mine, peers, &movable, fill, pick).cloned() else {
+            let listed = self.listed_takers(now, mine, &tried);
+            let Some(taker) = listed.draw(mine, &movable, pick) else {
                 break None;
             };
             let asked = Instant::now();
@@ -337,13 +359,9 @@ impl State {
                 }
             };
             // On what it weighs now (and the mean with it), still among the takers?
-            let listed = self.listed_takers(now, &others);
-            let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
-            let peers = listed
-                .iter()
-                .map(|(m, side, held)| (m, *side, held.as_slice()));
-            let picked = (taker, theirs, their_count, fill);
-            if load_plan::takers(mine, peers, &movable, fill).contains(&&picked.0) {
+            let listed = self.listed_takers(now, mine, &others);
+            let picked = (taker, theirs, their_count, listed.fill);
+            if listed.takers(mine, &movable).contains(&&picked.0) {
                 break Some(picked);
             }
             tracing::debug!(owner = %config.owner, taker = %picked.0, theirs = theirs.weight, "read again, no longer a taker");
@@ -492,15 +510,13 @@ impl State {
     }
 
     /// The members that may take a shard now, with what they weigh and what the last listing
-    /// showed them to hold: weighed, no hand-over on its way in, not the one a shard went to
-    /// a moment ago, and not among `left_out`.
-    fn listed_takers(
-        &self,
-        now: Instant,
-        left_out: &[String],
-    ) -> Vec<(String, Side, Vec<Movable>)> {
+    /// showed them to hold (weighed, no hand-over on its way in, not the one a shard went to
+    /// a moment ago, and not among `left_out`), and the fleet's mean beside this instance
+    /// weighing `mine`.
+    fn listed_takers(&self, now: Instant, mine: Side, left_out: &[String]) -> Listed {
         let renew = self.shared.config.renew_interval;
-        self.peers
+        let peers = self
+            .peers
             .iter()
             .filter(|(member, _)| !left_out.contains(member))
             .filter(|(_, peer)| !peer.awaits(now, renew))
@@ -510,7 +526,10 @@ impl State {
                     .is_none_or(|(taker, until)| taker != *member || now >= *until)
             })
             .filter_map(|(member, peer)| Some((member.clone(), peer.side?, self.held_by(member))))
-            .collect()
+            .collect();
+        // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
+        let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
+        Listed { peers, fill }
     }
 
     /// Whether this instance, far above the mean or not (`far_out`), reads the members that
