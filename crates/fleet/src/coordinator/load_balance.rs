@@ -5,10 +5,9 @@
 //! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
 //! heavier, it weighs itself against the member a move or an exchange relieves most
 //! (`load_plan`), read again unless read just now (and another drawn in its place, up to
-//! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; the first
-//! read back stays the taker when none drawn after it is confirmed), and, when a move of some
-//! of its shards is
-//! worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
+//! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; when none
+//! is confirmed, the one drawn among those read at this comparison alone), and, when a move of
+//! some of its shards is worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
 //! confirms the member), marks those rows wanted by it. A member whose row shows a hand-over
 //! on its way in (`load_plan::receiving`) is given nothing until a later reading: two givers
 //! would otherwise both see it light. Its own keeper, nudged, then hands the shard over at
@@ -24,7 +23,9 @@
 //! show it. A member whose row this instance has seen stand still for a lease (these
 //! readings count with the watch's: `Link`), or that publishes no capacity because it is
 //! shutting down, is never given a shard. Each store call here is cut off after a take
-//! interval, so a slow table skips a comparison rather than hold up the take rounds.
+//! interval, and no member is read after a read cut off, so a slow table holds up the take
+//! rounds by a few take intervals at a comparison at most (see below), not for as long as it
+//! is slow.
 //!
 //! When no single shard may go, an exchange may (`load_plan::swap`): this instance reads the
 //! rows it would take back (the listing may be old), then marks the taker's chosen shards
@@ -34,8 +35,8 @@
 //! members were never read (or read in the first half minute), or while this instance stands
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals
-//! later while they do), then one to four (one, and up to `TAKER_READS` of takers, which stop
-//! at the first one cut off), and an exchange up to 16 reads of the taker's rows
+//! later while they do), then one, and up to `TAKER_READS` reads of takers (none after a read
+//! cut off): at most 11 member reads, and an exchange up to 16 reads of the taker's rows
 //! (those not read since the listing, at most 8, and those it would take back), a consistent
 //! read of the taker, up to eight marks and a mark of its own (each call cut off as above), all
 //! in the coordinator's loop: a slow table delays the take rounds by up to that many take
@@ -56,6 +57,12 @@ use crate::load_plan::{self, Movable, Side};
 
 use super::State;
 
+mod listed;
+mod peer;
+
+use listed::Listed;
+pub(super) use peer::Peer;
+
 /// The most comparisons in a row at which a member far above the mean and kept from giving
 /// reads the members that keep it from giving and compares again within two renew intervals
 /// (about a minute of them) while none of them sheds: a member holding a hot shard alone below
@@ -72,65 +79,6 @@ pub(super) const FAR_COMPARISONS: u32 = 12;
 /// place when on the reading taken then it is no longer among the takers
 /// (`load_plan::takers`).
 pub(super) const TAKER_READS: usize = 3;
-
-/// What this instance last read of another member (see `State::peers`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Peer {
-    /// What it weighed; `None` when it was no taker then (gone, leaving, or publishing no
-    /// load).
-    side: Option<Side>,
-    /// A hand-over was on its way in (the count of pokes its row showed, and since when this
-    /// instance saw that count unacted on): it is given nothing more until a later reading.
-    receiving: Option<(u64, Instant)>,
-    /// When it was read.
-    at: Instant,
-}
-
-impl Peer {
-    fn absent(at: Instant) -> Peer {
-        Peer {
-            side: None,
-            receiving: None,
-            at,
-        }
-    }
-
-    /// Whether a hand-over its row showed on its way in still keeps it from being given a
-    /// shard: for at most three renew intervals on one count of pokes (a count its member never
-    /// catches up with, as a row written by a release that keeps an old `pokes_seen`, must not
-    /// keep it from being given anything for good).
-    fn awaits(&self, now: Instant, renew: std::time::Duration) -> bool {
-        self.receiving
-            .is_some_and(|(_, since)| now.duration_since(since) < renew * 3)
-    }
-}
-
-/// The members a comparison may give to, as last read (`State::listed_takers`).
-struct Listed {
-    /// Each with what it weighs and what the last listing showed it to hold.
-    peers: Vec<(String, Side, Vec<Movable>)>,
-    /// The fleet's mean weight over capacity, to which a move fills its taker
-    /// (`load_plan::bundle`).
-    fill: f64,
-}
-
-impl Listed {
-    fn as_peers(&self) -> impl Iterator<Item = (&String, Side, &[Movable])> {
-        self.peers
-            .iter()
-            .map(|(member, side, held)| (member, *side, held.as_slice()))
-    }
-
-    /// The member `pick` draws as the taker of a move from `movable` (`load_plan::taker`).
-    fn draw(&self, mine: Side, movable: &[Movable], pick: usize) -> Option<String> {
-        load_plan::taker(mine, self.as_peers(), movable, self.fill, pick).cloned()
-    }
-
-    /// The members a move from `movable` may go to (`load_plan::takers`).
-    fn takers(&self, mine: Side, movable: &[Movable]) -> Vec<&String> {
-        load_plan::takers(mine, self.as_peers(), movable, self.fill)
-    }
-}
 
 /// What a member row says of its member as a taker.
 enum Taker {
@@ -271,6 +219,7 @@ impl State {
             never
         };
         let mut read = std::collections::HashMap::new();
+        let mut slow = false;
         for member in to_read {
             let asked = Instant::now();
             let before = self.peers.get(&member).and_then(|p| p.side);
@@ -290,6 +239,7 @@ impl State {
             // A read cut off (a slow table): read the rest at a later comparison rather than
             // hold up the take rounds by a take interval for each (up to `FIRST_READS`).
             if asked.elapsed() >= config.take_interval {
+                slow = true;
                 break;
             }
         }
@@ -323,14 +273,9 @@ impl State {
         // The member drawn as the taker is read again unless read just now (what it weighed
         // may be a sample interval per member old), and drawn again from the others when on
         // that reading it is no longer among the takers (`load_plan::takers`), up to
-        // `TAKER_READS` reads: a member read before it took a hot shard looked light.
+        // `TAKER_READS` reads: a member read before it took a hot shard looked light. No read
+        // after one cut off (a slow table), here or above.
         let mut tried: Vec<String> = Vec::new();
-        // The first member drawn whose reading came back stays the taker when no other drawn
-        // is confirmed: their readings are as old as its was, and at `fleet_balance` 1,000 x
-        // 50, where most are minutes old and light, givers whose three draws all read heavier
-        // gave nothing (1.27x the offline placement after 8 minutes, against 1.05x), and a read
-        // that fails must not keep this instance from giving either.
-        let mut first = None;
         let chosen = loop {
             if tried.len() >= TAKER_READS {
                 break None;
@@ -342,35 +287,45 @@ impl State {
             let asked = Instant::now();
             let weighed = match read.remove(&taker) {
                 Some(weighed) => Some(weighed),
+                None if slow => None,
                 None => self.weigh(&taker).await,
             };
             // A member that publishes no load turns the comparisons off (`weigh`).
             if !self.loads_seen {
                 return;
             }
-            // Cut off (a slow table): no more reads at this comparison, as above.
-            let cut_off = asked.elapsed() >= config.take_interval;
+            slow |= asked.elapsed() >= config.take_interval;
             let others: Vec<String> = tried.clone();
             tried.push(taker.clone());
             let Some((theirs, their_count)) = weighed else {
-                match cut_off {
-                    true => break None,
-                    false => continue,
-                }
+                continue;
             };
             // On what it weighs now (and the mean with it), still among the takers?
             let listed = self.listed_takers(now, mine, &others);
-            let picked = (taker, theirs, their_count, listed.fill);
-            if listed.takers(mine, &movable).contains(&&picked.0) {
-                break Some(picked);
+            if listed.takers(mine, &movable).contains(&&taker) {
+                break Some((taker, theirs, their_count, listed.fill));
             }
-            tracing::debug!(owner = %config.owner, taker = %picked.0, theirs = theirs.weight, "read again, no longer a taker");
-            first.get_or_insert(picked);
-            if cut_off {
-                break None;
-            }
+            tracing::debug!(owner = %config.owner, %taker, theirs = theirs.weight, "read again, no longer a taker");
+            read.insert(taker, (theirs, their_count));
         };
-        let Some((taker, theirs, their_count, fill)) = chosen.or(first) else {
+        // None confirmed against the others' older readings: the one drawn among the members
+        // read at this comparison alone. Where most readings are minutes old and light
+        // (`fleet_balance` 1,000 x 50), every member drawn reads heavier than its reading, and
+        // givers that then gave nothing stood at 1.27x the offline placement after 8 minutes
+        // (1.05x with this).
+        let chosen = chosen.or_else(|| {
+            let unread: Vec<String> = self
+                .peers
+                .keys()
+                .filter(|member| !read.contains_key(*member))
+                .cloned()
+                .collect();
+            let listed = self.listed_takers(now, mine, &unread);
+            let taker = listed.draw(mine, &movable, pick)?;
+            let (theirs, their_count) = *read.get(&taker)?;
+            Some((taker, theirs, their_count, listed.fill))
+        });
+        let Some((taker, theirs, their_count, fill)) = chosen else {
             return;
         };
         let Ok(key) = crate::member::member_key(&config.stream, &taker) else {

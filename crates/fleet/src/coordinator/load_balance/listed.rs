@@ -1,0 +1,31 @@
+//! `Listed`: the members one comparison may give a shard to, as last read, and the fleet's
+//! mean beside them; the load planner draws the taker from it (`load_plan::taker`).
+
+use crate::load_plan::{self, Movable, Side};
+
+/// The members a comparison may give to, as last read (`State::listed_takers`).
+pub(super) struct Listed {
+    /// Each with what it weighs and what the last listing showed it to hold.
+    pub(super) peers: Vec<(String, Side, Vec<Movable>)>,
+    /// The fleet's mean weight over capacity, to which a move fills its taker
+    /// (`load_plan::bundle`).
+    pub(super) fill: f64,
+}
+
+impl Listed {
+    fn as_peers(&self) -> impl Iterator<Item = (&String, Side, &[Movable])> {
+        self.peers
+            .iter()
+            .map(|(member, side, held)| (member, *side, held.as_slice()))
+    }
+
+    /// The member `pick` draws as the taker of a move from `movable` (`load_plan::taker`).
+    pub(super) fn draw(&self, mine: Side, movable: &[Movable], pick: usize) -> Option<String> {
+        load_plan::taker(mine, self.as_peers(), movable, self.fill, pick).cloned()
+    }
+
+    /// The members a move from `movable` may go to (`load_plan::takers`).
+    pub(super) fn takers(&self, mine: Side, movable: &[Movable]) -> Vec<&String> {
+        load_plan::takers(mine, self.as_peers(), movable, self.fill)
+    }
+}
