@@ -514,11 +514,24 @@ fn rows_left_free_for_a_round_are_taken_even_past_the_share() {
 /// Half the default lease: how long a row must have been held to be asked for.
 const HALF_LEASE: Duration = Duration::from_secs(5);
 
+/// Rows `s0`.. held by member `b`.
+fn held_by_b(n: usize) -> Vec<Lease> {
+    (0..n)
+        .map(|i| row(&format!("s{i}"), Some("b"), Some("t")))
+        .collect()
+}
+
+/// The shards of the rows [`longest_held`] names among `open`.
+fn named<'a>(open: &[&'a Lease], held_for: impl Fn(&Lease) -> Option<Duration>) -> Vec<&'a str> {
+    longest_held(open, held_for, HALF_LEASE)
+        .iter()
+        .map(|r| r.key.shard())
+        .collect()
+}
+
 #[test]
 fn an_ask_names_a_row_its_holder_has_held_longest() {
-    let rows: Vec<Lease> = (0..4)
-        .map(|i| row(&format!("s{i}"), Some("b"), Some("t")))
-        .collect();
+    let rows = held_by_b(4);
     let open: Vec<&Lease> = rows.iter().collect();
     // s0 and s1 first seen at one listing 20 s ago, s2 at the next listing (a second later:
     // taken since), s3 taken 5 s ago.
@@ -529,20 +542,9 @@ fn an_ask_names_a_row_its_holder_has_held_longest() {
             _ => Duration::from_secs(5),
         })
     };
-    let named: Vec<&str> = longest_held(&open, held, HALF_LEASE)
-        .iter()
-        .map(|r| r.key.shard())
-        .collect();
-    assert_eq!(named, ["s0", "s1"], "not a row taken since");
+    assert_eq!(named(&open, held), ["s0", "s1"], "not a row taken since");
     // A row never listed before counts as held long (nothing says it was just taken).
-    let unknown: Vec<&str> = longest_held(
-        &open,
-        |r| held(r).filter(|_| r.key.shard() != "s3"),
-        HALF_LEASE,
-    )
-    .iter()
-    .map(|r| r.key.shard())
-    .collect();
+    let unknown = named(&open, |r| held(r).filter(|_| r.key.shard() != "s3"));
     assert_eq!(unknown, ["s3"]);
     let one = longest_held(&open[3..], held, HALF_LEASE);
     assert_eq!(one.len(), 1, "the only row open is named, held 5 s");
@@ -555,9 +557,7 @@ fn an_ask_waits_while_every_row_open_was_only_just_taken() {
     // is handed over before a record of it is handled (simulation seed 198673: a shard freed
     // by an operator's reset, taken, asked for 1.5 s later, handed over and taken again,
     // 18.8 s without progress against a bound of 18.5 s).
-    let rows: Vec<Lease> = (0..3)
-        .map(|i| row(&format!("s{i}"), Some("b"), Some("t")))
-        .collect();
+    let rows = held_by_b(3);
     let open: Vec<&Lease> = rows.iter().collect();
     let held = |r: &Lease| {
         Some(match r.key.shard() {
@@ -568,9 +568,5 @@ fn an_ask_waits_while_every_row_open_was_only_just_taken() {
     assert!(longest_held(&open, held, HALF_LEASE).is_empty());
     // Held for half a lease, it is named.
     let settled = |r: &Lease| held(r).map(|d| d + Duration::from_secs(4));
-    let named: Vec<&str> = longest_held(&open, settled, HALF_LEASE)
-        .iter()
-        .map(|r| r.key.shard())
-        .collect();
-    assert_eq!(named, ["s0"]);
+    assert_eq!(named(&open, settled), ["s0"]);
 }
