@@ -226,7 +226,7 @@ pub fn run_load(seed: u64) -> LoadReport {
 /// Runs one load plan (`LoadPlan::of`, perhaps made bursty).
 pub fn run_plan(plan: LoadPlan) -> LoadReport {
     fastrand::seed(plan.seed);
-    crate::paused_runtime().block_on(simulate(plan))
+    crate::paused_runtime(plan.seed).block_on(simulate(plan))
 }
 
 async fn start(

@@ -176,6 +176,9 @@ pub(crate) struct World {
     unannounced_ids: BTreeSet<String>,
     /// When each id once unannounced was announced (a roster bump landed after its join).
     announced_at: BTreeMap<String, u64>,
+    /// Per owner id whose member row is no longer its own (it left, or was buried): since
+    /// when a sample saw it so (ms).
+    unpresent_since: BTreeMap<String, u64>,
     /// Per shard row, whom it was marked wanted by at the last sample.
     wanted_by: BTreeMap<String, String>,
     /// The roster's epoch at the last sample: when it moves, every member row is listed by
@@ -280,6 +283,7 @@ impl World {
             next_unannounced: None,
             unannounced_ids: BTreeSet::new(),
             announced_at: BTreeMap::new(),
+            unpresent_since: BTreeMap::new(),
             wanted_by: BTreeMap::new(),
             roster_epoch: 0,
             roster_moved_ms: 0,
@@ -683,6 +687,7 @@ impl World {
         tokio::pin!(start);
         loop {
             tokio::select! {
+                biased;
                 started = &mut start => return started,
                 () = sleep(Duration::from_millis(250)) => {
                     self.clear_kinesis_if_due();
@@ -1770,6 +1775,17 @@ impl World {
         };
         let now = self.rec.now_ms();
         let ids = self.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // Since when each member row stopped being its member's own (a leave, a burial).
+        let is_own = |r: &kinesis_broker::lease::Lease| {
+            r.owner.as_deref() == Some(r.key.shard()) && r.token.is_some()
+        };
+        self.unpresent_since
+            .retain(|id, _| rows.iter().any(|r| r.key.shard() == id && !is_own(r)));
+        for row in rows.iter().filter(|r| !is_own(r)) {
+            self.unpresent_since
+                .entry(row.key.shard().to_owned())
+                .or_insert(now);
+        }
         // The janitor (the first live member by id) counts a departed row's ten leases from its
         // own first sight of it: a janitor younger than the grace may keep every departed row.
         // (Every member notes departed rows as it lists the roster, janitor or not, so one that
@@ -1790,6 +1806,16 @@ impl World {
                         // unannounced members announced by the leaves at the end of the run,
                         // 116 and 132 s after their crashes).
                         let d = d.max(self.announced_at.get(*id).copied().unwrap_or(0));
+                        // A crashed member's row, still its own, waits for its burial, which
+                        // the burial bound (above) holds to its own clock; once buried, the
+                        // janitor's ten leases count from the burial (seed 228034: a run of
+                        // five crashed members, two of them never announced, the last buried
+                        // 30 s after its crash and deleted 100 s after the burial).
+                        let buried = match self.unpresent_since.get(*id) {
+                            Some(since) => *since,
+                            None => return rows.iter().any(|r| r.key.shard() == *id),
+                        };
+                        let d = d.max(buried);
                         // Faults delay the burial and the janitor's reads: fault time is excused.
                         now.saturating_sub(d)
                             .saturating_sub(self.rec.excused(d, now))

@@ -52,7 +52,7 @@ pub(crate) fn departed(members: &[Lease]) -> Vec<&Lease> {
 
 /// True when `me` is the member that deletes: the first present member by id, so one instance
 /// does it and the others spend nothing on refused deletes.
-pub(crate) fn is_janitor(members: &std::collections::HashSet<String>, me: &str) -> bool {
+pub(crate) fn is_janitor(members: &std::collections::BTreeSet<String>, me: &str) -> bool {
     members.iter().map(String::as_str).min() == Some(me)
 }
 

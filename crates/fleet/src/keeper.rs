@@ -142,6 +142,7 @@ impl Keeper {
                 return;
             }
             tokio::select! {
+                biased;
                 () = sleep_until(at) => {}
                 _ = member.changed() => {}
             }

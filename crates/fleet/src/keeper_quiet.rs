@@ -45,10 +45,11 @@ impl crate::keeper::Keeper {
                 return;
             }
             tokio::select! {
+                biased;
+                () = self.nudge.notified() => return,
                 changed = member.changed() => if changed.is_err() {
                     return std::future::pending().await;
                 },
-                () = self.nudge.notified() => return,
             }
         }
     }

@@ -38,7 +38,7 @@
 //! be taken once its counter stood still for a lease, as before; while such rows exist the
 //! coordinator lists every list interval.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kinesis_lease_core::Lease;
@@ -87,7 +87,7 @@ pub(crate) fn is_present(row: &Lease) -> bool {
 }
 
 /// The owner ids of the members present in a listing of member rows.
-pub(crate) fn present(rows: &[Lease]) -> HashSet<String> {
+pub(crate) fn present(rows: &[Lease]) -> BTreeSet<String> {
     rows.iter()
         .filter(|r| is_present(r))
         .map(|r| r.key.shard().to_owned())
@@ -96,7 +96,7 @@ pub(crate) fn present(rows: &[Lease]) -> HashSet<String> {
 
 /// The members present in a listing of member rows, with their holding's token: a member that
 /// left or was buried and came back under its own id holds a new one.
-pub(crate) fn holdings(rows: &[Lease]) -> HashMap<String, Option<String>> {
+pub(crate) fn holdings(rows: &[Lease]) -> BTreeMap<String, Option<String>> {
     rows.iter()
         .filter(|r| is_present(r))
         .map(|r| (r.key.shard().to_owned(), r.token.clone()))
@@ -107,11 +107,11 @@ pub(crate) fn holdings(rows: &[Lease]) -> HashMap<String, Option<String>> {
 /// holdings): among `members` (with theirs), one whose holding is not the one seen joined
 /// since, even under an id seen before (buried by another member and back within one watch).
 pub(crate) fn successor_without_joins<'a>(
-    seen: &HashMap<String, Option<String>>,
-    members: &'a HashMap<String, Option<String>>,
+    seen: &BTreeMap<String, Option<String>>,
+    members: &'a BTreeMap<String, Option<String>>,
     me: &str,
 ) -> Option<&'a str> {
-    let stayed: HashSet<String> = members
+    let stayed: BTreeSet<String> = members
         .iter()
         .filter(|(id, token)| seen.get(*id) == Some(*token))
         .map(|(id, _)| id.clone())
@@ -123,7 +123,7 @@ pub(crate) fn successor_without_joins<'a>(
 /// The member `me` watches: the next owner id after `me` in sorted order, wrapping around, so
 /// every member is watched by exactly one other while all see the same roster. `None` when
 /// `me` is alone.
-pub(crate) fn successor<'a>(members: &'a HashSet<String>, me: &str) -> Option<&'a str> {
+pub(crate) fn successor<'a>(members: &'a BTreeSet<String>, me: &str) -> Option<&'a str> {
     let mut others: Vec<&str> = members
         .iter()
         .map(String::as_str)
@@ -192,7 +192,7 @@ mod tests {
         row
     }
 
-    fn set(ids: &[&str]) -> HashSet<String> {
+    fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|s| (*s).to_owned()).collect()
     }
 
@@ -210,7 +210,7 @@ mod tests {
         assert_eq!(present(&rows), set(&["a"]));
     }
 
-    fn holding(members: &[(&str, &str)]) -> HashMap<String, Option<String>> {
+    fn holding(members: &[(&str, &str)]) -> BTreeMap<String, Option<String>> {
         members
             .iter()
             .map(|(id, token)| ((*id).to_owned(), Some((*token).to_owned())))

@@ -1,6 +1,6 @@
 //! What a subscription's coordinator and its shard tasks share.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -65,7 +65,7 @@ pub(crate) struct Shared {
     pub(crate) sender: DeliverySender,
     pub(crate) phase: watch::Sender<Phase>,
     pub(crate) reports: mpsc::UnboundedSender<Report>,
-    pub(crate) held: Mutex<HashMap<String, Held>>,
+    pub(crate) held: Mutex<BTreeMap<String, Held>>,
     /// What the subscription's readers share: the Kinesis source, the reading settings, the
     /// fan-out consumer's ARN and the fatal error.
     pub(crate) read: Arc<ReadContext>,
@@ -115,7 +115,7 @@ impl Drop for AbortAside {
 }
 
 impl Shared {
-    pub(crate) fn held(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+    pub(crate) fn held(&self) -> MutexGuard<'_, BTreeMap<String, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -5,7 +5,7 @@
 //! has stood still on its own clock and does every read and write; this module only decides,
 //! so the fair-share and expiry rules are unit-tested on plain values.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kinesis_lease_core::{rules, Lease};
@@ -17,25 +17,25 @@ pub(crate) struct View<'a> {
     pub(crate) me: &'a str,
     /// Per shard, how long its row's counter has stood still on this instance's clock;
     /// absent for a row not observed before.
-    pub(crate) still: &'a HashMap<String, Duration>,
+    pub(crate) still: &'a BTreeMap<String, Duration>,
     /// Shards this instance reads now.
-    pub(crate) held: &'a HashSet<String>,
+    pub(crate) held: &'a BTreeSet<String>,
     /// Shards whose take's outcome is still unknown.
-    pub(crate) pending: &'a HashSet<String>,
+    pub(crate) pending: &'a BTreeSet<String>,
     /// The lease duration.
     pub(crate) lease: Duration,
     /// This instance's first take round since it started.
     pub(crate) first_round: bool,
     /// Free or expired rows this instance's last round left to the others.
-    pub(crate) left: &'a HashSet<String>,
+    pub(crate) left: &'a BTreeSet<String>,
     /// The owner ids the roster lists as members (read after the rows; see `roster`).
-    pub(crate) members: &'a HashSet<String>,
+    pub(crate) members: &'a BTreeSet<String>,
     /// The owner ids whose member row the roster lists as not held by them (left or buried).
-    pub(crate) departed: &'a HashSet<String>,
+    pub(crate) departed: &'a BTreeSet<String>,
     /// Members whose member row this instance has seen stand still for a lease (dead or cut
     /// off, not buried yet): they do not count in the fair share and are not asked for rows,
     /// but their rows are still never taken.
-    pub(crate) stale: &'a HashSet<String>,
+    pub(crate) stale: &'a BTreeSet<String>,
     /// The list interval.
     pub(crate) list_interval: Duration,
     /// Less than a list interval since this instance's first take round.
@@ -71,7 +71,7 @@ pub(crate) struct Plan<'a> {
     /// Rows of unfinished shards whose parents are done.
     pub(crate) readable: Vec<&'a Lease>,
     /// Shards whose owner renewed within a lease, as this instance saw it.
-    pub(crate) live: HashSet<String>,
+    pub(crate) live: BTreeSet<String>,
     /// The fair share: readable rows over live owners (this one included), rounded up.
     pub(crate) target: usize,
     /// How many rows this round may take besides those handed to this instance: up to its own
@@ -90,7 +90,7 @@ pub(crate) struct Plan<'a> {
 /// (`listed(parent)` says whether a parent without a row may still be in the stream: true
 /// unless a listing of the stream's shards proves it gone).
 pub(crate) fn readable(rows: &[Lease], listed: impl Fn(&str) -> bool) -> Vec<&Lease> {
-    let by_shard: HashMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
+    let by_shard: BTreeMap<&str, &Lease> = rows.iter().map(|r| (r.key.shard(), r)).collect();
     rows.iter()
         .filter(|row| !row.is_finished())
         .filter(|row| {
@@ -108,7 +108,7 @@ pub(crate) fn readable(rows: &[Lease], listed: impl Fn(&str) -> bool) -> Vec<&Le
 pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     let still = |row: &Lease| view.still.get(row.key.shard()).copied();
     let legacy_live = |row: &Lease| still(row).is_some_and(|s| s < view.lease);
-    let live: HashSet<String> = readable
+    let live: BTreeSet<String> = readable
         .iter()
         .filter(|r| match liveness(r, view) {
             Liveness::Member => r.owner.as_deref().is_none_or(|o| !view.stale.contains(o)),
@@ -129,7 +129,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
     // The members of the roster but those seen standing still for a lease, this instance, and
     // the owners of live rows written before the roster. A row handed over and not taken yet
     // says nothing of its new owner's life; an operator's hold is nobody's.
-    let mut owners: HashSet<&str> = view
+    let mut owners: BTreeSet<&str> = view
         .members
         .iter()
         .filter(|m| !view.stale.contains(*m))
@@ -230,7 +230,7 @@ pub(crate) fn plan<'a>(readable: Vec<&'a Lease>, view: &View<'_>) -> Plan<'a> {
             .position(|o| *o == owner)
             .map(|place| own_share(readable.len(), sorted.len(), place))
     };
-    let mut holds: HashMap<&str, usize> = HashMap::new();
+    let mut holds: BTreeMap<&str, usize> = BTreeMap::new();
     for row in &readable {
         if let (Some(owner), Some(_)) = (row.owner.as_deref(), row.token.as_deref()) {
             *holds.entry(owner).or_default() += 1;
@@ -365,7 +365,7 @@ pub(crate) struct Ask<'a> {
 /// restart the hold.
 pub(crate) fn ask<'a>(
     readable: &[&'a Lease],
-    live: &HashSet<String>,
+    live: &BTreeSet<String>,
     me: &str,
     mine: usize,
     target: usize,
@@ -373,7 +373,7 @@ pub(crate) fn ask<'a>(
     if mine >= target {
         return None;
     }
-    let mut counts: HashMap<&'a str, Vec<&'a Lease>> = HashMap::new();
+    let mut counts: BTreeMap<&'a str, Vec<&'a Lease>> = BTreeMap::new();
     for &row in readable
         .iter()
         .filter(|r| live.contains(r.key.shard()) && !rules::is_evicted(r))

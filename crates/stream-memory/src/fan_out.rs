@@ -391,6 +391,7 @@ impl ShardSubscription for MemorySubscription {
                     }
                 }
                 tokio::select! {
+                    biased;
                     () = notified => {}
                     () = tokio::time::sleep_until(heartbeat) => {
                         if Instant::now() >= self.ends_at {

@@ -3,7 +3,7 @@
 //! failed listing), and the lease rows created for the shards that have none yet, each with
 //! its parents and the position it starts at.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 use futures_util::stream::{self, StreamExt};
 use kinesis_lease_core::{ErrorChain, Lease};
@@ -67,7 +67,7 @@ impl State {
                 return;
             }
         };
-        let existing: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
+        let existing: BTreeSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
         let mut created = Vec::new();
         let (exist, missing): (Vec<_>, Vec<_>) = missing
             .into_iter()

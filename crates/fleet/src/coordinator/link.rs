@@ -3,7 +3,7 @@
 //! holding, whoever made it, and so that the coordinator's epoch reads tell the watch when the
 //! roster changed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -24,14 +24,14 @@ struct Sighting {
 /// both count a member's standing still from this instance's first reading of its holding.
 #[derive(Debug, Default)]
 pub(super) struct Link {
-    seen: Mutex<HashMap<String, Sighting>>,
+    seen: Mutex<BTreeMap<String, Sighting>>,
     /// The watcher saw the roster change (a member buried or gone): the coordinator lists the
     /// rows at its next tick, even if the epoch bump that says so failed.
     pub(super) relist: AtomicBool,
     /// The present members of the latest roster listing, the coordinator's or the watcher's:
     /// when the coordinator's shows members the watch does not know (one that joined and
     /// whose roster bump never landed), the watch lists the roster too and watches them.
-    present: Mutex<HashSet<String>>,
+    present: Mutex<BTreeSet<String>>,
     /// The roster's count of bumps as the last epoch read showed it (`LeaseStore::epochs`),
     /// and when the coordinator last read it.
     roster_epoch: Mutex<(Option<u64>, Option<Instant>)>,
@@ -42,7 +42,7 @@ pub(super) struct Link {
 }
 
 impl Link {
-    fn seen(&self) -> MutexGuard<'_, HashMap<String, Sighting>> {
+    fn seen(&self) -> MutexGuard<'_, BTreeMap<String, Sighting>> {
         self.seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -107,7 +107,7 @@ impl Link {
         me: &str,
         lease: std::time::Duration,
         now: Instant,
-    ) -> HashSet<String> {
+    ) -> BTreeSet<String> {
         self.seen()
             .iter()
             .filter(|(member, s)| {
@@ -161,7 +161,7 @@ impl Link {
 
     /// The present members of the latest roster listing (the watcher lists it as soon as the
     /// roster's count moves, so a member that joined is here within a take interval or so).
-    pub(super) fn present(&self) -> HashSet<String> {
+    pub(super) fn present(&self) -> BTreeSet<String> {
         self.present
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -169,7 +169,7 @@ impl Link {
     }
 
     /// True when the latest roster listing shows a present member not among `members`.
-    pub(super) fn shows_others(&self, members: &HashSet<String>) -> bool {
+    pub(super) fn shows_others(&self, members: &BTreeSet<String>) -> bool {
         self.present
             .lock()
             .unwrap_or_else(|p| p.into_inner())

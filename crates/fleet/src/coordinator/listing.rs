@@ -7,7 +7,7 @@
 use kinesis_lease_core::{ErrorChain, Holder, Lease};
 use kinesis_shard_reader::control::Phase;
 use kinesis_stream_core::ReaderError;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use tokio::time::Instant;
 
 use super::store_calls::bounded;
@@ -71,9 +71,9 @@ impl State {
     /// still in the stream. Without such a listing (none succeeded yet, or only ones older
     /// than the children), a parent with no row may be there, its row not created yet: its
     /// children wait.
-    pub(super) fn parents_gone(&self, rows: &[Lease]) -> HashSet<String> {
+    pub(super) fn parents_gone(&self, rows: &[Lease]) -> BTreeSet<String> {
         let Some(synced_at) = self.synced_at else {
-            return HashSet::new();
+            return BTreeSet::new();
         };
         let listed = |shard: &str| self.stream_shards.contains_key(shard);
         rows.iter()
@@ -106,7 +106,7 @@ impl State {
         self.listed_at = Some(now);
         self.read_back.clear();
         let me = self.shared.config.owner.clone();
-        let held: HashSet<String> = self.shared.held().keys().cloned().collect();
+        let held: BTreeSet<String> = self.shared.held().keys().cloned().collect();
         for row in rows {
             let shard = row.key.shard();
             let previous = self.observed.get(shard);
@@ -154,7 +154,7 @@ impl State {
                 .entry(row.key.shard().to_owned())
                 .or_insert(now);
         }
-        let listed: HashSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
+        let listed: BTreeSet<&str> = rows.iter().map(|r| r.key.shard()).collect();
         self.observed
             .retain(|shard, _| listed.contains(shard.as_str()));
         self.first_seen

@@ -47,7 +47,7 @@
 //! option (`State::loads_seen`); an instance that holds nothing asks by count too, so one that
 //! turns the option on while the others have not is not left empty.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::future::Future;
 
 use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Load, Outcome};
@@ -218,7 +218,7 @@ impl State {
             never.truncate(load_plan::FIRST_READS);
             never
         };
-        let mut read = std::collections::HashMap::new();
+        let mut read = std::collections::BTreeMap::new();
         let mut slow = false;
         for member in to_read {
             let asked = Instant::now();
@@ -365,7 +365,7 @@ impl State {
                 // taker's rows not read since the listing (up to `load_plan::FIRST_READS` at a
                 // comparison); what they say is kept until the next listing (`read_back`),
                 // and the exchange planned again on it.
-                let mut read_now = HashSet::new();
+                let mut read_now = BTreeSet::new();
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
                 for round in 0..3 {

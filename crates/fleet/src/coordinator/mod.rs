@@ -63,7 +63,7 @@
 //! Each store call of the coordinator is cut off after a lease duration (`bounded`), so a
 //! store that does not answer delays a take round but never stops the coordinator.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use kinesis_dispatch::DeliverySender;
@@ -131,7 +131,7 @@ impl Coordinator {
                 rows.into_iter()
                     .filter(|r| r.is_held_by(owner) && r.token.is_some())
                     .map(|r| (r.key.clone(), r))
-                    .collect::<HashMap<_, _>>(),
+                    .collect::<BTreeMap<_, _>>(),
             )
         };
         let before = read().await?;
@@ -209,32 +209,32 @@ impl Coordinator {
         let state = State {
             shared: shared.clone(),
             _aside: crate::shared::AbortAside(shared.clone()),
-            stream_shards: HashMap::new(),
-            rows_created: HashSet::new(),
-            observed: HashMap::new(),
+            stream_shards: BTreeMap::new(),
+            rows_created: BTreeSet::new(),
+            observed: BTreeMap::new(),
             tasks: JoinSet::new(),
-            tokens: HashMap::new(),
-            pending: HashMap::new(),
+            tokens: BTreeMap::new(),
+            pending: BTreeMap::new(),
             sync_failed: false,
             epoch: None,
             epoch_at: Instant::now(),
             relist_at: Some(Instant::now()),
-            members: HashSet::new(),
+            members: BTreeSet::new(),
             link: Arc::default(),
             member: None,
             watcher: None,
-            departed: HashSet::new(),
+            departed: BTreeSet::new(),
             synced_at: None,
-            first_seen: HashMap::new(),
-            gone_since: HashMap::new(),
+            first_seen: BTreeMap::new(),
+            gone_since: BTreeMap::new(),
             first_round_at: None,
-            left_free: HashSet::new(),
+            left_free: BTreeSet::new(),
             asked: None,
             giving: None,
             balance_soon: None,
             far_blocked: 0,
             cooling: None,
-            read_back: HashMap::new(),
+            read_back: BTreeMap::new(),
             loads_seen: false,
             peers: std::collections::BTreeMap::new(),
             listed_at: None,
@@ -297,13 +297,13 @@ struct State {
     /// bump, which covers them, or when aborted).
     _aside: crate::shared::AbortAside,
     /// The stream's shards by id, from the last listing.
-    stream_shards: HashMap<String, kinesis_stream_core::Shard>,
-    rows_created: HashSet<String>,
-    observed: HashMap<String, Seen>,
+    stream_shards: BTreeMap<String, kinesis_stream_core::Shard>,
+    rows_created: BTreeSet<String>,
+    observed: BTreeMap<String, Seen>,
     tasks: JoinSet<()>,
     /// Tokens this coordinator wrote, per shard, while a row may still carry one of them.
-    tokens: HashMap<String, HashSet<String>>,
-    pending: HashMap<String, Pending>,
+    tokens: BTreeMap<String, BTreeSet<String>>,
+    pending: BTreeMap<String, Pending>,
     /// The last ListShards failed: list again at the next take tick.
     sync_failed: bool,
     /// The stream's epoch at the last listing.
@@ -314,7 +314,7 @@ struct State {
     /// epoch moves).
     relist_at: Option<Instant>,
     /// The members the roster listed last (this instance included once joined).
-    members: HashSet<String>,
+    members: BTreeSet<String>,
     /// What this instance has seen of member rows, shared with the ring watch.
     link: Arc<link::Link>,
     /// The task renewing this instance's member row, and what stops it.
@@ -323,21 +323,21 @@ struct State {
     watcher: Option<(tokio::sync::oneshot::Sender<Instant>, AbortOnDrop)>,
     /// The owner ids whose member row the last roster listing showed as not held by them (left
     /// or buried).
-    departed: HashSet<String>,
+    departed: BTreeSet<String>,
     /// When the last ListShards that succeeded was sent.
     synced_at: Option<Instant>,
     /// Per row, when a listing first showed it: a shard missing from a ListShards sent before
     /// that may just be newer than the listing, not gone.
-    first_seen: HashMap<String, Instant>,
+    first_seen: BTreeMap<String, Instant>,
     /// Per finished row whose shard the stream no longer lists: since when (the send of the
     /// first ListShards that omitted it). The janitor deletes it a lease later.
-    gone_since: HashMap<String, Instant>,
+    gone_since: BTreeMap<String, Instant>,
     /// When the first take round planned: that round takes at most one row while no other
     /// owner is live, and rows left free wait longer for a list interval after it (see
     /// `take_plan`).
     first_round_at: Option<Instant>,
     /// Free or expired rows the last take round left to the other owners.
-    left_free: HashSet<String>,
+    left_free: BTreeSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
     /// The shards this instance marked to give away to balance load (one move: see
@@ -356,7 +356,7 @@ struct State {
     /// Balancing by load: rows of other members read before an exchange since the last
     /// listing: the load a row held by its listed holder showed then, or `None` for one that
     /// had moved (see `load_balance`'s exchanges). Cleared at each listing.
-    read_back: HashMap<String, Option<kinesis_lease_core::Load>>,
+    read_back: BTreeMap<String, Option<kinesis_lease_core::Load>>,
     /// Balancing by load: the last member row compared showed a load. While none did (loads
     /// not published), shards are asked for by count as without the option.
     loads_seen: bool,

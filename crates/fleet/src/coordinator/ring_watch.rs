@@ -51,7 +51,7 @@
 //! watch the successor next (two members), there is nothing to hand on and the leave does not
 //! wait.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -76,11 +76,11 @@ pub(super) struct Watcher {
     /// listing that succeeded.
     roster_epoch: Option<u64>,
     /// The members the roster listed last (this instance included once joined).
-    members: HashSet<String>,
+    members: BTreeSet<String>,
     /// Member rows of instances that left or were found dead, by owner id: the row's key and
     /// counter, and since when this instance has seen that counter. The janitor deletes them
     /// once they stood still for [`DEPARTED_FOR`] leases (see `cleanup`).
-    departed: HashMap<String, (LeaseKey, u64, Instant)>,
+    departed: BTreeMap<String, (LeaseKey, u64, Instant)>,
     /// When the watched member is read next.
     watch_at: Instant,
     /// The last reading of the watched member's row: whose, its counter and token, and when
@@ -97,14 +97,14 @@ pub(super) struct Watcher {
     /// The successor this instance watched at its last watch.
     successor: Option<String>,
     /// The tokens of the members' holdings at the last roster listing.
-    holdings: HashMap<String, Option<String>>,
+    holdings: BTreeMap<String, Option<String>>,
     /// The members at its last watch, with their holdings (`None` before the first): those not
     /// among them, or holding anew, joined since.
-    seen_members: Option<HashMap<String, Option<String>>>,
+    seen_members: Option<BTreeMap<String, Option<String>>>,
     /// Former successors still watched after members joined between this instance and them
     /// (see the module docs): who, and when this instance saw the ring change. Several when
     /// members join one after the other (a crashed newcomer replaced by another).
-    formers: HashMap<String, Instant>,
+    formers: BTreeMap<String, Instant>,
     /// When the member after the watched one is glanced at next (see [`Watcher::glance`]).
     glance_at: Instant,
     /// When the roster's own epoch is read next: every lease, less often in a fleet of
@@ -121,16 +121,16 @@ impl Watcher {
             shared,
             link,
             roster_epoch: None,
-            members: HashSet::new(),
-            departed: HashMap::new(),
+            members: BTreeSet::new(),
+            departed: BTreeMap::new(),
             watch_at: Instant::now(),
             last_read: None,
             written_after: None,
             unconfirmed: None,
             successor: None,
-            holdings: HashMap::new(),
+            holdings: BTreeMap::new(),
             seen_members: None,
-            formers: HashMap::new(),
+            formers: BTreeMap::new(),
             glance_at: Instant::now(),
             epoch_at: Instant::now(),
             epochs_at: Instant::now(),
@@ -362,7 +362,7 @@ impl Watcher {
         // instance's to watch without its ever being the successor at a watch.)
         // A member buried by another and back under its own id within one watch holds anew:
         // it counts as joined, as it would had this instance buried it (`buried`).
-        let current: HashMap<String, Option<String>> = self
+        let current: BTreeMap<String, Option<String>> = self
             .members
             .iter()
             .map(|m| (m.clone(), self.holdings.get(m).cloned().flatten()))

@@ -140,6 +140,7 @@ impl State {
                 let keeping = keeper.run(cmd_rx, ready_tx);
                 tokio::pin!(keeping);
                 let exit = tokio::select! {
+                    biased;
                     exit = &mut keeping => {
                         let _ = (&mut reading.0).await.map_err(|e| reader_failed(&e));
                         exit

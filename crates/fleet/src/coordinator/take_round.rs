@@ -8,7 +8,7 @@ use crate::take_plan;
 use kinesis_lease_core::{Backoff, ErrorChain, Holder, Lease, LeaseKey, Outcome, Take};
 use kinesis_shard_reader::control::Phase;
 use kinesis_shard_reader::start::{self};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use tokio::time::Instant;
 
 use super::store_calls::bounded;
@@ -70,13 +70,13 @@ impl State {
         shared
             .legacy_rows
             .store(legacy_held, std::sync::atomic::Ordering::Relaxed);
-        let still: HashMap<String, std::time::Duration> = self
+        let still: BTreeMap<String, std::time::Duration> = self
             .observed
             .iter()
             .map(|(shard, seen)| (shard.clone(), now.duration_since(seen.since)))
             .collect();
-        let held: HashSet<String> = shared.held().keys().cloned().collect();
-        let pending: HashSet<String> = self.pending.keys().cloned().collect();
+        let held: BTreeSet<String> = shared.held().keys().cloned().collect();
+        let pending: BTreeSet<String> = self.pending.keys().cloned().collect();
         let gone = self.parents_gone(&rows);
         let readable = take_plan::readable(&rows, |parent| !gone.contains(parent));
         let first_round = self.first_round_at.is_none();
@@ -123,7 +123,7 @@ impl State {
         let mut left_over = false;
         let mut took_any = false;
         let mut lost_any = false;
-        let mut left_free = HashSet::new();
+        let mut left_free = BTreeSet::new();
         for (rank, row) in plan.candidates {
             // Rows handed over to us, and our own rows whose keeper ended, are always taken.
             if room == 0 && !rank.past_share() {
@@ -146,7 +146,7 @@ impl State {
         }
         // What a first round withheld was to make this instance visible, not others' shares.
         let left_free = if first_round {
-            HashSet::new()
+            BTreeSet::new()
         } else {
             left_free
         };
@@ -195,7 +195,7 @@ impl State {
     pub(super) async fn ask_for_one(
         &mut self,
         readable: &[&Lease],
-        live: &HashSet<String>,
+        live: &BTreeSet<String>,
         target: usize,
     ) {
         let shared = self.shared.clone();

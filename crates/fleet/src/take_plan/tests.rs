@@ -23,13 +23,13 @@ fn shards(n: usize, owner: impl Fn(usize) -> Option<&'static str>) -> Vec<Lease>
 }
 
 struct Fixture {
-    still: HashMap<String, Duration>,
-    held: HashSet<String>,
-    pending: HashSet<String>,
-    left: HashSet<String>,
-    members: HashSet<String>,
-    departed: HashSet<String>,
-    stale: HashSet<String>,
+    still: BTreeMap<String, Duration>,
+    held: BTreeSet<String>,
+    pending: BTreeSet<String>,
+    left: BTreeSet<String>,
+    members: BTreeSet<String>,
+    departed: BTreeSet<String>,
+    stale: BTreeSet<String>,
     starting: bool,
 }
 
@@ -40,12 +40,12 @@ impl Fixture {
                 .iter()
                 .map(|r| (r.key.shard().to_owned(), still))
                 .collect(),
-            held: HashSet::new(),
-            pending: HashSet::new(),
-            left: HashSet::new(),
-            members: HashSet::new(),
-            departed: HashSet::new(),
-            stale: HashSet::new(),
+            held: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            left: BTreeSet::new(),
+            members: BTreeSet::new(),
+            departed: BTreeSet::new(),
+            stale: BTreeSet::new(),
             starting: false,
         }
     }
@@ -506,7 +506,7 @@ fn rows_left_free_for_a_round_are_taken_even_past_the_share() {
     let first = plan(readable(&freed, |_| false), &fixture.view("c"));
     assert_eq!(first.candidates[0].1.key.shard(), "shard-14");
     // Rows nobody left yet are not: a row freed since the last round waits its turn.
-    fixture.left = HashSet::new();
+    fixture.left = BTreeSet::new();
     let fresh = plan(readable(&rows, |_| false), &fixture.view("c"));
     assert_eq!(fresh.room, 0);
 }
