@@ -189,7 +189,9 @@ fn seeds_that_differed_from_run_to_run_replay_exactly() {
 /// (two never announced) put 30 s after it.
 #[test]
 fn seeds_that_found_defects() {
-    for seed in [392, 3026, 3857, 9562, 12016, 16969, 50, 12711, 1466, 1909, 228_034] {
+    for seed in [
+        392, 3026, 3857, 9562, 12016, 16969, 50, 12711, 1466, 1909, 228_034,
+    ] {
         let report = kinesis_sim::run(seed);
         assert!(report.passed(), "{}", report.failure(150));
     }

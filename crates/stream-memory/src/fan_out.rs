@@ -390,9 +390,10 @@ impl ShardSubscription for MemorySubscription {
                         return Ok(Some(event));
                     }
                 }
+                // The heartbeat first: it is due once, while puts to any shard of the stream
+                // may notify at every turn of this loop.
                 tokio::select! {
                     biased;
-                    () = notified => {}
                     () = tokio::time::sleep_until(heartbeat) => {
                         if Instant::now() >= self.ends_at {
                             self.done = true;
@@ -402,6 +403,7 @@ impl ShardSubscription for MemorySubscription {
                             ShardEvent::new(Vec::new(), self.continuation.clone()).behind(0),
                         ));
                     }
+                    () = notified => {}
                 }
             }
         })
