@@ -1806,16 +1806,13 @@ impl World {
                         // unannounced members announced by the leaves at the end of the run,
                         // 116 and 132 s after their crashes).
                         let d = d.max(self.announced_at.get(*id).copied().unwrap_or(0));
-                        // A crashed member's row, still its own, waits for its burial, which
-                        // the burial bound (above) holds to its own clock; once buried, the
-                        // janitor's ten leases count from the burial (seed 228034: a run of
-                        // five crashed members, two of them never announced, the last buried
-                        // 30 s after its crash and deleted 100 s after the burial).
-                        let buried = match self.unpresent_since.get(*id) {
-                            Some(since) => *since,
-                            None => return rows.iter().any(|r| r.key.shard() == *id),
-                        };
-                        let d = d.max(buried);
+                        // Once buried, the janitor's ten leases count from the burial (seed
+                        // 228034: a run of five crashed members, two of them never announced,
+                        // the last buried 30 s after its crash and deleted 100 s after the
+                        // burial). A crashed member's row still its own counts from the
+                        // departure, as a backstop to the burial bound (above), whose clock
+                        // starts again with each new watcher.
+                        let d = d.max(self.unpresent_since.get(*id).copied().unwrap_or(0));
                         // Faults delay the burial and the janitor's reads: fault time is excused.
                         now.saturating_sub(d)
                             .saturating_sub(self.rec.excused(d, now))
