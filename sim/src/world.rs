@@ -479,6 +479,15 @@ impl World {
             sleep(Duration::from_millis(250)).await;
         }
         self.stats.settle_secs = last_put.elapsed().as_secs_f64();
+        if self.plan.tail {
+            self.rec
+                .note("every record handled; the fleet runs on (a tail)");
+            let until = Instant::now() + crate::plan::TAIL;
+            while Instant::now() < until {
+                self.monitor().await;
+                sleep(Duration::from_millis(250)).await;
+            }
+        }
         self.shutdown_all().await;
         self.monitor_rows().await;
         let dups = self.rec.duplicates();

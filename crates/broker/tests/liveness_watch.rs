@@ -71,6 +71,8 @@ struct Probe {
     blind_after_lost_burial: Arc<AtomicBool>,
     /// Reads of other members' rows fail (set by the switch above).
     member_reads_fail: Arc<AtomicBool>,
+    /// Roster-epoch bumps still to fail, bumping nothing.
+    roster_bumps_to_fail: Arc<AtomicU32>,
 }
 
 impl Probe {
@@ -90,6 +92,7 @@ impl Probe {
             lose_burial_answers: Arc::default(),
             blind_after_lost_burial: Arc::default(),
             member_reads_fail: Arc::default(),
+            roster_bumps_to_fail: Arc::default(),
         }
     }
 
@@ -223,6 +226,18 @@ impl LeaseStore for Probe {
         Box::pin(async move {
             if self.hang_bumps.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
+            }
+            if stream == MEMBERS
+                && self
+                    .roster_bumps_to_fail
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                return Err(LeaseError::Unavailable {
+                    operation: "bump_epoch",
+                    resource: stream.to_owned(),
+                    source: "injected, nothing bumped".into(),
+                });
             }
             if stream == STREAM
                 && self
@@ -1370,5 +1385,52 @@ async fn a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_t
     assert!(
         within(&after, Duration::from_millis(17_500)),
         "the second crashed neighbour's shards read again {after:?} after its last landed member renewal"
+    );
+}
+
+/// a, b, c on six shards; c crashes and b, its watcher, buries it, but the burial's bump of the
+/// roster's epoch fails (the stream's lands). The janitor (a, the first id) notes departed
+/// member rows from its own roster listings and deletes them ten leases later; it lists the
+/// roster when the roster's count moves, so c's row must still go.
+///
+/// Before the fix: the failed roster bump was not owed, and a's watch listed the roster only for
+/// members the coordinator's listing showed it did not know, never for one gone: c's row stood
+/// for the rest of the run (the simulation's seed 518 with its tail, through a failed listing).
+/// After: deleted 103 s after the burial.
+#[tokio::test(start_paused = true)]
+async fn a_buried_members_row_is_deleted_though_the_burials_roster_bump_failed() {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    stores[1].roster_bumps_to_fail.store(1, Ordering::SeqCst);
+    drop(brokers.pop());
+    let buried = poll_until(Duration::from_secs(30), async || {
+        member_row_owner(&table, "c").await.as_deref() == Some("b")
+    })
+    .await
+    .expect("c buried by b");
+    assert_eq!(
+        stores[1].roster_bumps_to_fail.load(Ordering::SeqCst),
+        0,
+        "the burial's roster bump failed"
+    );
+    let deleted = poll_until(Duration::from_secs(200), async || {
+        rows(&table, MEMBERS)
+            .await
+            .iter()
+            .all(|r| r.key.shard() != "c")
+    })
+    .await;
+    let after = deleted.map(|at| at.duration_since(buried));
+    eprintln!("c's member row deleted {after:?} after its burial");
+    for broker in brokers {
+        broker.shutdown().await;
+    }
+    assert!(
+        after.is_some_and(|d| d <= Duration::from_secs(120)),
+        "c's departed member row deleted {after:?} after its burial (ten leases and a cadence)"
     );
 }

@@ -29,8 +29,9 @@ pub(super) struct Link {
     /// rows at its next tick, even if the epoch bump that says so failed.
     pub(super) relist: AtomicBool,
     /// The present members of the latest roster listing, the coordinator's or the watcher's:
-    /// when the coordinator's shows members the watch does not know (one that joined and
-    /// whose roster bump never landed), the watch lists the roster too and watches them.
+    /// when the coordinator's shows other members than the watch knows (one that joined and
+    /// whose roster bump never landed; one gone whose bump failed), the watch lists the roster
+    /// too, and watches them or notes their departed rows.
     present: Mutex<BTreeSet<String>>,
     /// The roster's count of bumps as the last epoch read showed it (`LeaseStore::epochs`),
     /// and when the coordinator last read it.
@@ -168,13 +169,12 @@ impl Link {
             .clone()
     }
 
-    /// True when the latest roster listing shows a present member not among `members`.
-    pub(super) fn shows_others(&self, members: &BTreeSet<String>) -> bool {
-        self.present
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|m| !members.contains(m))
+    /// True when the latest roster listing shows other present members than `members`: one
+    /// not among them (it joined, and its roster bump never landed), or not one of them (it
+    /// left or was buried, and the roster bump that said so failed: the janitor, whose watch
+    /// learns of departed rows only from its own listings, would never delete its row).
+    pub(super) fn differs_from(&self, members: &BTreeSet<String>) -> bool {
+        *self.present.lock().unwrap_or_else(|p| p.into_inner()) != *members
     }
 }
 
