@@ -227,24 +227,16 @@ impl LeaseStore for Probe {
             if self.hang_bumps.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
-            if stream == MEMBERS
-                && self
-                    .roster_bumps_to_fail
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            let to_fail = match stream {
+                MEMBERS => Some(&self.roster_bumps_to_fail),
+                STREAM => Some(&self.stream_bumps_to_fail),
+                _ => None,
+            };
+            let fails = to_fail.is_some_and(|n| {
+                n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
-            {
-                return Err(LeaseError::Unavailable {
-                    operation: "bump_epoch",
-                    resource: stream.to_owned(),
-                    source: "injected, nothing bumped".into(),
-                });
-            }
-            if stream == STREAM
-                && self
-                    .stream_bumps_to_fail
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok()
-            {
+            });
+            if fails {
                 return Err(LeaseError::Unavailable {
                     operation: "bump_epoch",
                     resource: stream.to_owned(),
