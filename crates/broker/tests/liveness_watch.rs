@@ -423,6 +423,18 @@ fn within(delays: &[Option<Duration>], limit: Duration) -> bool {
     delays.iter().all(|d| d.is_some_and(|d| d <= limit))
 }
 
+/// a, b, c on a stream of six shards (b watching c), each with its own [`Probe`], 7 s after
+/// they started: each holds its two shards.
+async fn abc_on_six_shards() -> (MemoryLeaseTable, Vec<RunningBroker>, Vec<Probe>) {
+    let kinesis = MemoryStream::new();
+    kinesis.create_stream(STREAM, 6).unwrap();
+    let table = MemoryLeaseTable::new();
+    let running = Arc::new(Running::default());
+    let (brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
+    sleep(Duration::from_secs(7)).await;
+    (table, brokers, stores)
+}
+
 /// Starts brokers for `owners` on `table`, one after the other, each with its own [`Probe`].
 async fn start_all(
     kinesis: &MemoryStream,
@@ -586,12 +598,7 @@ async fn a_watcher_that_leaves_hands_its_watch_on() {
 /// reading of the last renewal, not at the next take tick).
 #[tokio::test(start_paused = true)]
 async fn a_plain_crash_is_taken_over_within_thirteen_seconds() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
-    sleep(Duration::from_secs(7)).await;
+    let (_, mut brokers, stores) = abc_on_six_shards().await;
     let c = brokers.pop().unwrap();
     let c_shards = held(&c);
     assert_eq!(c_shards.len(), 2);
@@ -1136,12 +1143,7 @@ async fn a_burial_whose_answer_was_lost_is_still_announced() {
 /// test cannot time; the test holds the bound for the order it can.
 #[tokio::test(start_paused = true)]
 async fn a_watcher_leaving_with_an_unconfirmed_burial_still_announces_it() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
-    sleep(Duration::from_secs(7)).await;
+    let (_, mut brokers, stores) = abc_on_six_shards().await;
     stores[1].lose_burial_answers.store(1, Ordering::SeqCst);
     stores[1]
         .blind_after_lost_burial
@@ -1391,12 +1393,7 @@ async fn a_neighbour_restarting_under_its_own_id_does_not_restart_the_count_of_t
 /// After: deleted 103 s after the burial.
 #[tokio::test(start_paused = true)]
 async fn a_buried_members_row_is_deleted_though_the_burials_roster_bump_failed() {
-    let kinesis = MemoryStream::new();
-    kinesis.create_stream(STREAM, 6).unwrap();
-    let table = MemoryLeaseTable::new();
-    let running = Arc::new(Running::default());
-    let (mut brokers, stores) = start_all(&kinesis, &table, &["a", "b", "c"], &running).await;
-    sleep(Duration::from_secs(7)).await;
+    let (table, mut brokers, stores) = abc_on_six_shards().await;
     stores[1].roster_bumps_to_fail.store(1, Ordering::SeqCst);
     drop(brokers.pop());
     let buried = poll_until(Duration::from_secs(30), async || {
