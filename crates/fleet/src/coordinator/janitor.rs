@@ -70,6 +70,7 @@ impl State {
                     .map(|r| (r.key.clone(), r.counter)),
             );
         }
-        delete_rows(&shared, doomed).await;
+        // A delete that failed is tried again at the next round that lists the rows.
+        let _ = delete_rows(&shared, doomed).await;
     }
 }

@@ -688,9 +688,14 @@ impl Watcher {
             .filter(|(_, _, since)| since.elapsed() >= lease * DEPARTED_FOR)
             .map(|(key, counter, _)| (key.clone(), *counter))
             .collect();
+        // A delete that failed stays due, tried again at the next watch: dropped, its row
+        // came back to this janitor only at the next change of the roster, and in a quiet
+        // fleet stood for good (review).
+        let failed = delete_rows(&shared, doomed.clone()).await;
         for (key, _) in &doomed {
-            self.departed.remove(key.shard());
+            if !failed.contains(key) {
+                self.departed.remove(key.shard());
+            }
         }
-        delete_rows(&shared, doomed).await;
     }
 }

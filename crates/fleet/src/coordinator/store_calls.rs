@@ -6,17 +6,24 @@ use kinesis_lease_core::ErrorChain;
 
 use crate::shared::Shared;
 
-/// Deletes each row, fenced on the counter seen; a row written since stays.
-pub(super) async fn delete_rows(shared: &Shared, rows: Vec<(kinesis_lease_core::LeaseKey, u64)>) {
+/// Deletes each row, fenced on the counter seen; a row written since stays. Returns the rows
+/// whose delete failed (no answer, or an error): they may still stand.
+pub(super) async fn delete_rows(
+    shared: &Shared,
+    rows: Vec<(kinesis_lease_core::LeaseKey, u64)>,
+) -> Vec<kinesis_lease_core::LeaseKey> {
+    let mut failed = Vec::new();
     for (key, counter) in rows {
         match bounded(shared, "delete", shared.store.delete(&key, counter)).await {
             Ok(true) => tracing::debug!(row = %key, "deleted a row nothing needs any more"),
             Ok(false) => {}
             Err(error) => {
-                tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying later")
+                tracing::warn!(row = %key, error = %ErrorChain(&error), "deleting a row failed; retrying later");
+                failed.push(key);
             }
         }
     }
+    failed
 }
 
 /// Runs a coordinator's store call for at most a lease duration: a store that hangs must not
