@@ -269,6 +269,19 @@ impl State {
         // By shard id: the planner keeps the first of equal candidates, and the held map's
         // order differs from run to run (a seeded simulation replays exactly).
         movable.sort_by(|a, b| a.shard.cmp(&b.shard));
+        // A better move a few seconds away (a shard taken after the others, not movable yet)
+        // is waited for rather than spoilt by a lesser one now (`load_plan::waits_for`).
+        let (soon, first) = self.movable_soon(now);
+        if let Some(first) = first {
+            if self
+                .listed_takers(now, mine, &[])
+                .waits_for(mine, &movable, &soon)
+            {
+                tracing::debug!(owner = %config.owner, mine = mine.weight, soon = soon.len(), "waiting for shards about to be movable");
+                self.balance_soon = Some(first.duration_since(now));
+                return;
+            }
+        }
         let pick = fastrand::usize(..);
         // The member drawn as the taker is read again unless read just now (what it weighed
         // may be a sample interval per member old), and drawn again from the others when on
@@ -533,10 +546,31 @@ impl State {
     /// The shards held long enough to be given (`load_plan::dwell`), with their loads, not
     /// being handed over already.
     fn movable(&self, now: Instant) -> Vec<Movable> {
+        self.held_loads(|at| now >= at)
+            .into_iter()
+            .map(|(movable, _)| movable)
+            .collect()
+    }
+
+    /// The shards not movable yet that will be within a take's dwell (`load_plan::dwell`),
+    /// with their loads, by shard id, and when the first of them will be.
+    fn movable_soon(&self, now: Instant) -> (Vec<Movable>, Option<Instant>) {
+        let mut soon = self.held_loads(|at| now < at && at <= now + load_plan::dwell(false));
+        soon.sort_by(|a, b| a.0.shard.cmp(&b.0.shard));
+        let first = soon.iter().map(|(_, at)| *at).min();
+        (
+            soon.into_iter().map(|(movable, _)| movable).collect(),
+            first,
+        )
+    }
+
+    /// The held shards whose `movable_at` passes `when`, with their loads and that moment, not
+    /// being handed over already (and measured, or taken with a load).
+    fn held_loads(&self, when: impl Fn(Instant) -> bool) -> Vec<(Movable, Instant)> {
         self.shared
             .held()
             .iter()
-            .filter(|(_, held)| now >= held.movable_at)
+            .filter(|(_, held)| when(held.movable_at))
             .filter(|(_, held)| {
                 held.handing_to
                     .lock()
@@ -545,10 +579,13 @@ impl State {
             })
             .filter_map(|(shard, held)| {
                 let load = (*held.load.lock().unwrap_or_else(|p| p.into_inner()))?;
-                Some(Movable {
-                    shard: shard.clone(),
-                    load,
-                })
+                Some((
+                    Movable {
+                        shard: shard.clone(),
+                        load,
+                    },
+                    held.movable_at,
+                ))
             })
             .collect()
     }

@@ -730,3 +730,66 @@ fn a_member_far_above_the_mean_is_told_apart_from_one_near_it() {
     // Over capacity: 10,000 at twice the capacity weighs 5,000 against a mean of 4,500.
     assert!(!far_above_mean(side(10_000, 4, 2_000), peers));
 }
+
+/// A peer as `Listed` keeps it: its name, its side, and the shards the listing showed it hold.
+type Peer = (String, Side, Vec<Movable>);
+
+/// A member holding a hot shard it took a few seconds after its other shards, beside one
+/// member of twice the capacity (load simulation seed 386, in its figures).
+fn hot_shard_taken_last() -> (Side, Vec<Peer>, Vec<Movable>, Vec<Movable>) {
+    let mine = side(24_000 + 4_000 + 800, 3, 1_000);
+    let peers = vec![
+        (
+            "double".to_owned(),
+            side(1_200, 2, 2_000),
+            alike("d", 2, 600),
+        ),
+        (
+            "one".to_owned(),
+            side(4_400, 3, 1_000),
+            alike("o", 3, 1_466),
+        ),
+        (
+            "two".to_owned(),
+            side(2_000, 2, 1_000),
+            alike("t", 2, 1_000),
+        ),
+    ];
+    let movable = shards(&[("warm", 4_000), ("cold", 800)]);
+    let soon = shards(&[("hot", 24_000)]);
+    (mine, peers, movable, soon)
+}
+
+#[test]
+fn a_giver_waits_for_a_hot_shard_about_to_be_movable_rather_than_give_its_place_away() {
+    let (mine, peers, movable, soon) = hot_shard_taken_last();
+    let as_peers = || peers.iter().map(|(k, s, h)| (k, *s, h.as_slice()));
+    let fill = mean(mine, peers.iter().map(|(_, s, _)| *s));
+    // Now: the warm shard would go to the member of twice the capacity, the one place the hot
+    // shard fits, and the giver would stay at 24,800.
+    assert!(
+        waits_for(mine, as_peers(), &movable, &soon, fill),
+        "the hot shard's move leaves the pair at 12,600, not 24,800: wait for it"
+    );
+    let all: Vec<Movable> = movable.iter().chain(&soon).cloned().collect();
+    let taker = taker(mine, as_peers(), &all, fill, 0).unwrap();
+    let double = peers.iter().find(|(k, _, _)| k == "double").unwrap();
+    assert_eq!(taker, "double");
+    assert_eq!(bundle(mine, double.1, &all, fill), ["hot"]);
+}
+
+#[test]
+fn a_giver_does_not_wait_for_shards_that_would_not_make_a_better_move() {
+    let (mine, peers, movable, _) = hot_shard_taken_last();
+    let as_peers = || peers.iter().map(|(k, s, h)| (k, *s, h.as_slice()));
+    let fill = mean(mine, peers.iter().map(|(_, s, _)| *s));
+    // The hot shard movable already, a cold one soon: nothing better comes of waiting.
+    let mut now = movable.clone();
+    now.extend(shards(&[("hot", 24_000)]));
+    let soon = shards(&[("late-cold", 800)]);
+    assert!(!waits_for(mine, as_peers(), &now, &soon, fill));
+    assert!(
+        !waits_for(mine, as_peers(), &now, &[], fill),
+        "nothing soon"
+    );
+}

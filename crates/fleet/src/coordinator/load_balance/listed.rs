@@ -28,4 +28,10 @@ impl Listed {
     pub(super) fn takers(&self, mine: Side, movable: &[Movable]) -> Vec<&String> {
         load_plan::takers(mine, self.as_peers(), movable, self.fill)
     }
+
+    /// Whether a better move waits on `soon`, shards movable within a take's dwell
+    /// (`load_plan::waits_for`).
+    pub(super) fn waits_for(&self, mine: Side, movable: &[Movable], soon: &[Movable]) -> bool {
+        load_plan::waits_for(mine, self.as_peers(), movable, soon, self.fill)
+    }
 }
