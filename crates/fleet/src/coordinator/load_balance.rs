@@ -383,7 +383,7 @@ impl State {
                 let mut unread_budget = load_plan::FIRST_READS;
                 for round in 0..3 {
                     let theirs_held = self.held_by(&taker);
-                    let swap = load_plan::swap(mine, theirs, &movable, &theirs_held);
+                    let swap = load_plan::swap(mine, theirs, &movable, &theirs_held, fill);
                     let to_read: Vec<String> = match &swap {
                         Some(swap) => swap
                             .take
