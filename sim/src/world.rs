@@ -179,6 +179,9 @@ pub(crate) struct World {
     /// Per owner id whose member row is no longer its own (it left, or was buried): since
     /// when a sample saw it so (ms).
     unpresent_since: BTreeMap<String, u64>,
+    /// Per owner id whose member row is its own: since when a sample saw it so under its
+    /// present token (ms): when its incarnation joined, to a sample.
+    present_since: BTreeMap<String, (Option<String>, u64)>,
     /// Per shard row, whom it was marked wanted by at the last sample.
     wanted_by: BTreeMap<String, String>,
     /// The roster's epoch at the last sample: when it moves, every member row is listed by
@@ -284,6 +287,7 @@ impl World {
             unannounced_ids: BTreeSet::new(),
             announced_at: BTreeMap::new(),
             unpresent_since: BTreeMap::new(),
+            present_since: BTreeMap::new(),
             wanted_by: BTreeMap::new(),
             roster_epoch: 0,
             roster_moved_ms: 0,
@@ -1795,18 +1799,30 @@ impl World {
                 .entry(row.key.shard().to_owned())
                 .or_insert(now);
         }
+        self.present_since.retain(|id, (token, _)| {
+            rows.iter()
+                .any(|r| r.key.shard() == id && is_own(r) && r.token == *token)
+        });
+        for row in rows.iter().filter(|r| is_own(r)) {
+            self.present_since
+                .entry(row.key.shard().to_owned())
+                .or_insert((row.token.clone(), now));
+        }
         // The janitor (the first live member by id) counts a departed row's ten leases from its
         // own first sight of it: a janitor younger than the grace may keep every departed row.
         // (Every member notes departed rows as it lists the roster, janitor or not, so one that
-        // takes office later deletes on the schedule of its own first sight.) Its age excuses
-        // fault time, as the rows' own does: a janitor restarted, then cut off and frozen
-        // before it joined, first sees the rows that much later (seed 23740: a lone member
-        // restarted at 71 s, cut off for 3 s and frozen for 11 s, joined at 94 s and deleted
-        // the departed rows at 194 s, its ten leases to the second).
-        let janitor_young = ids.iter().find(|(_, l)| l.live > 0).is_some_and(|(_, l)| {
-            now.saturating_sub(l.started_ms)
-                .saturating_sub(self.rec.excused(l.started_ms, now))
-                <= MEMBER_ROW_GRACE_MS
+        // takes office later deletes on the schedule of its own first sight.) Its age counts
+        // from its join (its member row seen its own under its token), not its process's
+        // start: a janitor restarted, then cut off and frozen before it joined, first sees the
+        // rows that much later (seed 23740: a lone member restarted at 71 s, cut off for 3 s
+        // and frozen for 11 s, joined at 94 s and deleted the departed rows at 194 s, its ten
+        // leases to the second). One not joined yet counts from its start, as before.
+        let janitor_young = ids.iter().find(|(_, l)| l.live > 0).is_some_and(|(id, l)| {
+            let since = self
+                .present_since
+                .get(id)
+                .map_or(l.started_ms, |(_, since)| *since);
+            now.saturating_sub(since) <= MEMBER_ROW_GRACE_MS
         });
         let allowed = ids
             .iter()

@@ -57,8 +57,10 @@ pub enum Release {
     Stopping,
     /// The shard was read and settled to its end; `SHARD_END` is written next.
     ShardEnd,
-    /// Another instance asked for the shard, but began its shutdown before the hand-over: the
-    /// shard is released for any instance to take, not handed to it.
+    /// Another instance asked for the shard, but its member row shows it taking nothing now
+    /// (capacity 0): it began its shutdown before the hand-over (or, for a few milliseconds
+    /// after it joined, its member row did not yet show its join announced). The shard is
+    /// released for any instance to take, not handed to it.
     AskerLeaving {
         /// The owner id of the instance that asked.
         asker: String,

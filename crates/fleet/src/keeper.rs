@@ -395,8 +395,10 @@ impl Keeper {
         // Its member row says so (capacity 0, written as its shutdown begins): release the row
         // instead, and move the epoch; the others take it within a take round or two (while
         // the asker still counts among the members, the first round may leave it to the next).
+        // (Capacity 0 also stands for a join not announced yet, until the renewal sent once it
+        // is: an asker asks only after that, so at most for a store call's time.)
         if self.asker_leaving(&asker, deadline).await {
-            tracing::info!(%asker, "the instance that asked for the shard is shutting down; releasing it instead");
+            tracing::info!(%asker, "the instance that asked for the shard takes nothing now (shutting down); releasing it instead");
             let due = self.cursor.due(&self.settlement);
             // On this timer: the read did not renew, and a fresh one would first renew a
             // renew interval after it, past the lease's lapse when the read was slow.

@@ -215,8 +215,13 @@ impl Member {
         let mut tick = interval_at(Instant::now(), every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut phase = shared.phase.subscribe();
+        let mut state = shared.member.subscribe();
         let mut running = true;
         loop {
+            // Its join not announced yet, the row shows no capacity (below) until the renewal
+            // after the announcement, which is sent at once (here, or after a renewal that was
+            // on its way when the announcement came).
+            let unannounced = !shared.member.borrow().announced;
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -227,6 +232,11 @@ impl Member {
                     running = false;
                     tick.reset_immediately();
                 }
+                Ok(()) = state.changed(), if unannounced => {
+                    if state.borrow_and_update().announced {
+                        tick.reset_immediately();
+                    }
+                }
                 _ = tick.tick() => {
                     let sent = Instant::now();
                     // The count first: a take landing in between then shows in the load, never
@@ -236,8 +246,13 @@ impl Member {
                     if config.balance_by_load {
                         load.pokes_seen = Some(pokes_seen);
                     }
-                    if *shared.phase.borrow() != kinesis_shard_reader::Phase::Running {
-                        // Shutting down: it takes nothing more (`load_balance`).
+                    // Shutting down, or its join not announced yet (it may take nothing until
+                    // a roster bump lands: `MemberState::may_take`): no capacity, so that no
+                    // giver hands it a shard it cannot take (`load_balance`, `keeper::hand_off`;
+                    // simulation seed 27312: a shard given to a member whose roster bumps
+                    // failed stood unread until the giver moved the epoch).
+                    let unannounced = !shared.member.borrow().announced;
+                    if *shared.phase.borrow() != kinesis_shard_reader::Phase::Running || unannounced {
                         load.capacity_milli = Some(0);
                     }
                     shared.metrics.instance_load(&load);
@@ -251,6 +266,11 @@ impl Member {
                                     state.poked = row.last_poke_about().map(Into::into);
                                 }
                             });
+                            // Announced while this renewal (no capacity) was on its way: the
+                            // branch above no longer listens, so the next renewal now.
+                            if unannounced && shared.member.borrow().announced {
+                                tick.reset_immediately();
+                            }
                             // After the renewal and beside the next ones, never on their path
                             // (see `bump_aside`).
                             if shared.roster_bump_owed.swap(false, std::sync::atomic::Ordering::SeqCst) {

@@ -68,8 +68,9 @@ pub(crate) fn is_roster_token(token: &str) -> bool {
 }
 
 /// True when `row`, `member`'s member row, shows it present (held under a roster token) and
-/// shutting down: it publishes capacity 0 from the moment its shutdown begins, and takes nothing
-/// more.
+/// taking nothing: it publishes capacity 0 from the moment its shutdown begins, and until its
+/// join is announced (its roster bump landed; the renewal after the announcement is sent at
+/// once).
 pub(crate) fn shows_leaving(row: &Lease, member: &str) -> bool {
     row.is_held_by(member)
         && row.token.as_deref().is_some_and(is_roster_token)

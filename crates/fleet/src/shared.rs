@@ -350,7 +350,8 @@ impl Shared {
 
 /// Whether `row`, a member row read just now, shows `member` present (held under a roster
 /// token), publishing loads (a release that lists when poked about a row handed to it) and
-/// not shutting down (capacity 0): a hand-over to it may be announced by a poke alone.
+/// taking (not capacity 0: shutting down, or its join not announced yet): a hand-over to it
+/// may be announced by a poke alone.
 fn pokes_take_hand_overs(row: &kinesis_lease_core::Lease, member: &str) -> bool {
     row.is_held_by(member)
         && row

@@ -87,7 +87,8 @@ enum Taker {
     /// Weighed, but poked more often than its load shows it acted on: a hand-over is on its
     /// way in, and its load does not show it yet (`Load::pokes_seen`).
     Receiving(Side),
-    /// Present, but publishes no capacity: it is shutting down.
+    /// Present, but publishes no capacity: it is shutting down, or its join is not announced
+    /// yet (it takes nothing until then).
     Leaving,
     /// It publishes no load (an earlier release, or a store that does not keep loads).
     Unweighed,
@@ -278,7 +279,10 @@ impl State {
                 .waits_for(mine, &movable, &soon)
             {
                 tracing::debug!(owner = %config.owner, mine = mine.weight, soon = soon.len(), "waiting for shards about to be movable");
-                self.balance_soon = Some(first.duration_since(now));
+                // A take interval past the first: the shards of one take round become
+                // movable a store call apart, and a wake for each would compare (and read a
+                // member row) as many times within milliseconds.
+                self.balance_soon = Some(first.duration_since(now) + config.take_interval);
                 return;
             }
         }
