@@ -58,3 +58,21 @@ fn fleets_that_balanced_late_balance_within_90_s() {
         );
     }
 }
+
+/// A bursty seed (each second's puts a Poisson count) whose members traded shards in steady
+/// state on chance alone: two shards of 20 records a second measured 5 % apart over a minute,
+/// exchanged, then one of 4 for one of 3 (2026-12-07). An exchange must now clear three
+/// standard deviations of the noise of the shards it trades (`load_plan::EXCHANGE_NOISE`).
+#[test]
+fn a_bursty_fleet_trades_no_shards_on_chance() {
+    let report = kinesis_sim::load::run_plan(kinesis_sim::load::LoadPlan {
+        bursty: true,
+        ..kinesis_sim::load::LoadPlan::of(16)
+    });
+    assert!(
+        report.passed(),
+        "bursty load seed 16: {:?}\n{}",
+        report.violations,
+        report.history.join("\n")
+    );
+}

@@ -461,6 +461,23 @@ pub(crate) struct Swap<'a> {
     pub(crate) take: Vec<&'a str>,
 }
 
+/// How many standard deviations of chance ([`shard_noise`] of the shards given and taken back)
+/// the weight an exchange takes off its giver must clear. Under loads that arrive as
+/// independent producers send them (the load simulation's bursty seeds: each second's puts a
+/// Poisson count), two hot shards of one rate measure up to 5 % apart over a minute now and
+/// then, past [`EXCHANGE_GAIN`] of their member's weight, and members traded them in steady
+/// state (seed 16: a shard of 20 a second for another of 20, then one of 4 for one of 3).
+pub(crate) const EXCHANGE_NOISE: f64 = 3.0;
+
+/// One standard deviation of chance in a shard's average handler time over the meter's
+/// window, when its records arrive independently (a Poisson count; as [`Side::noise`]).
+pub(crate) fn shard_noise(load: &Load) -> f64 {
+    match load.records_per_min {
+        0 => 0.0,
+        records => load.busy_ms_per_min as f64 / (records as f64).sqrt(),
+    }
+}
+
 /// The least share of the giver's weight an exchange must take off it: an exchange costs two
 /// moves or more, and shards of about one weight must not trade places for nothing. Half of
 /// [`THRESHOLD`], since the taker's bound already keeps the pair that far apart: with the
@@ -541,10 +558,18 @@ pub(crate) fn swap<'a>(
         let most = w - giver.weight * EXCHANGE_GAIN;
         let mut consider = |take: &[&'a str], sum: f64| {
             // Two moves or more for one: the giver must come down by [`EXCHANGE_GAIN`] too,
-            // or shards of about one weight trade places for nothing.
+            // or shards of about one weight trade places for nothing; and by more than chance
+            // puts between the shards' averages ([`EXCHANGE_NOISE`]).
             let gain = giver.ratio(giver.weight) - giver.ratio(giver.weight - w + sum);
             let holds = holds(giver, taker, w, sum);
-            if holds && gain > giver.ratio(giver.weight) * EXCHANGE_GAIN {
+            let back_noise: f64 = theirs
+                .iter()
+                .filter(|m| take.contains(&m.shard.as_str()))
+                .map(|m| shard_noise(&m.load).powi(2))
+                .sum();
+            let noise = (back_noise + shard_noise(&given.load).powi(2)).sqrt();
+            let significant = w - sum > EXCHANGE_NOISE * noise;
+            if holds && significant && gain > giver.ratio(giver.weight) * EXCHANGE_GAIN {
                 let (giver_after, taker_after) = (
                     giver.ratio(giver.weight - w + sum),
                     taker.ratio(taker.weight + w - sum),
