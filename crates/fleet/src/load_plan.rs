@@ -22,7 +22,8 @@
 //! averages. The bound is on the taker, not the gain: a member holding many shards sheds
 //! them, however small each is against its weight, several to a move. Where no move may go
 //! (a member with three hot shards among members each near the mean), an exchange may: one
-//! shard for lighter ones of the taker's ([`swap`]), by the same rule. Each move or exchange
+//! shard for lighter ones of the taker's ([`swap`]), by the same rule, taking off the giver
+//! more than chance puts between the shards traded ([`EXCHANGE_NOISE`]). Each move or exchange
 //! leaves both members of its pair below the giver's weight, so the largest weight in the
 //! fleet never rises, and the members' weights sorted from the heaviest fall in lexicographic
 //! order at each move: the moves stop.
@@ -462,11 +463,14 @@ pub(crate) struct Swap<'a> {
 }
 
 /// How many standard deviations of chance ([`shard_noise`] of the shards given and taken back)
-/// the weight an exchange takes off its giver must clear. Under loads that arrive as
+/// the weight an exchange takes off its giver must clear, at most [`THRESHOLD`] of the giver's
+/// weight (as [`NOISE_MARGIN`] in a move's bound). Under loads that arrive as
 /// independent producers send them (the load simulation's bursty seeds: each second's puts a
 /// Poisson count), two hot shards of one rate measure up to 5 % apart over a minute now and
 /// then, past [`EXCHANGE_GAIN`] of their member's weight, and members traded them in steady
 /// state (seed 16: a shard of 20 a second for another of 20, then one of 4 for one of 3).
+/// [`give_for`], the exchange's second half, does not ask it again: the marks have landed
+/// then, and giving nothing would leave the giver heavier.
 pub(crate) const EXCHANGE_NOISE: f64 = 3.0;
 
 /// One standard deviation of chance in a shard's average handler time over the meter's
@@ -495,7 +499,8 @@ pub(crate) fn may_exchange(giver: Side, taker: Side) -> bool {
 
 /// When no move is worth it ([`bundle`] found none), an exchange that is: one of
 /// the giver's shards for lighter ones of the taker's, leaving the giver lighter by more than
-/// [`EXCHANGE_GAIN`], the taker below the giver's weight less [`THRESHOLD`], and the
+/// [`EXCHANGE_GAIN`] and by more than chance between the shards traded ([`EXCHANGE_NOISE`]),
+/// the taker below the giver's weight less [`THRESHOLD`], and the
 /// two as near each other as the shards
 /// allow. This is what moves a fleet out of the
 /// spot where single moves stop: a member with three hot shards among members each near the
@@ -568,7 +573,10 @@ pub(crate) fn swap<'a>(
                 .map(|m| shard_noise(&m.load).powi(2))
                 .sum();
             let noise = (back_noise + shard_noise(&given.load).powi(2)).sqrt();
-            let significant = w - sum > EXCHANGE_NOISE * noise;
+            // At most another [`THRESHOLD`] of the giver's weight, as in `top`: uncapped, a
+            // shard of few slow records (9 a minute or fewer) could never be exchanged
+            // (`an_exchange_of_slow_records_is_not_refused_on_their_noise`).
+            let significant = w - sum > (EXCHANGE_NOISE * noise).min(giver.weight * THRESHOLD);
             if holds && significant && gain > giver.ratio(giver.weight) * EXCHANGE_GAIN {
                 let (giver_after, taker_after) = (
                     giver.ratio(giver.weight - w + sum),

@@ -835,8 +835,8 @@ fn hot_shards_of_one_rate_measured_apart_by_chance_do_not_trade() {
     // a minute at 15 ms) measured 1,100 handler ms a minute apart, as a minute's Poisson counts
     // put them now and then (one standard deviation of each is 520: 18,000 over the square
     // root of 1,200). The giver would come down by 5 %, past the exchange's 4 %, and the two
-    // members traded them in steady state. Chance, not load: no exchange. Ten times as far
-    // apart (a shard of 20 a second for one of 10 and cold ones), the exchange stands.
+    // members traded them in steady state. Chance, not load: no exchange. A shard of 20 a
+    // second for one of 10 (a gap nine times as wide), the exchange stands.
     let hot = |shard: &str, busy: u64| Movable {
         shard: shard.to_owned(),
         load: Load::new(1_200, 0, busy),
@@ -861,4 +861,31 @@ fn hot_shards_of_one_rate_measured_apart_by_chance_do_not_trade() {
     let taker = side_of(&theirs, 1_000);
     let planned = swap(giver, taker, &mine, &theirs, f64::MAX).expect("an exchange");
     assert_eq!((planned.give, planned.take), ("six", vec!["ten"]));
+}
+
+#[test]
+fn an_exchange_of_slow_records_is_not_refused_on_their_noise() {
+    // Two shards of 6 records a minute at 5 s each (noise 12,247 each, most of their weight)
+    // on one member, eight cold ones on another: no move (the taker would end at 54.0 a
+    // capacity, above the giver's bound of 50.4), and an exchange of one slow shard for four
+    // cold ones (net 18,000) evens the pair at 42.0 each. Three standard deviations
+    // uncapped (36,745) would be more than the slow shard weighs: never exchanged, the pair
+    // stood at 1.43x the offline placement for as long as the loads held (review). Capped at
+    // the threshold of the giver's weight (4,800), the exchange goes.
+    let slow = |shard: &str| Movable {
+        shard: shard.to_owned(),
+        load: Load::new(6, 0, 30_000),
+    };
+    let mine = vec![slow("s1"), slow("s2")];
+    let theirs: Vec<Movable> = (0..8)
+        .map(|i| Movable {
+            shard: format!("cold-{i}"),
+            load: Load::new(600, 0, 3_000),
+        })
+        .collect();
+    let (giver, taker) = (side_of(&mine, 1_000), side_of(&theirs, 1_000));
+    assert_eq!(choose(giver, taker, &mine), None, "no move");
+    let planned = swap(giver, taker, &mine, &theirs, f64::MAX).expect("an exchange");
+    assert_eq!(planned.give, "s1");
+    assert_eq!(planned.take.len(), 4, "{planned:?}");
 }
