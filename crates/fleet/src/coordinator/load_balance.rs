@@ -8,7 +8,9 @@
 //! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; when none
 //! is confirmed, the one drawn among those read at this comparison alone), and, when a move of
 //! some of its shards is worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
-//! confirms the member), marks those rows wanted by it. A member whose row shows a hand-over
+//! confirms the member), marks those rows wanted by it. When a move better by more than the
+//! threshold waits on shards it may give within a take's dwell, it gives nothing and compares
+//! again a take interval after the first of them may go (`load_plan::waits_for`). A member whose row shows a hand-over
 //! on its way in (`load_plan::receiving`) is given nothing until a later reading: two givers
 //! would otherwise both see it light. Its own keeper, nudged, then hands the shard over at
 //! once (not at its next renewal, up to a renew interval later, while the taker's row shows
