@@ -90,10 +90,7 @@ impl Side {
                 .capacity_milli
                 .unwrap_or(Load::DEFAULT_CAPACITY_MILLI)
                 .max(1) as f64,
-            noise: match load.records_per_min {
-                0 => 0.0,
-                records => load.busy_ms_per_min as f64 / (records as f64).sqrt(),
-            },
+            noise: shard_noise(load),
         })
     }
 
@@ -473,8 +470,9 @@ pub(crate) struct Swap<'a> {
 /// then, and giving nothing would leave the giver heavier.
 pub(crate) const EXCHANGE_NOISE: f64 = 3.0;
 
-/// One standard deviation of chance in a shard's average handler time over the meter's
-/// window, when its records arrive independently (a Poisson count; as [`Side::noise`]).
+/// One standard deviation of chance in an average handler time over the meter's window (a
+/// shard's, or a member's sum), when its records arrive independently (a Poisson count: the
+/// handler time over the square root of the records; 0 with no record; [`Side::noise`]).
 pub(crate) fn shard_noise(load: &Load) -> f64 {
     match load.records_per_min {
         0 => 0.0,
