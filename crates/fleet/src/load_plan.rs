@@ -3,8 +3,9 @@
 //!
 //! Pure: no store, no clock. The coordinator reads one other member's row every sample
 //! interval (each in turn, one small read whatever the number of shards or members) and keeps
-//! what each weighed; only a member near the heaviest it knows of gives ([`among_heaviest`]),
-//! to the member a move relieves most ([`taker`]), the shards [`bundle`] returns (up to
+//! what each weighed; only a member near the heaviest it knows of gives ([`among_heaviest`];
+//! or one far above the mean among many light members, within the mean:
+//! [`beside_heavier`]), to the member a move relieves most ([`taker`]), the shards [`bundle`] returns (up to
 //! [`BUNDLE_MOST`] in one move), through the graceful hand-over. The giver decides because it
 //! alone knows its shards' loads as they are now.
 //!
@@ -29,6 +30,12 @@
 //! order at each move: the moves stop.
 
 use kinesis_lease_core::Load;
+
+mod beside;
+
+#[cfg(test)]
+use beside::bundle_within_fill;
+pub(crate) use beside::{beside_heavier, left_to_heavier, planned};
 
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
 /// what reading it costs when it is idle (the `scale` benchmark: 1,000 idle shards take 0.73 %
@@ -119,7 +126,8 @@ pub(crate) const PEER_GAP: f64 = 0.12;
 /// The heaviest members give ([`taker`] says to whom).
 ///
 /// A member with one shard hotter than a fair share holds the fleet's largest weight for
-/// good: below it nothing moves, though members may stand far apart there (none of them
+/// good: below it nothing moves (but for members far above the mean among many light ones:
+/// [`beside_heavier`]), though members may stand far apart there (none of them
 /// weighs on the objective, and moving between them was churn in the load simulation: 19 of
 /// 100 seeds failed its bound when such a member did not count).
 pub(crate) fn among_heaviest(mine: Side, peers: impl IntoIterator<Item = Side>) -> bool {
@@ -145,18 +153,20 @@ pub(crate) fn blocks(mine: Side, peer: Side) -> bool {
 /// giver reads them before it decides), or `None`: always the lightest of them, a giver whose
 /// one hot shard fitted only a member of twice the capacity, listed without loads, read the
 /// lightest member's rows at every comparison and found nothing there for 15 minutes (load
-/// simulation seed 319).
+/// simulation seed 319). `beside`: for a giver beside heavier members ([`beside_heavier`]),
+/// the peers a move within the mean ([`bundle_within_fill`](beside::bundle_within_fill)) may go to, and no exchange.
 pub(crate) fn taker<'a, K>(
     mine: Side,
     peers: impl IntoIterator<Item = (&'a K, Side, &'a [Movable])>,
     movable: &[Movable],
     fill: f64,
+    beside: bool,
     pick: usize,
 ) -> Option<&'a K>
 where
     K: ?Sized + 'a,
 {
-    let takers = takers(mine, peers, movable, fill);
+    let takers = takers(mine, peers, movable, fill, beside);
     (!takers.is_empty()).then(|| takers[pick % takers.len()])
 }
 
@@ -166,17 +176,19 @@ where
 /// reading taken now it may no longer be among them (the load simulation's slowest starts: a
 /// giver handed a shard to a member that had just taken a hot one, and the shard stayed there
 /// for the three minutes a shard handed over stays, with the fleet 1.2x the offline placement).
+/// `beside`: as in [`taker`].
 pub(crate) fn takers<'a, K>(
     mine: Side,
     peers: impl IntoIterator<Item = (&'a K, Side, &'a [Movable])>,
     movable: &[Movable],
     fill: f64,
+    beside: bool,
 ) -> Vec<&'a K>
 where
     K: ?Sized + 'a,
 {
     let peers: Vec<(&K, Side, &[Movable])> = peers.into_iter().collect();
-    let planned = plans(mine, &peers, movable, fill);
+    let planned = plans(mine, &peers, movable, fill, beside);
     let best = planned
         .iter()
         .map(|(after, _, _)| *after)
@@ -198,7 +210,7 @@ where
         under if !under.is_empty() => under,
         _ => near(false),
     };
-    if !near.is_empty() {
+    if !near.is_empty() || beside {
         return near;
     }
     peers
@@ -215,13 +227,14 @@ where
 /// took a hot shard a few seconds after its others gave those first, to the one member of
 /// larger capacity the hot shard alone would have suited, and the hot shard followed them
 /// there: the two stayed together for the three minutes a handed shard stays, at 1.17 to 1.23x
-/// the offline placement (load simulation seeds 306, 319 and 386).
+/// the offline placement (load simulation seeds 306, 319 and 386). `beside`: as in [`taker`].
 pub(crate) fn waits_for<'a, K>(
     mine: Side,
     peers: impl IntoIterator<Item = (&'a K, Side, &'a [Movable])>,
     movable: &[Movable],
     soon: &[Movable],
     fill: f64,
+    beside: bool,
 ) -> bool
 where
     K: ?Sized + 'a,
@@ -231,7 +244,7 @@ where
     }
     let peers: Vec<(&K, Side, &[Movable])> = peers.into_iter().collect();
     let best = |shards: &[Movable]| {
-        plans(mine, &peers, shards, fill)
+        plans(mine, &peers, shards, fill, beside)
             .into_iter()
             .map(|(after, _, _)| after)
             .reduce(f64::min)
@@ -251,6 +264,7 @@ fn plans<'a, K>(
     peers: &[(&'a K, Side, &[Movable])],
     movable: &[Movable],
     fill: f64,
+    beside: bool,
 ) -> Vec<(f64, f64, &'a K)>
 where
     K: ?Sized + 'a,
@@ -264,9 +278,10 @@ where
     peers
         .iter()
         .filter_map(|(key, peer, theirs)| {
-            let given = bundle(mine, *peer, movable, fill);
+            let given = planned(beside, mine, *peer, movable, fill);
             let net = match given.is_empty() {
                 false => given.iter().map(|s| weight_of(movable, s)).sum(),
+                true if beside => return None,
                 true => {
                     let swap = swap(mine, *peer, movable, theirs, fill)?;
                     weight_of(movable, swap.give)

@@ -4,7 +4,9 @@
 //! `load_plan::FIRST_READS` at once while some member was never read), and keeps what each
 //! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
 //! heavier, it weighs itself against the member a move or an exchange relieves most
-//! (`load_plan`), read again unless read just now (and another drawn in its place, up to
+//! (`load_plan`; or, far above the mean among many members below it, beside heavier ones,
+//! a move that fills its taker to the mean at most and leaves a heavier member's best taker
+//! alone: `load_plan::beside_heavier`), read again unless read just now (and another drawn in its place, up to
 //! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; when none
 //! is confirmed, the one drawn among those read at this comparison alone), and, when a move of
 //! some of its shards is worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
@@ -72,7 +74,8 @@ pub(super) use peer::Peer;
 /// a hotter one stays far above the mean and kept from giving for good, and must not read and
 /// compare more often for good. A member that kept it from giving, read again lighter by half
 /// the threshold (it gave a shard), starts the count again, also once the count ran out; so
-/// does a comparison not far above the mean, or among the heaviest. At `fleet_balance` 1,000
+/// does a comparison not far above the mean, or among the heaviest, or one that gives (beside
+/// heavier members: `load_plan::beside_heavier`). At `fleet_balance` 1,000
 /// x 50 the six heaviest members, held back by one another a hot shard apart, stayed kept from
 /// giving for more than 12 comparisons in a row while they gave, and a bare count of 12
 /// brought it within 1.25x after 220 s rather than 170 s.
@@ -256,7 +259,12 @@ impl State {
         // Only the heaviest members give (`load_plan::among_heaviest`), to the member that a
         // move or an exchange relieves most (`load_plan::taker`).
         let weighed = || self.peers.values().filter_map(|peer| peer.side);
-        if !load_plan::among_heaviest(mine, weighed()) {
+        // Or, far above the mean among many light members, beside heavier ones: then only
+        // what fills a taker to the mean, and not to a member a heavier one's best move goes
+        // to (`load_plan::beside_heavier`).
+        let mut reserved: Vec<String> = Vec::new();
+        let beside = !load_plan::among_heaviest(mine, weighed());
+        if beside {
             tracing::debug!(owner = %config.owner, mine = mine.weight, far, far_blocked = self.far_blocked, peers = ?weighed().map(|s| s.weight).collect::<Vec<_>>(), "not among the heaviest members");
             // Far above the mean: again within one to two renew intervals (at a random moment,
             // so that members held back together do not all give in the same second and choose
@@ -266,9 +274,19 @@ impl State {
                 self.balance_soon = Some(soon.mul_f64(1.0 + fastrand::f64()));
                 self.far_blocked += 1;
             }
-            return;
+            let sides: Vec<Side> = weighed().collect();
+            if !load_plan::beside_heavier(mine, &sides) {
+                return;
+            }
+            let heavier: Vec<(Side, Vec<Movable>)> = (self.peers.iter())
+                .filter_map(|(member, peer)| Some((member, peer.side?)))
+                .filter(|(_, side)| load_plan::blocks(mine, *side))
+                .map(|(member, side)| (side, self.held_by(member)))
+                .collect();
+            reserved = self.listed_takers(now, mine, &[], false).left_to(&heavier);
+        } else {
+            self.far_blocked = 0;
         }
-        self.far_blocked = 0;
         let mut movable = self.movable(now);
         // By shard id: the planner keeps the first of equal candidates, and the held map's
         // order differs from run to run (a seeded simulation replays exactly).
@@ -278,7 +296,7 @@ impl State {
         let (soon, first) = self.movable_soon(now);
         if let Some(first) = first {
             if self
-                .listed_takers(now, mine, &[])
+                .listed_takers(now, mine, &reserved, beside)
                 .waits_for(mine, &movable, &soon)
             {
                 tracing::debug!(owner = %config.owner, mine = mine.weight, soon = soon.len(), "waiting for shards about to be movable");
@@ -300,7 +318,8 @@ impl State {
             if tried.len() >= TAKER_READS {
                 break None;
             }
-            let listed = self.listed_takers(now, mine, &tried);
+            let left_out = [tried.as_slice(), &reserved].concat();
+            let listed = self.listed_takers(now, mine, &left_out, beside);
             let Some(taker) = listed.draw(mine, &movable, pick) else {
                 break None;
             };
@@ -315,13 +334,13 @@ impl State {
                 return;
             }
             slow |= asked.elapsed() >= config.take_interval;
-            let others: Vec<String> = tried.clone();
+            let others = [tried.as_slice(), &reserved].concat();
             tried.push(taker.clone());
             let Some((theirs, their_count)) = weighed else {
                 continue;
             };
             // On what it weighs now (and the mean with it), still among the takers?
-            let listed = self.listed_takers(now, mine, &others);
+            let listed = self.listed_takers(now, mine, &others, beside);
             if listed.takers(mine, &movable).contains(&&taker) {
                 break Some((taker, theirs, their_count, listed.fill));
             }
@@ -338,9 +357,10 @@ impl State {
                 .peers
                 .keys()
                 .filter(|member| !read.contains_key(*member))
+                .chain(&reserved)
                 .cloned()
                 .collect();
-            let listed = self.listed_takers(now, mine, &unread);
+            let listed = self.listed_takers(now, mine, &unread, beside);
             let taker = listed.draw(mine, &movable, pick)?;
             let (theirs, their_count) = *read.get(&taker)?;
             Some((taker, theirs, their_count, listed.fill))
@@ -351,9 +371,11 @@ impl State {
         let Ok(key) = crate::member::member_key(&config.stream, &taker) else {
             return;
         };
-        let given = load_plan::bundle(mine, theirs, &movable, fill);
+        let given = load_plan::planned(beside, mine, theirs, &movable, fill);
         let (mut shards, back): (Vec<String>, Vec<Movable>) = match given.is_empty() {
             false => (given.iter().map(|s| (*s).to_owned()).collect(), Vec::new()),
+            // Beside heavier members, a move within the mean or nothing.
+            true if beside => return,
             true => {
                 // No single shard may go: perhaps an exchange, against the taker's shards as
                 // the last listing showed them. Placed by load, hand-overs do not move the
@@ -442,7 +464,7 @@ impl State {
         let now = Instant::now();
         let confirmed = match self.as_taker(row.as_ref(), &taker, now) {
             Taker::Weighed(side) if back.is_empty() => {
-                shards = load_plan::bundle(mine, side, &movable, fill)
+                shards = load_plan::planned(beside, mine, side, &movable, fill)
                     .into_iter()
                     .map(str::to_owned)
                     .collect();
@@ -479,6 +501,7 @@ impl State {
             }
         }
         if !given.is_empty() {
+            self.far_blocked = 0;
             self.giving = Some((given, taker, now));
             self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
@@ -487,8 +510,9 @@ impl State {
     /// The members that may take a shard now, with what they weigh and what the last listing
     /// showed them to hold (weighed, no hand-over on its way in, not the one a shard went to
     /// a moment ago, and not among `left_out`), and the fleet's mean beside this instance
-    /// weighing `mine`.
-    fn listed_takers(&self, now: Instant, mine: Side, left_out: &[String]) -> Listed {
+    /// weighing `mine`; drawn for a move within the mean when it gives `beside` heavier
+    /// members.
+    fn listed_takers(&self, now: Instant, mine: Side, left_out: &[String], beside: bool) -> Listed {
         let renew = self.shared.config.renew_interval;
         let peers = self
             .peers
@@ -504,7 +528,11 @@ impl State {
             .collect();
         // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
         let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
-        Listed { peers, fill }
+        Listed {
+            peers,
+            fill,
+            beside,
+        }
     }
 
     /// Whether this instance, far above the mean or not (`far_out`), reads the members that

@@ -87,11 +87,11 @@ fn the_taker_is_the_peer_a_move_or_an_exchange_relieves_most() {
         ("c", side(5_000, 2, 1_000), none),
     ];
     // The hot shard fits only "b" (twice the capacity): 28,000 / 2 = 14,000 < 21,000.
-    assert_eq!(taker(me, peers, &mine, f64::MAX, 0), Some("b"));
+    assert_eq!(taker(me, peers, &mine, f64::MAX, false, 0), Some("b"));
     // Cold shards: only "b" takes one and stays below the giver's 6,180 less 8 % (5,686).
     let mine = shards(&[("x", 2_000), ("y", 2_000), ("z", 2_000)]);
     assert_eq!(
-        taker(side(6_000, 3, 1_000), peers, &mine, f64::MAX, 0),
+        taker(side(6_000, 3, 1_000), peers, &mine, f64::MAX, false, 0),
         Some("b")
     );
     assert_eq!(
@@ -100,6 +100,7 @@ fn the_taker_is_the_peer_a_move_or_an_exchange_relieves_most() {
             [peers[0], peers[2]],
             &mine,
             f64::MAX,
+            false,
             0
         ),
         Some("c")
@@ -113,12 +114,13 @@ fn the_taker_is_the_peer_a_move_or_an_exchange_relieves_most() {
                 [peers[0], peers[2]],
                 &mine,
                 f64::MAX,
+                false,
                 pick
             ),
             Some(want)
         );
     }
-    assert_eq!(taker::<str>(me, [], &mine, f64::MAX, 0), None);
+    assert_eq!(taker::<str>(me, [], &mine, f64::MAX, false, 0), None);
 }
 
 #[test]
@@ -134,7 +136,7 @@ fn an_exchange_goes_to_a_peer_with_shards_to_give_back() {
         ("alone", side(18_000, 1, 1_000), hot_alone.as_slice()),
         ("colds", side(18_500, 6, 1_000), colds.as_slice()),
     ];
-    assert_eq!(taker(me, peers, &mine, f64::MAX, 0), Some("colds"));
+    assert_eq!(taker(me, peers, &mine, f64::MAX, false, 0), Some("colds"));
     // With the listing showing nothing to give back, the drawn one of those that an exchange
     // may suit (its shards as listed may be out of date, and the giver reads them): not
     // always the lightest, which may have nothing to give back whatever its rows say.
@@ -143,10 +145,10 @@ fn an_exchange_goes_to_a_peer_with_shards_to_give_back() {
         ("colds", side(18_500, 6, 1_000), &[][..]),
         ("heavy", side(26_000, 1, 1_000), &[][..]),
     ];
-    assert_eq!(taker(me, peers, &mine, f64::MAX, 0), Some("alone"));
-    assert_eq!(taker(me, peers, &mine, f64::MAX, 1), Some("colds"));
+    assert_eq!(taker(me, peers, &mine, f64::MAX, false, 0), Some("alone"));
+    assert_eq!(taker(me, peers, &mine, f64::MAX, false, 1), Some("colds"));
     assert_eq!(
-        taker(me, peers, &mine, f64::MAX, 2),
+        taker(me, peers, &mine, f64::MAX, false, 2),
         Some("alone"),
         "not one too near"
     );
@@ -718,6 +720,133 @@ fn an_exchange_passes_over_a_shard_that_would_leave_the_giver_no_lighter() {
 }
 
 #[test]
+fn a_member_far_above_the_mean_gives_beside_heavier_ones_only_where_light_members_abound() {
+    // Fourteen hot shards here (16,800), two members of twenty (20,000: more than 12 % above,
+    // so not among the heaviest), ten light members of twenty cold shards (2,400).
+    let heavy = side(20_000, 20, 1_000);
+    let light = side(2_400, 20, 1_000);
+    let mut peers = vec![heavy, heavy];
+    peers.extend([light; 10]);
+    let me = side(16_800, 14, 1_000);
+    assert!(!among_heaviest(me, peers.iter().copied()));
+    assert!(beside_heavier(me, &peers));
+    // A small fleet: one heavier member and two light ones, too few to share.
+    assert!(!beside_heavier(me, &[heavy, light, light]));
+    // Four light ones for two heavier: not more than twice as many.
+    assert!(!beside_heavier(
+        me,
+        &[heavy, heavy, light, light, light, light]
+    ));
+    // Not far above the mean: nothing beside the heaviest.
+    let near = side(5_000, 20, 1_000);
+    let around = [6_000, 4_000, 4_000, 4_000].map(|w| side(w, 20, 1_000));
+    assert!(!beside_heavier(near, &around));
+    // Among the heaviest: not a case for it either.
+    assert!(!beside_heavier(heavy, &peers));
+}
+
+#[test]
+fn a_member_giving_beside_heavier_ones_leaves_them_the_peer_their_best_move_goes_to() {
+    // Load simulation seed 26, in short: a member holding a hot shard (24,000) and a cold one
+    // keeps a member of cold shards from giving; the hot shard fits best on the one member of
+    // twice the capacity, though a member of the default capacity is lighter over capacity.
+    let hot_member = shards(&[("hot", 24_000), ("cold", 1_200)]);
+    let heavier = [(side(25_200, 2, 1_000), hot_member)];
+    let double: &[Movable] = &[];
+    let peers = [
+        ("double", side(9_600, 4, 2_000), double),
+        ("light", side(3_600, 3, 1_000), double),
+        ("mid", side(6_000, 5, 1_000), double),
+    ];
+    // The double, and as many again of the others with the most room below the mean
+    // (8,000 - 3,600 for the light one, 8,000 - 6,000 for the middle one).
+    assert_eq!(
+        left_to_heavier(&heavier, &peers, 8.0),
+        vec!["double", "light"]
+    );
+    // Its shards not known (listed before they were measured: each weighs its 1 alone, and
+    // moves to any peer alike): the first of equals, and the one with the most room beside it.
+    let unknown = [(side(25_200, 2, 1_000), alike("unmeasured", 2, 0))];
+    assert_eq!(
+        left_to_heavier(&unknown, &peers, 8.0),
+        vec!["double", "light"]
+    );
+    // Without a member of twice the capacity, the hot shard lowers its member nowhere, and
+    // the member with the most room is left.
+    let alone = [(side(24_000, 1, 1_000), shards(&[("hot", 24_000)]))];
+    assert_eq!(left_to_heavier(&alone, &peers[1..], 8.0), vec!["light"]);
+    // Two heavier members whose hot shards both fit best on the double: it, and two more.
+    let two = [heavier[0].clone(), alone[0].clone()];
+    assert_eq!(
+        left_to_heavier(&two, &peers, 8.0),
+        vec!["double", "light", "mid"]
+    );
+}
+
+#[test]
+fn two_heavier_members_keep_both_places_of_twice_the_capacity() {
+    // Review's fleet: two members of a hot shard (24,000) and a cold one, two members of twice
+    // the capacity (9,600 and 12,000), five light ones (3,400); the mean 8.42 a thousand. A
+    // member of a warm shard and five cold ones (12,000) gives beside the two heavier ones.
+    let hot_member = shards(&[("hot", 24_000), ("cold", 1_200)]);
+    let heavier = [
+        (side(25_200, 2, 1_000), hot_member.clone()),
+        (side(25_200, 2, 1_000), hot_member),
+    ];
+    let none: &[Movable] = &[];
+    let mut peers = vec![
+        ("d1", side(9_600, 4, 2_000), none),
+        ("d2", side(12_000, 4, 2_000), none),
+    ];
+    let lights = ["l1", "l2", "l3", "l4", "l5"];
+    peers.extend(lights.iter().map(|l| (*l, side(3_400, 3, 1_000), none)));
+    let fill = 8.42;
+    let mine = side(12_000, 6, 1_000);
+    let all: Vec<Side> = peers
+        .iter()
+        .map(|(_, s, _)| *s)
+        .chain([heavier[0].0, heavier[1].0])
+        .collect();
+    assert!(beside_heavier(mine, &all));
+    // Each hot shard fits on either double (16.8 and 18.0, within 8 %): places are scarce, and
+    // both are left, with two of the light ones.
+    let left = left_to_heavier(&heavier, &peers, fill);
+    assert!(left.contains(&"d1") && left.contains(&"d2"), "{left:?}");
+    assert_eq!(left.len(), 4, "{left:?}");
+    // Drawn on a move within the mean, the light members take this member's cold shards too
+    // (with d1 out, on the plain measure only d2 would, for the warm shard this member cannot
+    // give within the mean: d2 would then take cold shards a light member could have had).
+    let mut movable = shards(&[("warm", 7_000)]);
+    movable.extend(alike("cold", 5, 1_000));
+    let as_peers = || peers[1..].iter().map(|(k, s, h)| (*k, *s, *h));
+    assert_eq!(takers(mine, as_peers(), &movable, fill, false), vec!["d2"]);
+    let beside = takers(mine, as_peers(), &movable, fill, true);
+    assert!(beside.contains(&"l1") && beside.len() > 1, "{beside:?}");
+}
+
+#[test]
+fn a_member_giving_beside_heavier_ones_fills_its_taker_to_the_mean_and_no_further() {
+    let giver = side(16_800, 14, 1_000);
+    let taker = side(2_400, 20, 1_000);
+    // Two hot shards of 1,200 fill the taker to 4,800, within a mean of 5,000; a third would
+    // pass it.
+    let hot = alike("hot", 14, 1_200);
+    assert_eq!(bundle_within_fill(giver, taker, &hot, 5.0).len(), 2);
+    // A shard of 3,000 would leave the taker at 5,400, past the mean: not given, though a
+    // plain move gives a first shard past it.
+    let hotter = alike("hotter", 5, 3_000);
+    assert!(bundle_within_fill(giver, taker, &hotter, 5.0).is_empty());
+    assert_eq!(bundle(giver, taker, &hotter, 5.0).len(), 1);
+    // Beside it, what fits does go.
+    let mut mixed = hotter.clone();
+    mixed.extend(alike("warm", 2, 1_000));
+    assert_eq!(
+        bundle_within_fill(giver, taker, &mixed, 5.0),
+        vec!["warm-0", "warm-1"]
+    );
+}
+
+#[test]
 fn a_member_far_above_the_mean_is_told_apart_from_one_near_it() {
     // Three members at 10,000, 4,000 and 4,000 (mean 6,000): the first stands at 1.67x.
     let peers = [side(4_000, 4, 1_000), side(4_000, 4, 1_000)];
@@ -768,11 +897,11 @@ fn a_giver_waits_for_a_hot_shard_about_to_be_movable_rather_than_give_its_place_
     // Now: the warm shard would go to the member of twice the capacity, the one place the hot
     // shard fits, and the giver would stay at 24,800.
     assert!(
-        waits_for(mine, as_peers(), &movable, &soon, fill),
+        waits_for(mine, as_peers(), &movable, &soon, fill, false),
         "the hot shard's move leaves the pair at 12,600, not 24,800: wait for it"
     );
     let all: Vec<Movable> = movable.iter().chain(&soon).cloned().collect();
-    let taker = taker(mine, as_peers(), &all, fill, 0).unwrap();
+    let taker = taker(mine, as_peers(), &all, fill, false, 0).unwrap();
     let double = peers.iter().find(|(k, _, _)| k == "double").unwrap();
     assert_eq!(taker, "double");
     assert_eq!(bundle(mine, double.1, &all, fill), ["hot"]);
@@ -787,9 +916,9 @@ fn a_giver_does_not_wait_for_shards_that_would_not_make_a_better_move() {
     let mut now = movable.clone();
     now.extend(shards(&[("hot", 24_000)]));
     let soon = shards(&[("late-cold", 800)]);
-    assert!(!waits_for(mine, as_peers(), &now, &soon, fill));
+    assert!(!waits_for(mine, as_peers(), &now, &soon, fill, false));
     assert!(
-        !waits_for(mine, as_peers(), &now, &[], fill),
+        !waits_for(mine, as_peers(), &now, &[], fill, false),
         "nothing soon"
     );
 }

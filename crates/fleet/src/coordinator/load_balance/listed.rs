@@ -10,6 +10,9 @@ pub(super) struct Listed {
     /// The fleet's mean weight over capacity, to which a move fills its taker
     /// (`load_plan::bundle`).
     pub(super) fill: f64,
+    /// Whether this instance gives beside heavier members (`load_plan::beside_heavier`): then
+    /// only to members a move within the mean suits.
+    pub(super) beside: bool,
 }
 
 impl Listed {
@@ -21,17 +24,27 @@ impl Listed {
 
     /// The member `pick` draws as the taker of a move from `movable` (`load_plan::taker`).
     pub(super) fn draw(&self, mine: Side, movable: &[Movable], pick: usize) -> Option<String> {
-        load_plan::taker(mine, self.as_peers(), movable, self.fill, pick).cloned()
+        load_plan::taker(mine, self.as_peers(), movable, self.fill, self.beside, pick).cloned()
     }
 
     /// The members a move from `movable` may go to (`load_plan::takers`).
     pub(super) fn takers(&self, mine: Side, movable: &[Movable]) -> Vec<&String> {
-        load_plan::takers(mine, self.as_peers(), movable, self.fill)
+        load_plan::takers(mine, self.as_peers(), movable, self.fill, self.beside)
     }
 
     /// Whether a better move waits on `soon`, shards movable within a take's dwell
     /// (`load_plan::waits_for`).
     pub(super) fn waits_for(&self, mine: Side, movable: &[Movable], soon: &[Movable]) -> bool {
-        load_plan::waits_for(mine, self.as_peers(), movable, soon, self.fill)
+        load_plan::waits_for(mine, self.as_peers(), movable, soon, self.fill, self.beside)
+    }
+
+    /// The members left to `heavier` members (each its side and shards as listed) by one
+    /// giving beside them (`load_plan::left_to_heavier`).
+    pub(super) fn left_to(&self, heavier: &[(Side, Vec<Movable>)]) -> Vec<String> {
+        let peers: Vec<(&String, Side, &[Movable])> = self.as_peers().collect();
+        load_plan::left_to_heavier(heavier, &peers, self.fill)
+            .into_iter()
+            .cloned()
+            .collect()
     }
 }

@@ -1,0 +1,139 @@
+//! Giving beside heavier members: a member far above the mean that heavier ones keep from
+//! giving ([`among_heaviest`](super::among_heaviest)) may still give, within the mean, where many members stand
+//! below it ([`beside_heavier`]); what it may give ([`bundle_within_fill`]) and to whom not
+//! ([`left_to_heavier`]). Apart from the rest of the planner because it is the one rule that
+//! lets a member below the top give.
+
+use super::{blocks, bundle, far_above_mean, mean, plans, weight, Movable, Side, THRESHOLD};
+
+/// Whether a member far above the mean ([`far_above_mean`]) that heavier peers keep from giving
+/// ([`among_heaviest`](super::among_heaviest): more than [`PEER_GAP`](super::PEER_GAP) above this member) may give all the same: when
+/// more than twice as many peers stand below the mean (less [`THRESHOLD`]) as above this member
+/// by that gap. It then gives only what leaves its taker at most at the mean
+/// ([`bundle_within_fill`], drawn on that measure: `beside` in [`takers`](super::takers)), and never to a peer
+/// it leaves to the heavier members ([`left_to_heavier`]): that lowers a member that must shed
+/// anyway, moves nothing back (its takers stay below the mean, far from giving), and keeps for
+/// the heavier members the places their own moves would take. Where many members must shed
+/// into many light ones (a fleet that starts with its hot shards side by side), those a hot
+/// shard or two apart no longer give in turn: at `fleet_balance` 1,000 x 50 the six members
+/// holding every hot shard kept one another from giving for 9 to 12 s at a time while 44
+/// members stood below the mean. With no more than twice as many light peers as heavier ones
+/// (a fleet of three, say) nothing changes. A member giving beside heavier ones gives at most
+/// as many times as it holds shards before it is within 1.25x of the mean, every move one way.
+pub(crate) fn beside_heavier(mine: Side, peers: &[Side]) -> bool {
+    if !far_above_mean(mine, peers.iter().copied()) {
+        return false;
+    }
+    let fill = mean(mine, peers.iter().copied());
+    let heavier = peers.iter().filter(|peer| blocks(mine, **peer)).count();
+    let below = peers
+        .iter()
+        .filter(|peer| peer.ratio(peer.weight) < fill * (1.0 - THRESHOLD))
+        .count();
+    heavier > 0 && below > 2 * heavier
+}
+
+/// The peers a member giving beside heavier ones ([`beside_heavier`]) leaves to them. For each
+/// of `heavier` (its side and its shards as last listed), the peers its own move or exchange
+/// may go to ([`takers`](super::takers)' measure: within [`THRESHOLD`] of its best): all of them when they
+/// are no more than one above the number of heavier members (places are scarce: one member of
+/// twice the capacity, say), else the best (the first of equals); then as many again of the
+/// others with the most room below `fill` (capacity times the mean, less their weight: the
+/// listing's loads may predate the heavier members' first measures, as at a start). Not merely
+/// the lightest peers over capacity: in the load simulation a member kept from giving by one
+/// holding a hot shard gave its cold shards to the one member of twice the capacity where that
+/// shard fitted best, and they stayed there the three minutes a handed shard stays, with the
+/// fleet 1.2x the offline placement (seed 26, while the lightest peer was left); and two
+/// heavier members whose hot shards fit best on either of two such members need both.
+pub(crate) fn left_to_heavier<'a, K>(
+    heavier: &[(Side, Vec<Movable>)],
+    peers: &[(&'a K, Side, &'a [Movable])],
+    fill: f64,
+) -> Vec<&'a K>
+where
+    K: ?Sized + PartialEq + 'a,
+{
+    let mut left: Vec<&K> = Vec::new();
+    for (side, shards) in heavier {
+        let planned: Vec<(f64, f64, &K)> = plans(*side, peers, shards, fill, false)
+            .into_iter()
+            .filter(|(after, _, _)| *after < side.ratio(side.weight))
+            .collect();
+        let best = planned
+            .iter()
+            .map(|(after, _, _)| *after)
+            .fold(f64::MAX, f64::min);
+        let near: Vec<&K> = planned
+            .iter()
+            .filter(|(after, _, _)| *after <= best * (1.0 + THRESHOLD))
+            .map(|(_, _, key)| *key)
+            .collect();
+        let scarce = near.len() <= heavier.len() + 1;
+        let first = planned
+            .iter()
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, _, key)| *key);
+        let keep: Vec<&K> = match scarce {
+            true => near,
+            false => first.into_iter().collect(),
+        };
+        for key in keep {
+            if !left.contains(&key) {
+                left.push(key);
+            }
+        }
+    }
+    let mut roomiest: Vec<(f64, &K)> = peers
+        .iter()
+        .filter(|(key, _, _)| !left.contains(key))
+        .map(|(key, peer, _)| (peer.capacity * fill - peer.weight, *key))
+        .collect();
+    roomiest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    left.extend(roomiest.into_iter().take(heavier.len()).map(|(_, key)| key));
+    left
+}
+
+/// [`bundle`] for a giver that gives beside heavier members ([`beside_heavier`]): only shards
+/// that leave the taker at most at `fill`, the fleet's mean weight over capacity, the first
+/// one too (a move that fills a taker past the mean may take the place a heavier member's
+/// shard needs). Empty when no such move is worth it.
+pub(crate) fn bundle_within_fill(
+    giver: Side,
+    taker: Side,
+    movable: &[Movable],
+    fill: f64,
+) -> Vec<&str> {
+    let fitting: Vec<Movable> = movable
+        .iter()
+        .filter(|m| taker.ratio(taker.weight + weight(&m.load)) <= fill)
+        .cloned()
+        .collect();
+    let mut load = taker.weight;
+    bundle(giver, taker, &fitting, fill)
+        .into_iter()
+        .take_while(|shard| {
+            load += fitting
+                .iter()
+                .find(|m| m.shard == *shard)
+                .map_or(0.0, |m| weight(&m.load));
+            taker.ratio(load) <= fill
+        })
+        .filter_map(|shard| movable.iter().find(|m| m.shard == shard))
+        .map(|m| m.shard.as_str())
+        .collect()
+}
+
+/// The move from `movable` to a taker weighing `theirs`: [`bundle`], or [`bundle_within_fill`]
+/// when the giver gives `beside` heavier members ([`beside_heavier`]).
+pub(crate) fn planned(
+    beside: bool,
+    giver: Side,
+    taker: Side,
+    movable: &[Movable],
+    fill: f64,
+) -> Vec<&str> {
+    match beside {
+        true => bundle_within_fill(giver, taker, movable, fill),
+        false => bundle(giver, taker, movable, fill),
+    }
+}
