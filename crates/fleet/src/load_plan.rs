@@ -35,7 +35,7 @@ mod beside;
 
 #[cfg(test)]
 use beside::bundle_within_fill;
-pub(crate) use beside::{beside_heavier, left_to_heavier, planned};
+pub(crate) use beside::{beside_heavier, left_to_heavier, planned, HEAVIER_MOST};
 
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
 /// what reading it costs when it is idle (the `scale` benchmark: 1,000 idle shards take 0.73 %
@@ -256,9 +256,9 @@ where
     }
 }
 
-/// For each peer a move ([`bundle`]) or else an exchange ([`swap`]) of `movable` may go to: the
-/// larger weight of the pair after it, the peer's weight after it (over capacity), and the
-/// peer.
+/// For each peer a move ([`bundle`]) or else an exchange ([`swap`]) of `movable` may go to (for
+/// a giver `beside` heavier members, a move within the mean alone: [`planned`]): the larger
+/// weight of the pair after it, the peer's weight after it (over capacity), and the peer.
 fn plans<'a, K>(
     mine: Side,
     peers: &[(&'a K, Side, &[Movable])],

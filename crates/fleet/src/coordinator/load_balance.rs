@@ -5,8 +5,8 @@
 //! weighed (`State::peers`). When no member it knows of is more than `load_plan::PEER_GAP`
 //! heavier, it weighs itself against the member a move or an exchange relieves most
 //! (`load_plan`; or, far above the mean among many members below it, beside heavier ones,
-//! a move that fills its taker to the mean at most and leaves a heavier member's best taker
-//! alone: `load_plan::beside_heavier`), read again unless read just now (and another drawn in its place, up to
+//! a move that fills its taker to the mean at most and leaves alone the places the heavier
+//! members' moves would take: `load_plan::beside_heavier`), read again unless read just now (and another drawn in its place, up to
 //! `TAKER_READS` reads in all, when on that reading it is no longer among the takers; when none
 //! is confirmed, the one drawn among those read at this comparison alone), and, when a move of
 //! some of its shards is worth it (up to `load_plan::BUNDLE_MOST`, planned again on the consistent read that
@@ -64,6 +64,7 @@ use super::State;
 mod listed;
 mod movable;
 mod peer;
+mod reserved;
 
 use listed::Listed;
 pub(super) use peer::Peer;
@@ -260,8 +261,8 @@ impl State {
         // move or an exchange relieves most (`load_plan::taker`).
         let weighed = || self.peers.values().filter_map(|peer| peer.side);
         // Or, far above the mean among many light members, beside heavier ones: then only
-        // what fills a taker to the mean, and not to a member a heavier one's best move goes
-        // to (`load_plan::beside_heavier`).
+        // what fills a taker to the mean, and not to a member left to the heavier ones (the
+        // places their moves would take, and as many of the roomiest: `load_plan::beside_heavier`).
         let mut reserved: Vec<String> = Vec::new();
         let beside = !load_plan::among_heaviest(mine, weighed());
         if beside {
@@ -278,12 +279,6 @@ impl State {
             if !load_plan::beside_heavier(mine, &sides) {
                 return;
             }
-            let heavier: Vec<(Side, Vec<Movable>)> = (self.peers.iter())
-                .filter_map(|(member, peer)| Some((member, peer.side?)))
-                .filter(|(_, side)| load_plan::blocks(mine, *side))
-                .map(|(member, side)| (side, self.held_by(member)))
-                .collect();
-            reserved = self.listed_takers(now, mine, &[], false).left_to(&heavier);
         } else {
             self.far_blocked = 0;
         }
@@ -294,6 +289,12 @@ impl State {
         // A better move a few seconds away (a shard taken after the others, not movable yet)
         // is waited for rather than spoilt by a lesser one now (`load_plan::waits_for`).
         let (soon, first) = self.movable_soon(now);
+        if beside {
+            if movable.is_empty() && soon.is_empty() {
+                return;
+            }
+            reserved = self.left_to_heavier(now, mine);
+        }
         if let Some(first) = first {
             if self
                 .listed_takers(now, mine, &reserved, beside)

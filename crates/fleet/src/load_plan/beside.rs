@@ -4,7 +4,11 @@
 //! ([`left_to_heavier`]). Apart from the rest of the planner because it is the one rule that
 //! lets a member below the top give.
 
-use super::{blocks, bundle, far_above_mean, mean, plans, weight, Movable, Side, THRESHOLD};
+use kinesis_lease_core::Load;
+
+use super::{
+    blocks, bundle, far_above_mean, mean, plans, weight, Movable, Side, PER_SHARD, THRESHOLD,
+};
 
 /// Whether a member far above the mean ([`far_above_mean`]) that heavier peers keep from giving
 /// ([`among_heaviest`](super::among_heaviest): more than [`PEER_GAP`](super::PEER_GAP) above this member) may give all the same: when
@@ -12,14 +16,15 @@ use super::{blocks, bundle, far_above_mean, mean, plans, weight, Movable, Side, 
 /// by that gap. It then gives only what leaves its taker at most at the mean
 /// ([`bundle_within_fill`], drawn on that measure: `beside` in [`takers`](super::takers)), and never to a peer
 /// it leaves to the heavier members ([`left_to_heavier`]): that lowers a member that must shed
-/// anyway, moves nothing back (its takers stay below the mean, far from giving), and keeps for
-/// the heavier members the places their own moves would take. Where many members must shed
+/// anyway and keeps for the heavier members the places their own moves would take; its takers
+/// end below the mean, far from giving (unless two givers fill one taker in the same seconds,
+/// as among the heaviest: its row shows the hand-over on its way in, `receiving`). Where many members must shed
 /// into many light ones (a fleet that starts with its hot shards side by side), those a hot
 /// shard or two apart no longer give in turn: at `fleet_balance` 1,000 x 50 the six members
 /// holding every hot shard kept one another from giving for 9 to 12 s at a time while 44
 /// members stood below the mean. With no more than twice as many light peers as heavier ones
 /// (a fleet of three, say) nothing changes. A member giving beside heavier ones gives at most
-/// as many times as it holds shards before it is within 1.25x of the mean, every move one way.
+/// as many times as it holds shards before it is within 1.25x of the mean.
 pub(crate) fn beside_heavier(mine: Side, peers: &[Side]) -> bool {
     if !far_above_mean(mine, peers.iter().copied()) {
         return false;
@@ -33,18 +38,28 @@ pub(crate) fn beside_heavier(mine: Side, peers: &[Side]) -> bool {
     heavier > 0 && below > 2 * heavier
 }
 
+/// The most heavier members whose places [`left_to_heavier`] keeps (the heaviest of them): each
+/// costs a plan against every peer at each comparison.
+pub(crate) const HEAVIER_MOST: usize = 8;
+
 /// The peers a member giving beside heavier ones ([`beside_heavier`]) leaves to them. For each
 /// of `heavier` (its side and its shards as last listed), the peers its own move or exchange
 /// may go to ([`takers`](super::takers)' measure: within [`THRESHOLD`] of its best): all of them when they
 /// are no more than one above the number of heavier members (places are scarce: one member of
-/// twice the capacity, say), else the best (the first of equals); then as many again of the
-/// others with the most room below `fill` (capacity times the mean, less their weight: the
-/// listing's loads may predate the heavier members' first measures, as at a start). Not merely
-/// the lightest peers over capacity: in the load simulation a member kept from giving by one
-/// holding a hot shard gave its cold shards to the one member of twice the capacity where that
-/// shard fitted best, and they stayed there the three minutes a handed shard stays, with the
-/// fleet 1.2x the offline placement (seed 26, while the lightest peer was left); and two
-/// heavier members whose hot shards fit best on either of two such members need both.
+/// twice the capacity, say), else the best not already left to another (the first of equals);
+/// then the members with the most room below `fill` (capacity times the mean, less their
+/// weight), one per heavier member, counting those already left (leaving a further one each
+/// held 100 x 10 of `fleet_balance` at 1.09x the offline placement rather than 1.05x: too few
+/// takers were left). Not merely the lightest peers over capacity: in the load simulation a
+/// member kept from giving by one holding a hot shard gave its cold shards to the one member
+/// of twice the capacity where that shard fitted best, and they stayed there the three minutes
+/// a handed shard stays, with the fleet 1.2x the offline placement (seed 26, while the
+/// lightest peer was left). Only the [`HEAVIER_MOST`] heaviest of those above count. A heavier
+/// member whose listed shards weigh less than half its
+/// weight (the listing predates their measures, as at a start, or a shard turned hot since)
+/// counts as holding them alike, its weight shared among them: with every listed shard
+/// weighing its 1 alone, each peer was alike and the one member where a hot shard fitted was
+/// not among those left (a review's fleet).
 pub(crate) fn left_to_heavier<'a, K>(
     heavier: &[(Side, Vec<Movable>)],
     peers: &[(&'a K, Side, &'a [Movable])],
@@ -55,27 +70,43 @@ where
 {
     let mut left: Vec<&K> = Vec::new();
     for (side, shards) in heavier {
-        let planned: Vec<(f64, f64, &K)> = plans(*side, peers, shards, fill, false)
+        let listed: f64 = shards.iter().map(|m| weight(&m.load)).sum();
+        let alike: Vec<Movable>;
+        let shards = match listed < side.weight / 2.0 && !shards.is_empty() {
+            true => {
+                let each = side.weight / shards.len() as f64 - PER_SHARD;
+                let busy = each.max(0.0).round() as u64;
+                alike = (shards.iter())
+                    .map(|m| Movable {
+                        shard: m.shard.clone(),
+                        load: Load::new(0, 0, busy),
+                    })
+                    .collect();
+                &alike
+            }
+            false => shards,
+        };
+        let mut planned: Vec<(f64, f64, &K)> = plans(*side, peers, shards, fill, false)
             .into_iter()
             .filter(|(after, _, _)| *after < side.ratio(side.weight))
             .collect();
-        let best = planned
-            .iter()
-            .map(|(after, _, _)| *after)
-            .fold(f64::MAX, f64::min);
+        // Stable: the first of equals stays first.
+        planned.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let Some(best) = planned.first().map(|(after, _, _)| *after) else {
+            continue;
+        };
         let near: Vec<&K> = planned
             .iter()
             .filter(|(after, _, _)| *after <= best * (1.0 + THRESHOLD))
             .map(|(_, _, key)| *key)
             .collect();
-        let scarce = near.len() <= heavier.len() + 1;
-        let first = planned
-            .iter()
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, _, key)| *key);
-        let keep: Vec<&K> = match scarce {
+        let keep: Vec<&K> = match near.len() <= heavier.len() + 1 {
             true => near,
-            false => first.into_iter().collect(),
+            false => near
+                .into_iter()
+                .filter(|key| !left.contains(key))
+                .take(1)
+                .collect(),
         };
         for key in keep {
             if !left.contains(&key) {
@@ -85,11 +116,14 @@ where
     }
     let mut roomiest: Vec<(f64, &K)> = peers
         .iter()
-        .filter(|(key, _, _)| !left.contains(key))
         .map(|(key, peer, _)| (peer.capacity * fill - peer.weight, *key))
         .collect();
     roomiest.sort_by(|a, b| b.0.total_cmp(&a.0));
-    left.extend(roomiest.into_iter().take(heavier.len()).map(|(_, key)| key));
+    for (_, key) in roomiest.into_iter().take(heavier.len()) {
+        if !left.contains(&key) {
+            left.push(key);
+        }
+    }
     left
 }
 

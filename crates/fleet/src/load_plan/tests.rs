@@ -758,29 +758,54 @@ fn a_member_giving_beside_heavier_ones_leaves_them_the_peer_their_best_move_goes
         ("light", side(3_600, 3, 1_000), double),
         ("mid", side(6_000, 5, 1_000), double),
     ];
-    // The double, and as many again of the others with the most room below the mean
-    // (8,000 - 3,600 for the light one, 8,000 - 6,000 for the middle one).
-    assert_eq!(
-        left_to_heavier(&heavier, &peers, 8.0),
-        vec!["double", "light"]
-    );
-    // Its shards not known (listed before they were measured: each weighs its 1 alone, and
-    // moves to any peer alike): the first of equals, and the one with the most room beside it.
+    // The double, which also has the most room below the mean (16,000 - 9,600, against
+    // 8,000 - 3,600 for the light one): one member in all.
+    assert_eq!(left_to_heavier(&heavier, &peers, 8.0), vec!["double"]);
+    // Its shards not known (listed before they were measured: each weighs its 1 alone): taken
+    // as alike, 12,600 each, which fit best on the double too.
     let unknown = [(side(25_200, 2, 1_000), alike("unmeasured", 2, 0))];
-    assert_eq!(
-        left_to_heavier(&unknown, &peers, 8.0),
-        vec!["double", "light"]
-    );
+    assert_eq!(left_to_heavier(&unknown, &peers, 8.0), vec!["double"]);
     // Without a member of twice the capacity, the hot shard lowers its member nowhere, and
     // the member with the most room is left.
     let alone = [(side(24_000, 1, 1_000), shards(&[("hot", 24_000)]))];
     assert_eq!(left_to_heavier(&alone, &peers[1..], 8.0), vec!["light"]);
-    // Two heavier members whose hot shards both fit best on the double: it, and two more.
+    // Two heavier members whose hot shards both fit best on the double: it, and of the two
+    // roomiest (the double and the light one) the one not left yet.
     let two = [heavier[0].clone(), alone[0].clone()];
-    assert_eq!(
-        left_to_heavier(&two, &peers, 8.0),
-        vec!["double", "light", "mid"]
+    assert_eq!(left_to_heavier(&two, &peers, 8.0), vec!["double", "light"]);
+}
+
+#[test]
+fn heavier_members_with_many_equal_places_are_each_left_one_of_their_own() {
+    // Review's fleet: a heavier member whose hot shard fits four members alike (not scarce
+    // with two heavier members) and another whose hot shard fits only the first of those: each
+    // keeps one, the second heavier member does not take the first's only pick.
+    let h1 = (
+        side(15_000, 7, 1_000),
+        shards(&[("hot1", 9_000), ("c1", 1_000), ("c2", 1_000), ("c3", 1_000)]),
     );
+    let h2 = (
+        side(14_000, 5, 1_000),
+        shards(&[("hot2", 10_000), ("d1", 1_000), ("d2", 1_000)]),
+    );
+    let none: &[Movable] = &[];
+    let mut peers = vec![
+        ("x", side(2_000, 2, 2_000), none),
+        ("y", side(3_000, 3, 2_000), none),
+        ("z", side(3_000, 3, 2_000), none),
+        ("w", side(3_000, 3, 2_000), none),
+    ];
+    let empties: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+    peers.extend(
+        empties
+            .iter()
+            .map(|n| (n.as_str(), side(0, 0, 1_000), none)),
+    );
+    let left = left_to_heavier(&[h2, h1], &peers, 2.286);
+    // h2 (first: the heaviest over capacity is not what orders them here) keeps x, its only
+    // place; h1 keeps one of y, z and w rather than x again.
+    assert!(left.contains(&"x"), "{left:?}");
+    assert!(left.iter().any(|k| ["y", "z", "w"].contains(k)), "{left:?}");
 }
 
 #[test]
@@ -809,10 +834,12 @@ fn two_heavier_members_keep_both_places_of_twice_the_capacity() {
         .collect();
     assert!(beside_heavier(mine, &all));
     // Each hot shard fits on either double (16.8 and 18.0, within 8 %): places are scarce, and
-    // both are left, with two of the light ones.
+    // both are left.
     let left = left_to_heavier(&heavier, &peers, fill);
     assert!(left.contains(&"d1") && left.contains(&"d2"), "{left:?}");
-    assert_eq!(left.len(), 4, "{left:?}");
+    // And the roomiest two (d1 again, then a light one): three members in all, four light
+    // ones still open to the giver.
+    assert_eq!(left.len(), 3, "{left:?}");
     // Drawn on a move within the mean, the light members take this member's cold shards too
     // (with d1 out, on the plain measure only d2 would, for the warm shard this member cannot
     // give within the mean: d2 would then take cold shards a light member could have had).

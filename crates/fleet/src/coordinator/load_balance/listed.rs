@@ -42,9 +42,7 @@ impl Listed {
     /// giving beside them (`load_plan::left_to_heavier`).
     pub(super) fn left_to(&self, heavier: &[(Side, Vec<Movable>)]) -> Vec<String> {
         let peers: Vec<(&String, Side, &[Movable])> = self.as_peers().collect();
-        load_plan::left_to_heavier(heavier, &peers, self.fill)
-            .into_iter()
-            .cloned()
-            .collect()
+        let left = load_plan::left_to_heavier(heavier, &peers, self.fill);
+        left.into_iter().cloned().collect()
     }
 }
