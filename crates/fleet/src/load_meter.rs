@@ -27,23 +27,6 @@ use kinesis_lease_core::Load;
 /// window since it (half after 30 s), all of it after this long.
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
-/// The span of the handler-time sums whose differences measure a shard's noise
-/// ([`LoadMeter::noise`]): half the window, so that a minute's figure is two of them.
-const HALF: Duration = Duration::from_secs(30);
-
-/// How many half-window sums the noise is measured from: five, four differences (two and a
-/// half minutes).
-const HALVES: usize = 5;
-
-/// The second smallest of the four differences of [`HALVES`] half-minute sums, in standard
-/// deviations of a minute's sum: a step in the load (a shard turning hot) touches at most two
-/// successive differences, and the second smallest passes over both. Found as the mean over an
-/// hour of figures of six Poisson streams (0.56 to 0.66;
-/// `a_shard_of_independent_records_measures_the_noise_of_a_poisson_count`). The median of the
-/// four (0.82) followed a step for two and a half minutes and held back the moves a shard
-/// turning hot called for (load simulation seeds 103, 177, 181).
-const LOW_GAP: f64 = 0.63;
-
 /// What the settlement counted so far (running totals, never reset while the shard is held).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Totals {
@@ -88,11 +71,6 @@ pub(crate) struct LoadMeter {
     prior: Option<Rates>,
     /// The rates at the last reading; `None` before the first when the row carried no load.
     rates: Option<Rates>,
-    /// The handler seconds of each of the last [`HALVES`] spans of [`HALF`] (scaled to exactly
-    /// that span), the oldest first.
-    halves: VecDeque<f64>,
-    /// Where the span being summed began: when, and the handler time then.
-    half_from: (Duration, Duration),
 }
 
 impl LoadMeter {
@@ -108,8 +86,6 @@ impl LoadMeter {
             readings: VecDeque::from([(Duration::ZERO, Totals::default())]),
             prior,
             rates: prior,
-            halves: VecDeque::new(),
-            half_from: (Duration::ZERO, Duration::ZERO),
         }
     }
 
@@ -124,16 +100,6 @@ impl LoadMeter {
             return self.load();
         }
         self.readings.push_back((at, totals));
-        let (from, busy_then) = self.half_from;
-        if at.saturating_sub(from) >= HALF {
-            let busy = totals.busy.saturating_sub(busy_then).as_secs_f64();
-            let scaled = busy * HALF.as_secs_f64() / (at - from).as_secs_f64();
-            self.halves.push_back(scaled);
-            if self.halves.len() > HALVES {
-                self.halves.pop_front();
-            }
-            self.half_from = (at, totals.busy);
-        }
         // Keep one reading at least a window old as the base, none older.
         while self
             .readings
@@ -158,42 +124,14 @@ impl LoadMeter {
         self.load()
     }
 
-    /// The load as it stands (zero before any reading, when the row carried none), with its
-    /// measured noise once there is one ([`noise`](Self::noise)).
+    /// The load as it stands (zero before any reading, when the row carried none).
     pub(crate) fn load(&self) -> Load {
         let rates = self.rates.unwrap_or_default();
-        let load = Load::new(
+        Load::new(
             (rates.records * 60.0).round() as u64,
             (rates.bytes * 60.0).round() as u64,
             (rates.busy * 60_000.0).round() as u64,
-        );
-        match self.noise() {
-            Some(noise) => load.with_busy_noise(noise),
-            None => load,
-        }
-    }
-
-    /// One standard deviation of chance in a minute's handler time, in milliseconds, measured:
-    /// a minute is two half minutes, and two successive half minutes differ by as much as a
-    /// minute's sum varies (both variances twice a half minute's, its parts independent), so
-    /// the spread of those differences is the figure (the second smallest difference over
-    /// [`LOW_GAP`], so that one step in the load moves it little). `None` before
-    /// three half minutes were summed. Why measured, not assumed: records that arrive as
-    /// independent producers send them vary as a Poisson count, handler time over the square
-    /// root of the records, but a stream fed at a steady rate varies far less, and a bound
-    /// that assumed the Poisson noise everywhere held back moves such streams needed (the load
-    /// simulation's steady seeds, at two standard deviations: 594 of 600 balanced in time).
-    pub(crate) fn noise(&self) -> Option<u64> {
-        if self.halves.len() < 3 {
-            return None;
-        }
-        let mut gaps: Vec<f64> = (self.halves.iter().zip(self.halves.iter().skip(1)))
-            .map(|(a, b)| (b - a).abs())
-            .collect();
-        gaps.sort_by(f64::total_cmp);
-        // The second smallest: a step touches at most two successive differences.
-        let low = gaps[1.min(gaps.len() - 1)];
-        Some((low / LOW_GAP * 1_000.0).round() as u64)
+        )
     }
 }
 
@@ -437,87 +375,5 @@ mod tests {
         assert_eq!(first, again);
         let earlier = meter.observe(Duration::from_secs(1), totals);
         assert_eq!(first, earlier);
-    }
-
-    /// Readings every renew interval of a shard whose records each second are a Poisson count
-    /// of mean `rate`, each costing `busy_ms`, for `secs` seconds from `start`; calls `each`
-    /// with every load read.
-    fn run_poisson(
-        meter: &mut LoadMeter,
-        start: &mut (Duration, Totals),
-        rng: &mut StdRng,
-        secs: u64,
-        rate: f64,
-        busy_ms: u64,
-        mut each: impl FnMut(Load),
-    ) {
-        let poisson = Poisson::new(rate).unwrap();
-        for second in 1..=secs {
-            let records = poisson.sample(rng) as u64;
-            start.1.records += records;
-            start.1.busy += Duration::from_millis(busy_ms * records);
-            if second % RENEW.as_secs() == 0 {
-                start.0 += RENEW;
-                each(meter.observe(start.0, start.1));
-            }
-        }
-    }
-
-    #[test]
-    fn a_steady_shard_measures_no_noise_and_a_new_one_none_yet() {
-        let mut meter = LoadMeter::new(None);
-        let mut at = (Duration::ZERO, Totals::default());
-        // Two half minutes summed: not measured yet (a Poisson count is assumed then).
-        let load = run(&mut meter, &mut at, 60, 10, 20);
-        assert_eq!(load.busy_noise_ms_per_min, None);
-        assert!(load.busy_noise() > 0.0);
-        // Three and on: a stream fed at a steady rate varies by nothing.
-        let load = run(&mut meter, &mut at, 300, 10, 20);
-        assert_eq!(load.busy_noise_ms_per_min, Some(0));
-    }
-
-    #[test]
-    fn a_shard_of_independent_records_measures_the_noise_of_a_poisson_count() {
-        // 10 records a second at 20 ms: 12,000 ms a minute over 600 records, one standard
-        // deviation 490 ms. Each figure rests on four differences and may be off by half;
-        // their mean over an hour of minutes is within 15 %, on six streams.
-        for seed in [7, 8, 9, 10, 11, 12] {
-            let mut rng = StdRng::seed_from_u64(seed);
-            let mut meter = LoadMeter::new(None);
-            let mut at = (Duration::ZERO, Totals::default());
-            run_poisson(&mut meter, &mut at, &mut rng, 150, 10.0, 20, |_| {});
-            let mut figures = Vec::new();
-            for _ in 0..60 {
-                let mut last = None;
-                run_poisson(&mut meter, &mut at, &mut rng, 60, 10.0, 20, |load| {
-                    last = load.busy_noise_ms_per_min
-                });
-                figures.push(last.expect("measured after 150 s") as f64);
-            }
-            let mean = figures.iter().sum::<f64>() / figures.len() as f64;
-            let poisson = 12_000.0 / 600f64.sqrt();
-            assert!(
-                (mean / poisson - 1.0).abs() < 0.15,
-                "stream {seed}: mean {mean:.0} ms against {poisson:.0}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_shard_turning_hot_moves_its_noise_little() {
-        // 1 record a second, then 20 at 20 ms: the minute's handler time steps from 1,200 ms
-        // to 24,000. The measured noise stays below a quarter of that step at every reading,
-        // and nothing once the step has left the last two and a half minutes.
-        let mut meter = LoadMeter::new(None);
-        let mut at = (Duration::ZERO, Totals::default());
-        run(&mut meter, &mut at, 300, 1, 20);
-        let step = 24_000 - 1_200;
-        for _ in 0..(200 / RENEW.as_secs()) {
-            let load = run(&mut meter, &mut at, RENEW.as_secs(), 20, 20);
-            let noise = load.busy_noise_ms_per_min.unwrap();
-            assert!(noise * 4 <= step, "{noise} ms against a step of {step}");
-        }
-        let load = run(&mut meter, &mut at, 60, 20, 20);
-        assert_eq!(load.busy_noise_ms_per_min, Some(0));
     }
 }

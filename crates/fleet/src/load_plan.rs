@@ -79,11 +79,10 @@ pub(crate) struct Side {
     /// Its capacity, in thousandths of the default.
     pub(crate) capacity: f64,
     /// How far its weight may stand from its mean by chance alone: one standard deviation of
-    /// a minute's handler time, as its instance measured it (the sum over its shards, each
-    /// measured from how its half minutes differed once held a minute and a half), or, where a
-    /// row carries no measure (an earlier release), as when its records arrive independently
-    /// (a Poisson count: the handler time over the square root of the records; 0 for a member
-    /// that settled no record in the last minute).
+    /// the handler time of a minute's records when they arrive independently (a Poisson count:
+    /// the handler time over the square root of the records). Exact when its records cost
+    /// alike; below the truth when they do not (a few slow records beside many quick ones), and
+    /// 0 for a member that settled no record in the last minute.
     pub(crate) noise: f64,
 }
 
@@ -445,13 +444,8 @@ fn holds(giver: Side, taker: Side, given: f64, back: f64) -> bool {
 }
 
 /// How many standard deviations of the pair's noise ([`Side::noise`]) a move must clear
-/// besides [`THRESHOLD`]. Two: members compare their one-minute figures many times in ten
-/// minutes, and a deviation of one comes up often; at one, members a few per cent apart moved
-/// single cold shards on it under Poisson arrivals (the load simulation's bursty seeds: 7 of
-/// 300 failed the churn bound, none at two). Two held back moves steady streams needed (594 of
-/// 600 steady seeds in time) while the noise was assumed Poisson everywhere; it is measured
-/// now (`Load::busy_noise`), near nothing for a stream fed at a steady rate.
-pub(crate) const NOISE_MARGIN: f64 = 2.0;
+/// besides [`THRESHOLD`].
+pub(crate) const NOISE_MARGIN: f64 = 1.0;
 
 /// The most a taker may end at (over capacity): below the giver's weight less [`THRESHOLD`],
 /// and less [`NOISE_MARGIN`] times the noise of the pair's difference, that margin at most
@@ -492,11 +486,13 @@ pub(crate) struct Swap<'a> {
 pub(crate) const EXCHANGE_NOISE: f64 = 3.0;
 
 /// One standard deviation of chance in an average handler time over the meter's window (a
-/// shard's, or a member's sum): as measured when its row carries the figure, else as when its
-/// records arrive independently (a Poisson count: the handler time over the square root of the
-/// records; 0 with no record; `Load::busy_noise`, [`Side::noise`]).
+/// shard's, or a member's sum), when its records arrive independently (a Poisson count: the
+/// handler time over the square root of the records; 0 with no record; [`Side::noise`]).
 pub(crate) fn shard_noise(load: &Load) -> f64 {
-    load.busy_noise()
+    match load.records_per_min {
+        0 => 0.0,
+        records => load.busy_ms_per_min as f64 / (records as f64).sqrt(),
+    }
 }
 
 /// The least share of the giver's weight an exchange must take off it: an exchange costs two

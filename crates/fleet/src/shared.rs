@@ -127,19 +127,10 @@ impl Shared {
             .values()
             .map(|held| {
                 // A shard not measured yet counts among the shards, at no load.
-                let load = held
-                    .load
+                held.load
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or_default();
-                // A holding too young to measure its noise (`LoadMeter::noise`) counts half a
-                // Poisson count's deviation: at the planner's margin of two
-                // (`load_plan::NOISE_MARGIN`), one, as before the noise was measured. At two
-                // Poisson deviations, moves at a start waited (load simulation seed 132).
-                match load.busy_noise_ms_per_min {
-                    Some(_) => load,
-                    None => load.with_busy_noise((load.busy_noise() / 2.0).round() as u64),
-                }
+                    .unwrap_or_default()
             })
             .collect();
         kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)

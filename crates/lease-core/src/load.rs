@@ -12,7 +12,7 @@
 /// A smoothed load: per minute, records and payload bytes handled, and handler time spent.
 ///
 /// On a shard's row it is that shard's; on a member row, the sum over the shards the instance
-/// holds, with its [`capacity`](Self::capacity_milli).
+/// holds, with its [`capacity`](Self::capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
@@ -35,13 +35,6 @@ pub struct Load {
     /// by load does not give it another meanwhile. `None` on a shard's row, and on a member
     /// row written by a release before it.
     pub pokes_seen: Option<u64>,
-    /// How far a minute's handler time stands from its mean by chance, as measured: one
-    /// standard deviation, in milliseconds per minute, from how the handler time of successive
-    /// half minutes differed. On a member row, that of its shards' sum. `None` while not
-    /// measured (the first minute and a half of a holding) and on a row written by a release
-    /// before it: [`busy_noise`](Self::busy_noise) then assumes records that arrive
-    /// independently.
-    pub busy_noise_ms_per_min: Option<u64>,
 }
 
 impl Load {
@@ -58,26 +51,6 @@ impl Load {
             capacity_milli: None,
             shards: None,
             pokes_seen: None,
-            busy_noise_ms_per_min: None,
-        }
-    }
-
-    /// The same load with `noise` (handler milliseconds a minute) as its measured noise.
-    pub fn with_busy_noise(mut self, noise: u64) -> Load {
-        self.busy_noise_ms_per_min = Some(noise);
-        self
-    }
-
-    /// One standard deviation of chance in the minute's handler time: the measured figure
-    /// ([`busy_noise_ms_per_min`](Self::busy_noise_ms_per_min)) when there is one, else what a
-    /// Poisson count of records would put there (the handler time over the square root of the
-    /// records; 0 with no record). Records that arrive in steady streams vary less than a
-    /// Poisson count, bursty ones more: the measure tells them apart.
-    pub fn busy_noise(&self) -> f64 {
-        match (self.busy_noise_ms_per_min, self.records_per_min) {
-            (Some(noise), _) => noise as f64,
-            (None, 0) => 0.0,
-            (None, records) => self.busy_ms_per_min as f64 / (records as f64).sqrt(),
         }
     }
 
@@ -90,30 +63,22 @@ impl Load {
     }
 
     /// The sum of `loads` (records, bytes and handler time), with no capacity, and the count
-    /// of loads summed as its count of shards. Its noise is that of independent parts: the
-    /// square root of the sum of each one's [`busy_noise`](Self::busy_noise) squared.
+    /// of loads summed as its count of shards.
     pub fn sum<'a>(loads: impl IntoIterator<Item = &'a Load>) -> Load {
-        let mut variance = 0.0;
-        let mut total = loads.into_iter().fold(
+        loads.into_iter().fold(
             Load {
                 shards: Some(0),
                 ..Load::default()
             },
-            |total, load| {
-                variance += load.busy_noise().powi(2);
-                Load {
-                    records_per_min: total.records_per_min.saturating_add(load.records_per_min),
-                    bytes_per_min: total.bytes_per_min.saturating_add(load.bytes_per_min),
-                    busy_ms_per_min: total.busy_ms_per_min.saturating_add(load.busy_ms_per_min),
-                    capacity_milli: None,
-                    shards: total.shards.map(|n| n + 1),
-                    pokes_seen: None,
-                    busy_noise_ms_per_min: None,
-                }
+            |total, load| Load {
+                records_per_min: total.records_per_min.saturating_add(load.records_per_min),
+                bytes_per_min: total.bytes_per_min.saturating_add(load.bytes_per_min),
+                busy_ms_per_min: total.busy_ms_per_min.saturating_add(load.busy_ms_per_min),
+                capacity_milli: None,
+                shards: total.shards.map(|n| n + 1),
+                pokes_seen: None,
             },
-        );
-        total.busy_noise_ms_per_min = Some(variance.sqrt().round() as u64);
-        total
+        )
     }
 
     /// The same load with `capacity_milli` as its capacity.
@@ -162,21 +127,5 @@ mod tests {
         assert!((a.busy_share() - 0.5).abs() < 1e-9);
         assert!((a.records_per_sec() - 10.0).abs() < 1e-9);
         assert!((a.bytes_per_sec() - 1_000.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_load_s_noise_is_measured_or_else_that_of_independent_records() {
-        // Not measured: 30,000 ms over 600 records, a Poisson count's 1,225 ms.
-        let a = Load::new(600, 60_000, 30_000);
-        assert!((a.busy_noise() - 30_000.0 / 600f64.sqrt()).abs() < 1e-6);
-        assert_eq!(Load::new(0, 0, 0).busy_noise(), 0.0);
-        // Measured: what was measured, steady or bursty.
-        assert_eq!(a.with_busy_noise(0).busy_noise(), 0.0);
-        assert_eq!(a.with_busy_noise(3_000).busy_noise(), 3_000.0);
-        // A sum's noise: independent parts, 300 and 400 make 500.
-        let b = Load::new(6, 600, 300).with_busy_noise(300);
-        let c = Load::new(60, 600, 3_000).with_busy_noise(400);
-        assert_eq!(Load::sum([&b, &c]).busy_noise_ms_per_min, Some(500));
-        assert_eq!(Load::sum([]).busy_noise_ms_per_min, Some(0));
     }
 }

@@ -33,9 +33,8 @@ use kinesis_lease_core::{
 
 use crate::item::{
     index_key, CAPACITY_MILLI, CHECKPOINT, COUNTER, EPOCH, EXPIRY, FORMAT, KEY, LOAD_BUSY_MS,
-    LOAD_BUSY_NOISE, LOAD_BYTES, LOAD_POKES, LOAD_RECORDS, LOAD_SHARDS, OWNER, PAGES, PARENTS,
-    POKED, POKED_AT, POKES, REPOSITIONED, ROSTER_EPOCH, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY,
-    WRITE_ID,
+    LOAD_BYTES, LOAD_POKES, LOAD_RECORDS, LOAD_SHARDS, OWNER, PAGES, PARENTS, POKED, POKED_AT,
+    POKES, REPOSITIONED, ROSTER_EPOCH, SHARDS, SUBSEQUENCE, TOKEN, WANTED_BY, WRITE_ID,
 };
 use crate::pages::{page_key, page_of, PAGED_FORMAT};
 
@@ -209,9 +208,6 @@ pub(crate) fn row_size(row: &Lease) -> usize {
             .map_or(0, |capacity| number(CAPACITY_MILLI, capacity));
         size += load.shards.map_or(0, |shards| number(LOAD_SHARDS, shards));
         size += load.pokes_seen.map_or(0, |pokes| number(LOAD_POKES, pokes));
-        size += load
-            .busy_noise_ms_per_min
-            .map_or(0, |noise| number(LOAD_BUSY_NOISE, noise));
     }
     if let Some(cp) = &row.checkpoint {
         size += string(CHECKPOINT, &cp.stored());

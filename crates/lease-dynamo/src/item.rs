@@ -36,8 +36,6 @@ pub(crate) const CAPACITY_MILLI: &str = "capacity_milli";
 pub(crate) const LOAD_SHARDS: &str = "load_shards";
 /// On a member row balancing by load: how many of its pokes the instance had acted on.
 pub(crate) const LOAD_POKES: &str = "load_pokes_seen";
-/// A load's measured noise: handler milliseconds a minute (`Load::busy_noise_ms_per_min`).
-pub(crate) const LOAD_BUSY_NOISE: &str = "load_busy_noise_ms";
 /// The epoch row's counter.
 pub(crate) const EPOCH: &str = "epoch";
 /// A stream's epoch row's count of its roster's bumps (see `LeaseStore::epochs`); absent
@@ -127,7 +125,6 @@ pub(crate) fn to_lease(table: &str, item: &Item) -> Result<Lease, LeaseError> {
             load.capacity_milli = lenient(CAPACITY_MILLI);
             load.shards = lenient(LOAD_SHARDS);
             load.pokes_seen = lenient(LOAD_POKES);
-            load.busy_noise_ms_per_min = lenient(LOAD_BUSY_NOISE);
             Some(load)
         }
         _ => None,
@@ -203,27 +200,13 @@ mod tests {
                 (CAPACITY_MILLI, n(2_000)),
                 (LOAD_SHARDS, n(4)),
                 (LOAD_POKES, n(7)),
-                (LOAD_BUSY_NOISE, n(480)),
             ]),
         )
         .unwrap();
-        let mut want = Load::new(600, 60_000, 12_000)
-            .with_capacity(2_000)
-            .with_busy_noise(480);
+        let mut want = Load::new(600, 60_000, 12_000).with_capacity(2_000);
         want.shards = Some(4);
         want.pokes_seen = Some(7);
         assert_eq!(row.load, Some(want));
-        // Written by a release before the measured noise: none, and the row reads.
-        let earlier = to_lease(
-            "t",
-            &item(&[
-                (LOAD_RECORDS, n(600)),
-                (LOAD_BYTES, n(60_000)),
-                (LOAD_BUSY_MS, n(12_000)),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(earlier.load.and_then(|l| l.busy_noise_ms_per_min), None);
     }
 
     /// A load is advice: a row whose load is partial, or written otherwise by another release,

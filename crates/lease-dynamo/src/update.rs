@@ -5,8 +5,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use kinesis_lease_core::{Checkpoint, Load};
 
 use crate::item::{
-    n, s, CAPACITY_MILLI, CHECKPOINT, COUNTER, LOAD_BUSY_MS, LOAD_BUSY_NOISE, LOAD_BYTES,
-    LOAD_POKES, LOAD_RECORDS, LOAD_SHARDS, SUBSEQUENCE,
+    n, s, CAPACITY_MILLI, CHECKPOINT, COUNTER, LOAD_BUSY_MS, LOAD_BYTES, LOAD_POKES, LOAD_RECORDS,
+    LOAD_SHARDS, SUBSEQUENCE,
 };
 
 /// An update expression under construction: SET and REMOVE clauses plus values.
@@ -60,13 +60,9 @@ impl Expr {
             Some(shards) => with.set(LOAD_SHARDS, ":load_shards", n(shards)),
             None => with.remove(LOAD_SHARDS),
         };
-        let with = match load.pokes_seen {
+        match load.pokes_seen {
             Some(pokes) => with.set(LOAD_POKES, ":load_pokes", n(pokes)),
             None => with.remove(LOAD_POKES),
-        };
-        match load.busy_noise_ms_per_min {
-            Some(noise) => with.set(LOAD_BUSY_NOISE, ":load_busy_noise", n(noise)),
-            None => with.remove(LOAD_BUSY_NOISE),
         }
     }
 
