@@ -12,7 +12,7 @@
 /// A smoothed load: per minute, records and payload bytes handled, and handler time spent.
 ///
 /// On a shard's row it is that shard's; on a member row, the sum over the shards the instance
-/// holds, with its [`capacity`](Self::capacity).
+/// holds, with its [`capacity`](Self::capacity_milli).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Load {
