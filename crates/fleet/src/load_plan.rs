@@ -101,7 +101,8 @@ impl Side {
         })
     }
 
-    fn ratio(&self, weight: f64) -> f64 {
+    /// `weight` over this side's capacity.
+    pub(crate) fn ratio(&self, weight: f64) -> f64 {
         weight / self.capacity
     }
 }

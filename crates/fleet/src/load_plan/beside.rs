@@ -137,21 +137,15 @@ pub(crate) fn bundle_within_fill(
     movable: &[Movable],
     fill: f64,
 ) -> Vec<&str> {
+    // Each shard alone within the mean: the first then is too, and `bundle` keeps the taker
+    // there for the shards after it.
     let fitting: Vec<Movable> = movable
         .iter()
         .filter(|m| taker.ratio(taker.weight + weight(&m.load)) <= fill)
         .cloned()
         .collect();
-    let mut load = taker.weight;
     bundle(giver, taker, &fitting, fill)
         .into_iter()
-        .take_while(|shard| {
-            load += fitting
-                .iter()
-                .find(|m| m.shard == *shard)
-                .map_or(0.0, |m| weight(&m.load));
-            taker.ratio(load) <= fill
-        })
         .filter_map(|shard| movable.iter().find(|m| m.shard == shard))
         .map(|m| m.shard.as_str())
         .collect()

@@ -12,7 +12,7 @@ impl State {
     /// The members left to the heaviest members above this one weighing `mine` (at most
     /// `load_plan::HEAVIER_MOST` of them).
     pub(super) fn left_to_heavier(&self, now: Instant, mine: Side) -> Vec<String> {
-        let ratio = |side: &Side| side.weight / side.capacity;
+        let ratio = |side: &Side| side.ratio(side.weight);
         let mut heavier: Vec<(Side, &String)> = (self.peers.iter())
             .filter_map(|(member, peer)| Some((peer.side?, member)))
             .filter(|(side, _)| load_plan::blocks(mine, *side))
