@@ -32,10 +32,12 @@
 use kinesis_lease_core::Load;
 
 mod beside;
+mod unmeasured;
 
 #[cfg(test)]
 use beside::bundle_within_fill;
 pub(crate) use beside::{beside_heavier, left_to_heavier, planned, HEAVIER_MOST};
+pub(crate) use unmeasured::with_unmeasured_shared;
 
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
 /// what reading it costs when it is idle (the `scale` benchmark: 1,000 idle shards take 0.73 %
@@ -284,9 +286,10 @@ where
                 false => given.iter().map(|s| weight_of(movable, s)).sum(),
                 true if beside => return None,
                 true => {
-                    let swap = swap(mine, *peer, movable, theirs, fill)?;
+                    let theirs = with_unmeasured_shared(*peer, theirs, |_| false);
+                    let swap = swap(mine, *peer, movable, &theirs, fill)?;
                     weight_of(movable, swap.give)
-                        - swap.take.iter().map(|s| weight_of(theirs, s)).sum::<f64>()
+                        - swap.take.iter().map(|s| weight_of(&theirs, s)).sum::<f64>()
                 }
             };
             let theirs_after = peer.ratio(peer.weight + net);

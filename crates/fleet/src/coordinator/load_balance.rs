@@ -412,7 +412,12 @@ impl State {
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
                 for round in 0..3 {
-                    let theirs_held = self.held_by(&taker);
+                    let listed = self.held_by(&taker);
+                    // Rows not measured when listed count as sharing the taker's weight
+                    // (`load_plan::with_unmeasured_shared`) until read here.
+                    let theirs_held = load_plan::with_unmeasured_shared(theirs, &listed, |m| {
+                        read_now.contains(&m.shard)
+                    });
                     let swap = load_plan::swap(mine, theirs, &movable, &theirs_held, fill);
                     let to_read: Vec<String> = match &swap {
                         Some(swap) => swap

@@ -1045,3 +1045,105 @@ fn an_exchange_of_slow_records_is_not_refused_on_their_noise() {
     assert_eq!(planned.give, "s1");
     assert_eq!(planned.take.len(), 4, "{planned:?}");
 }
+
+/// Load simulation seed 280 at 31 s, in its figures: a member of twice the capacity holding
+/// the hot shard (20 a second) and one of 10, beside a member whose five shards the listing
+/// shows measured (warm ones among them) and two whose shards it shows before they were
+/// measured.
+fn hot_pair_beside_unmeasured_members() -> (Side, Vec<Peer>, Vec<Movable>) {
+    let mine = side(31_200, 2, 2_000);
+    let peers = vec![
+        (
+            "measured".to_owned(),
+            side(8_400, 5, 1_000),
+            shards(&[
+                ("m0", 800),
+                ("m1", 2_400),
+                ("m2", 1_600),
+                ("m3", 800),
+                ("m4", 800),
+            ]),
+        ),
+        (
+            "five".to_owned(),
+            side(9_320, 5, 1_000),
+            alike("five", 5, 0),
+        ),
+        (
+            "four".to_owned(),
+            side(5_160, 4, 1_000),
+            alike("four", 4, 0),
+        ),
+    ];
+    let movable = shards(&[("hot", 20_585), ("ten", 10_615)]);
+    (mine, peers, movable)
+}
+
+#[test]
+fn a_member_whose_shards_were_listed_before_they_were_measured_is_weighed_for_an_exchange() {
+    let (mine, peers, movable) = hot_pair_beside_unmeasured_members();
+    let as_peers = || peers.iter().map(|(k, s, h)| (k, *s, h.as_slice()));
+    let fill = mean(mine, peers.iter().map(|(_, s, _)| *s));
+    // Taken as listed, the unmeasured shards weigh 1 each: only the measured member could take
+    // the 10 for anything back, and its warm shards stayed with the giver for three minutes at
+    // 1.25x the offline placement. Counted as sharing their member's weight, the lightest
+    // member is the better exchange (the rows are read before the exchange is decided).
+    let takers = takers(mine, as_peers(), &movable, fill, false);
+    assert!(
+        takers.contains(&&"four".to_owned()),
+        "the lightest member, its shards unmeasured, is weighed: {takers:?}"
+    );
+    let four = &peers[2];
+    let theirs = with_unmeasured_shared(four.1, &four.2, |_| false);
+    let swap = swap(mine, four.1, &movable, &theirs, fill).expect("an exchange with it");
+    assert_eq!(swap.give, "ten");
+    let measured = &peers[0];
+    let other = super::swap(mine, measured.1, &movable, &measured.2, fill).unwrap();
+    let back = |held: &[Movable], take: &[&str]| -> f64 {
+        (held.iter())
+            .filter(|m| take.contains(&m.shard.as_str()))
+            .map(|m| weight(&m.load))
+            .sum()
+    };
+    let pair_after = |taker: Side, back: f64| {
+        let net = 10_616.0 - back;
+        mine.ratio(mine.weight - net)
+            .max(taker.ratio(taker.weight + net))
+    };
+    assert!(
+        pair_after(four.1, back(&theirs, &swap.take))
+            < pair_after(measured.1, back(&measured.2, &other.take)),
+        "the lightest member's exchange leaves the pair lighter"
+    );
+    assert!(
+        (2..=3).contains(&swap.take.len()),
+        "about 3,900 back for the 10: {:?}",
+        swap.take
+    );
+}
+
+#[test]
+fn unmeasured_shards_share_what_their_member_weighs_beyond_the_measured_ones() {
+    let four = side(5_160, 4, 1_000);
+    let listed = alike("u", 4, 0);
+    let shared = with_unmeasured_shared(four, &listed, |_| false);
+    let weights: Vec<f64> = shared.iter().map(|m| weight(&m.load)).collect();
+    assert_eq!(weights, [1_291.0; 4], "5,164 shared by four");
+    // Those measured keep their figures; the rest share what is left.
+    let mixed = shards(&[("warm", 2_000), ("u0", 0), ("u1", 0)]);
+    let shared = with_unmeasured_shared(side(8_000, 3, 1_000), &mixed, |_| false);
+    let weights: Vec<f64> = shared.iter().map(|m| weight(&m.load)).collect();
+    assert_eq!(weights, [2_001.0, 3_001.0, 3_001.0]);
+    // A shard read just now is measured, whatever it carries (an idle shard).
+    let shared = with_unmeasured_shared(side(8_000, 3, 1_000), &mixed, |m| m.shard == "u0");
+    let weights: Vec<f64> = shared.iter().map(|m| weight(&m.load)).collect();
+    assert_eq!(weights, [2_001.0, 1.0, 6_001.0]);
+    // Listed shards that account for half the member's weight or more stand as listed.
+    let most = shards(&[("warm", 5_000), ("u0", 0)]);
+    let shared = with_unmeasured_shared(side(8_000, 2, 1_000), &most, |_| false);
+    assert_eq!(&*shared, most.as_slice());
+    assert!(matches!(
+        with_unmeasured_shared(four, &[], |_| false),
+        std::borrow::Cow::Borrowed(_)
+    ));
+}
