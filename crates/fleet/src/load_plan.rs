@@ -286,10 +286,9 @@ where
                 false => given.iter().map(|s| weight_of(movable, s)).sum(),
                 true if beside => return None,
                 true => {
-                    let theirs = with_unmeasured_shared(*peer, theirs, |_| false);
-                    let swap = swap(mine, *peer, movable, &theirs, fill)?;
+                    let swap = swap(mine, *peer, movable, theirs, fill)?;
                     weight_of(movable, swap.give)
-                        - swap.take.iter().map(|s| weight_of(&theirs, s)).sum::<f64>()
+                        - swap.take.iter().map(|s| weight_of(theirs, s)).sum::<f64>()
                 }
             };
             let theirs_after = peer.ratio(peer.weight + net);

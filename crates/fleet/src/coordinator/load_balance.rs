@@ -412,12 +412,7 @@ impl State {
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
                 for round in 0..3 {
-                    let listed = self.held_by(&taker);
-                    // Rows not measured when listed count as sharing the taker's weight
-                    // (`load_plan::with_unmeasured_shared`) until read here.
-                    let theirs_held = load_plan::with_unmeasured_shared(theirs, &listed, |m| {
-                        read_now.contains(&m.shard)
-                    });
+                    let theirs_held = self.held_as_weighed(&taker, theirs);
                     let swap = load_plan::swap(mine, theirs, &movable, &theirs_held, fill);
                     let to_read: Vec<String> = match &swap {
                         Some(swap) => swap
@@ -530,7 +525,10 @@ impl State {
                     .as_ref()
                     .is_none_or(|(taker, until)| taker != *member || now >= *until)
             })
-            .filter_map(|(member, peer)| Some((member.clone(), peer.side?, self.held_by(member))))
+            .filter_map(|(member, peer)| {
+                let side = peer.side?;
+                Some((member.clone(), side, self.held_as_weighed(member, side)))
+            })
             .collect();
         // The fleet's mean, to which a move fills its taker (`load_plan::bundle`).
         let fill = load_plan::mean(mine, self.peers.values().filter_map(|peer| peer.side));
@@ -686,6 +684,18 @@ impl State {
             .collect();
         held.sort_by(|a, b| a.shard.cmp(&b.shard));
         held
+    }
+
+    /// [`held_by`](Self::held_by), with the rows that carried no handler time when listed and
+    /// were not read since counted as sharing what `side` (the member's row) weighs beyond
+    /// the others, when those weigh less than half of it (`load_plan::with_unmeasured_shared`):
+    /// a listing taken at a start shows most rows before their holders measured them. A row
+    /// read since the listing (`read_back`) stands as read, idle or not, so an exchange that
+    /// planned on the guess reads other rows at its next comparison, not the same ones.
+    fn held_as_weighed(&self, member: &str, side: Side) -> Vec<Movable> {
+        let held = self.held_by(member);
+        load_plan::with_unmeasured_shared(side, &held, |m| self.read_back.contains_key(&m.shard))
+            .into_owned()
     }
 
     /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the

@@ -8,9 +8,12 @@
 //! measured (the load simulation's seed 280: a hot shard for two warm ones, with a lighter
 //! member of four unmeasured shards beside it; the warm ones stayed with the giver the three
 //! minutes a handed shard stays, at 1.25x the offline placement). Counted as sharing what
-//! their member weighs beyond its measured shards, such a member is weighed as a taker too;
-//! an exchange reads the rows it would take back before it decides (the coordinator), so
-//! what it takes back is never planned on the guess alone.
+//! their member weighs beyond its measured shards, such a member is weighed as a taker too.
+//! The coordinator weighs every listing so (`State::held_as_weighed`), each row it read since
+//! the listing standing as read, idle or not (else an exchange planned on the guess would read
+//! the same idle rows at every comparison and never reach the others); an exchange reads the
+//! rows it would take back before it decides, so what it takes back is never planned on the
+//! guess alone.
 
 use std::borrow::Cow;
 
