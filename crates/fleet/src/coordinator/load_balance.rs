@@ -340,6 +340,23 @@ impl State {
             let Some((theirs, their_count)) = weighed else {
                 continue;
             };
+            // Drawn for an exchange with rows listed before they were measured (weighed as
+            // sharing what it weighs: `held_as_weighed`): read those first (up to
+            // `load_plan::FIRST_READS`, strongly consistent), so that it is confirmed on what
+            // they carry. Confirmed on the guess, a member whose weight was one hot shard's
+            // looked warm in every row, and the exchange read them, found them cold, and gave
+            // nothing (`fleet_balance` 100 x 10: the heaviest members' exchanges waited 20 s).
+            if !slow
+                && !beside
+                && load_plan::planned(beside, mine, theirs, &movable, listed.fill).is_empty()
+            {
+                let unmeasured = self.unmeasured_rows(&taker);
+                if !unmeasured.is_empty() {
+                    let asked = Instant::now();
+                    slow |= !self.read_rows(&taker, &unmeasured).await
+                        || asked.elapsed() >= config.take_interval;
+                }
+            }
             // On what it weighs now (and the mean with it), still among the takers?
             let listed = self.listed_takers(now, mine, &others, beside);
             if listed.takers(mine, &movable).contains(&&taker) {
@@ -696,6 +713,21 @@ impl State {
         let held = self.held_by(member);
         load_plan::with_unmeasured_shared(side, &held, |m| self.read_back.contains_key(&m.shard))
             .into_owned()
+    }
+
+    /// Up to `load_plan::FIRST_READS` rows the last listing showed `member` holding (not
+    /// wanted by anyone) that carried no handler time then and were not read since: those
+    /// [`held_as_weighed`](Self::held_as_weighed) guesses at.
+    fn unmeasured_rows(&self, member: &str) -> Vec<String> {
+        self.listed_as_held_by(member)
+            .filter(|(shard, seen)| {
+                !seen.wanted
+                    && seen.load.is_none_or(|load| load.busy_ms_per_min == 0)
+                    && !self.read_back.contains_key(*shard)
+            })
+            .map(|(shard, _)| shard.clone())
+            .take(load_plan::FIRST_READS)
+            .collect()
     }
 
     /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the
