@@ -40,11 +40,15 @@
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals
 //! later while they do), then one, and up to `TAKER_READS` reads of takers (none after a read
-//! cut off): at most 11 member reads, and an exchange up to 16 reads of the taker's rows
-//! (those not read since the listing, at most 8, and those it would take back), a consistent
-//! read of the taker, up to eight marks and a mark of its own (each call cut off as above), all
-//! in the coordinator's loop: a slow table delays the take rounds by up to that many take
-//! intervals at such a comparison (the member reads stop at the first one cut off).
+//! cut off), each drawn for an exchange with rows the listing showed before they were measured
+//! followed by reads of up to eight of those rows, one at a time (`unmeasured_rows`; kept in
+//! `read_back` until the next listing; none after a read cut off or slower than a take
+//! interval): at most 11 member reads and 24 row reads there, and an
+//! exchange up to 16 reads of the taker's rows (those not read since the listing, at most 8,
+//! and those it would take back), a consistent read of the taker, up to eight marks and a mark
+//! of its own (each call cut off as above), all in the coordinator's loop: a slow table delays
+//! the take rounds by up to that many take intervals at such a comparison (the reads stop at
+//! the first one cut off).
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -315,6 +319,9 @@ impl State {
         // `TAKER_READS` reads: a member read before it took a hot shard looked light. No read
         // after one cut off (a slow table), here or above.
         let mut tried: Vec<String> = Vec::new();
+        // Rows read before a taker was confirmed (below), strongly consistent, at this
+        // comparison: an exchange planned on them need not read them again.
+        let mut pre_read: BTreeSet<String> = BTreeSet::new();
         let chosen = loop {
             if tried.len() >= TAKER_READS {
                 break None;
@@ -346,15 +353,24 @@ impl State {
             // they carry. Confirmed on the guess, a member whose weight was one hot shard's
             // looked warm in every row, and the exchange read them, found them cold, and gave
             // nothing (`fleet_balance` 100 x 10: the heaviest members' exchanges waited 20 s).
+            // Only where an exchange may suit the pair and the guess stands for some row; each
+            // row on its own, none after one cut off or slow (as the member reads above); the
+            // rows read are not read again by an exchange at this comparison (`pre_read`).
             if !slow
                 && !beside
+                && load_plan::may_exchange(mine, theirs)
                 && load_plan::planned(beside, mine, theirs, &movable, listed.fill).is_empty()
             {
-                let unmeasured = self.unmeasured_rows(&taker);
-                if !unmeasured.is_empty() {
+                for row in self.unmeasured_rows(&taker, theirs) {
                     let asked = Instant::now();
-                    slow |= !self.read_rows(&taker, &unmeasured).await
-                        || asked.elapsed() >= config.take_interval;
+                    let read = self.read_rows(&taker, std::slice::from_ref(&row)).await;
+                    if read {
+                        pre_read.insert(row);
+                    }
+                    if !read || asked.elapsed() >= config.take_interval {
+                        slow = true;
+                        break;
+                    }
                 }
             }
             // On what it weighs now (and the mean with it), still among the takers?
@@ -425,7 +441,7 @@ impl State {
                 // taker's rows not read since the listing (up to `load_plan::FIRST_READS` at a
                 // comparison); what they say is kept until the next listing (`read_back`),
                 // and the exchange planned again on it.
-                let mut read_now = BTreeSet::new();
+                let mut read_now = pre_read;
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
                 for round in 0..3 {
@@ -717,8 +733,16 @@ impl State {
 
     /// Up to `load_plan::FIRST_READS` rows the last listing showed `member` holding (not
     /// wanted by anyone) that carried no handler time then and were not read since: those
-    /// [`held_as_weighed`](Self::held_as_weighed) guesses at.
-    fn unmeasured_rows(&self, member: &str) -> Vec<String> {
+    /// [`held_as_weighed`](Self::held_as_weighed) guesses at, when it guesses (the rows listed
+    /// with a load weigh less than half of `side`, what the member's row says); else none.
+    fn unmeasured_rows(&self, member: &str, side: Side) -> Vec<String> {
+        let held = self.held_by(member);
+        let guessed = load_plan::with_unmeasured_shared(side, &held, |m| {
+            self.read_back.contains_key(&m.shard)
+        });
+        if matches!(guessed, std::borrow::Cow::Borrowed(_)) {
+            return Vec::new();
+        }
         self.listed_as_held_by(member)
             .filter(|(shard, seen)| {
                 !seen.wanted
