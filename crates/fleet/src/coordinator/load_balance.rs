@@ -69,6 +69,7 @@ mod listed;
 mod movable;
 mod peer;
 mod reserved;
+mod rows;
 
 use listed::Listed;
 pub(super) use peer::Peer;
@@ -676,111 +677,6 @@ impl State {
                 None
             }
         }
-    }
-
-    /// The rows the last listing showed `member` to hold under a token (a row handed to the
-    /// member but not taken yet, or an orphan of its, would take a mark that its take then
-    /// clears).
-    fn listed_as_held_by<'a>(
-        &'a self,
-        member: &'a str,
-    ) -> impl Iterator<Item = (&'a String, &'a super::Seen)> + 'a {
-        self.observed
-            .iter()
-            .filter(move |(_, seen)| seen.owner.as_deref() == Some(member) && seen.token.is_some())
-    }
-
-    /// How many rows the last listing showed `member` to hold.
-    fn held_by_count(&self, member: &str) -> u64 {
-        self.listed_as_held_by(member).count() as u64
-    }
-
-    /// What the last listing showed `member` to hold, not marked wanted, with loads: as read
-    /// since before an exchange (`read_back`: a row found moved left out), else as listed (a
-    /// row listed without one counts as idle: listed before its holder measured it, or quiet
-    /// and idle; read before it is asked for, and left out when it has none then). By shard
-    /// id: the listing is a hash map, and a seeded simulation replays exactly.
-    fn held_by(&self, member: &str) -> Vec<Movable> {
-        let mut held: Vec<Movable> = self
-            .listed_as_held_by(member)
-            .filter(|(_, seen)| !seen.wanted)
-            .filter_map(|(shard, seen)| {
-                let load = match self.read_back.get(shard) {
-                    Some(read) => (*read)?,
-                    None => seen.load.unwrap_or_default(),
-                };
-                Some(Movable {
-                    shard: shard.clone(),
-                    load,
-                })
-            })
-            .collect();
-        held.sort_by(|a, b| a.shard.cmp(&b.shard));
-        held
-    }
-
-    /// [`held_by`](Self::held_by), with the rows that carried no handler time when listed and
-    /// were not read since counted as sharing what `side` (the member's row) weighs beyond
-    /// the others, when those weigh less than half of it (`load_plan::with_unmeasured_shared`):
-    /// a listing taken at a start shows most rows before their holders measured them. A row
-    /// read since the listing (`read_back`) stands as read, idle or not, so an exchange that
-    /// planned on the guess reads other rows at its next comparison, not the same ones.
-    fn held_as_weighed(&self, member: &str, side: Side) -> Vec<Movable> {
-        let held = self.held_by(member);
-        load_plan::with_unmeasured_shared(side, &held, |m| self.read_back.contains_key(&m.shard))
-            .into_owned()
-    }
-
-    /// Up to `load_plan::FIRST_READS` rows the last listing showed `member` holding (not
-    /// wanted by anyone) that carried no handler time then and were not read since: those
-    /// [`held_as_weighed`](Self::held_as_weighed) guesses at, when it guesses (the rows listed
-    /// with a load weigh less than half of `side`, what the member's row says); else none.
-    fn unmeasured_rows(&self, member: &str, side: Side) -> Vec<String> {
-        let held = self.held_by(member);
-        let guessed = load_plan::with_unmeasured_shared(side, &held, |m| {
-            self.read_back.contains_key(&m.shard)
-        });
-        if matches!(guessed, std::borrow::Cow::Borrowed(_)) {
-            return Vec::new();
-        }
-        self.listed_as_held_by(member)
-            .filter(|(shard, seen)| {
-                !seen.wanted
-                    && seen.load.is_none_or(|load| load.busy_ms_per_min == 0)
-                    && !self.read_back.contains_key(*shard)
-            })
-            .map(|(shard, _)| shard.clone())
-            .take(load_plan::FIRST_READS)
-            .collect()
-    }
-
-    /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the
-    /// next listing (`read_back`): its load when `taker` still holds it under a token, not
-    /// marked wanted and not finished, and it carries one; else `None` (it moved, or its load
-    /// is not known). False when a read failed or did not answer in time.
-    async fn read_rows(&mut self, taker: &str, shards: &[String]) -> bool {
-        let shared = self.shared.clone();
-        for shard in shards {
-            let Ok(key) = shared.key(shard) else {
-                return false;
-            };
-            let now = match self.quick(shared.store.read(&key)).await {
-                // A row without a load is left out: its holder may have taken it within a
-                // renewal (a hot shard's load is written at the first), or it is quiet and idle.
-                Some(Ok(Some(row)))
-                    if row.is_held_by(taker)
-                        && row.token.is_some()
-                        && row.wanted_by.is_none()
-                        && !row.is_finished() =>
-                {
-                    row.load
-                }
-                Some(Ok(_)) => None,
-                Some(Err(_)) | None => return false,
-            };
-            self.read_back.insert(shard.clone(), now);
-        }
-        true
     }
 
     /// An exchange's first half: marks the taker's shards in `back` wanted by this instance

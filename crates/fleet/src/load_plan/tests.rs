@@ -1052,29 +1052,20 @@ fn an_exchange_of_slow_records_is_not_refused_on_their_noise() {
 /// measured.
 fn hot_pair_beside_unmeasured_members() -> (Side, Vec<Peer>, Vec<Movable>) {
     let mine = side(31_200, 2, 2_000);
-    let peers = vec![
-        (
-            "measured".to_owned(),
-            side(8_400, 5, 1_000),
-            shards(&[
-                ("m0", 800),
-                ("m1", 2_400),
-                ("m2", 1_600),
-                ("m3", 800),
-                ("m4", 800),
-            ]),
-        ),
-        (
-            "five".to_owned(),
-            side(9_320, 5, 1_000),
-            alike("five", 5, 0),
-        ),
-        (
-            "four".to_owned(),
-            side(5_160, 4, 1_000),
-            alike("four", 4, 0),
-        ),
+    let warm = [
+        ("m0", 800),
+        ("m1", 2_400),
+        ("m2", 1_600),
+        ("m3", 800),
+        ("m4", 800),
     ];
+    let peers = [
+        ("measured", side(8_400, 5, 1_000), shards(&warm)),
+        ("five", side(9_320, 5, 1_000), alike("five", 5, 0)),
+        ("four", side(5_160, 4, 1_000), alike("four", 4, 0)),
+    ]
+    .map(|(name, side, held)| (name.to_owned(), side, held))
+    .to_vec();
     let movable = shards(&[("hot", 20_585), ("ten", 10_615)]);
     (mine, peers, movable)
 }
