@@ -37,7 +37,7 @@ mod unmeasured;
 #[cfg(test)]
 use beside::bundle_within_fill;
 pub(crate) use beside::{beside_heavier, left_to_heavier, planned, HEAVIER_MOST};
-pub(crate) use unmeasured::with_unmeasured_shared;
+pub(crate) use unmeasured::{unmeasured_to_read, with_unmeasured_shared};
 
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
 /// what reading it costs when it is idle (the `scale` benchmark: 1,000 idle shards take 0.73 %

@@ -1153,3 +1153,65 @@ fn unmeasured_shards_share_what_their_member_weighs_beyond_the_measured_ones() {
         std::borrow::Cow::Borrowed(_)
     ));
 }
+
+#[test]
+fn rows_listed_before_they_were_measured_are_read_a_batch_at_a_time_until_the_hot_one_is() {
+    // A review's member: 19 idle rows and a hot one (6,000 ms a minute), all listed before
+    // they were measured; its row weighs 6,020. Each comparison reads up to eight rows it
+    // guesses at, and a row read since the listing stands as read (idle or not), so the
+    // comparisons after it read the others: the hot row is read at the third, and then the
+    // member weighs as it is. Counting only the rows read at the same comparison, each one
+    // read the same eight idle rows again and never reached the hot one.
+    let member = side(6_000, 20, 1_000);
+    let truth = |shard: &str| match shard {
+        "r19" => 6_000,
+        _ => 0,
+    };
+    let listed: Vec<Movable> = (0..20)
+        .map(|i| Movable {
+            shard: format!("r{i}"),
+            load: Load::new(0, 0, 0),
+        })
+        .collect();
+    let mut read: std::collections::BTreeMap<String, u64> = Default::default();
+    let as_read = |read: &std::collections::BTreeMap<String, u64>| -> Vec<Movable> {
+        (listed.iter())
+            .map(|m| Movable {
+                shard: m.shard.clone(),
+                load: Load::new(0, 0, read.get(&m.shard).copied().unwrap_or(0)),
+            })
+            .collect()
+    };
+    let mut comparisons = 0;
+    while !read.contains_key("r19") {
+        comparisons += 1;
+        assert!(
+            comparisons <= 3,
+            "not read by the third comparison: {read:?}"
+        );
+        let held = as_read(&read);
+        let batch = unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard));
+        assert!(!batch.is_empty() && batch.len() <= FIRST_READS, "{batch:?}");
+        assert!(
+            batch.iter().all(|shard| !read.contains_key(shard)),
+            "a row read since the listing is not read again: {batch:?}"
+        );
+        for shard in batch {
+            let busy = truth(&shard);
+            read.insert(shard, busy);
+        }
+    }
+    // Then the member weighs as it is: the hot row its own, the idle ones nothing, and no
+    // row is left to read.
+    let held = as_read(&read);
+    let weighed = with_unmeasured_shared(member, &held, |m| read.contains_key(&m.shard));
+    let hot = weighed.iter().find(|m| m.shard == "r19").unwrap();
+    assert_eq!(weight(&hot.load), 6_001.0);
+    assert!(
+        (weighed.iter())
+            .filter(|m| m.shard != "r19" && read.contains_key(&m.shard))
+            .all(|m| weight(&m.load) == PER_SHARD),
+        "rows read idle stand as read"
+    );
+    assert!(unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard)).is_empty());
+}

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use kinesis_lease_core::Load;
 
-use super::{weight, Movable, Side, PER_SHARD};
+use super::{weight, Movable, Side, FIRST_READS, PER_SHARD};
 
 /// `shards` (what the last listing showed a member of `side` to hold) with those `measured`
 /// does not pass, and that carry no handler time, weighing alike what `side` weighs beyond
@@ -52,4 +52,28 @@ pub(crate) fn with_unmeasured_shared<'a>(
             })
             .collect(),
     )
+}
+
+/// Of `shards` (as [`with_unmeasured_shared`] takes them), up to [`FIRST_READS`] of those it
+/// guesses at, by shard id: the rows to read before the member is confirmed as an exchange's
+/// taker. None when it guesses at nothing (no such row, or the others weigh half of `side` or
+/// more). A row `measured` passes (read since the listing) is never among them, so that
+/// successive comparisons read the others, not the same ones again.
+pub(crate) fn unmeasured_to_read(
+    side: Side,
+    shards: &[Movable],
+    measured: impl Fn(&Movable) -> bool,
+) -> Vec<String> {
+    if matches!(
+        with_unmeasured_shared(side, shards, &measured),
+        Cow::Borrowed(_)
+    ) {
+        return Vec::new();
+    }
+    shards
+        .iter()
+        .filter(|m| m.load.busy_ms_per_min == 0 && !measured(m))
+        .map(|m| m.shard.clone())
+        .take(FIRST_READS)
+        .collect()
 }

@@ -68,21 +68,7 @@ impl State {
     /// with a load weigh less than half of `side`, what the member's row says); else none.
     pub(super) fn unmeasured_rows(&self, member: &str, side: Side) -> Vec<String> {
         let held = self.held_by(member);
-        let guessed = load_plan::with_unmeasured_shared(side, &held, |m| {
-            self.read_back.contains_key(&m.shard)
-        });
-        if matches!(guessed, std::borrow::Cow::Borrowed(_)) {
-            return Vec::new();
-        }
-        self.listed_as_held_by(member)
-            .filter(|(shard, seen)| {
-                !seen.wanted
-                    && seen.load.is_none_or(|load| load.busy_ms_per_min == 0)
-                    && !self.read_back.contains_key(*shard)
-            })
-            .map(|(shard, _)| shard.clone())
-            .take(load_plan::FIRST_READS)
-            .collect()
+        load_plan::unmeasured_to_read(side, &held, |m| self.read_back.contains_key(&m.shard))
     }
 
     /// Reads the rows of `shards` (strongly consistent) and keeps what each says until the
