@@ -21,6 +21,32 @@ use kinesis_lease_core::Load;
 
 use super::{weight, Movable, Side, FIRST_READS, PER_SHARD};
 
+/// Whether `m`, as listed, is one the guess stands for: no handler time, and not `measured`
+/// (read since the listing).
+fn unknown(m: &Movable, measured: &impl Fn(&Movable) -> bool) -> bool {
+    m.load.busy_ms_per_min == 0 && !measured(m)
+}
+
+/// The handler time a minute each [`unknown`] row of `shards` is guessed at: what `side`
+/// weighs beyond the others, shared alike. `None` when there is no such row, or the others
+/// weigh half of `side` or more (then the listing stands as it is).
+fn guessed_busy(
+    side: Side,
+    shards: &[Movable],
+    measured: &impl Fn(&Movable) -> bool,
+) -> Option<u64> {
+    let count = shards.iter().filter(|m| unknown(m, measured)).count();
+    let known: f64 = (shards.iter())
+        .filter(|m| !unknown(m, measured))
+        .map(|m| weight(&m.load))
+        .sum();
+    if count == 0 || known >= side.weight / 2.0 {
+        return None;
+    }
+    let each = ((side.weight - known) / count as f64 - PER_SHARD).max(0.0);
+    Some(each.round() as u64)
+}
+
 /// `shards` (what the last listing showed a member of `side` to hold) with those `measured`
 /// does not pass, and that carry no handler time, weighing alike what `side` weighs beyond
 /// the others: when the others weigh less than half of it. As listed otherwise.
@@ -29,21 +55,13 @@ pub(crate) fn with_unmeasured_shared<'a>(
     shards: &'a [Movable],
     measured: impl Fn(&Movable) -> bool,
 ) -> Cow<'a, [Movable]> {
-    let unknown = |m: &Movable| m.load.busy_ms_per_min == 0 && !measured(m);
-    let count = shards.iter().filter(|m| unknown(m)).count();
-    let known: f64 = (shards.iter())
-        .filter(|m| !unknown(m))
-        .map(|m| weight(&m.load))
-        .sum();
-    if count == 0 || known >= side.weight / 2.0 {
+    let Some(busy) = guessed_busy(side, shards, &measured) else {
         return Cow::Borrowed(shards);
-    }
-    let each = ((side.weight - known) / count as f64 - PER_SHARD).max(0.0);
-    let busy = each.round() as u64;
+    };
     Cow::Owned(
         shards
             .iter()
-            .map(|m| match unknown(m) {
+            .map(|m| match unknown(m, &measured) {
                 true => Movable {
                     shard: m.shard.clone(),
                     load: Load::new(0, 0, busy),
@@ -64,15 +82,12 @@ pub(crate) fn unmeasured_to_read(
     shards: &[Movable],
     measured: impl Fn(&Movable) -> bool,
 ) -> Vec<String> {
-    if matches!(
-        with_unmeasured_shared(side, shards, &measured),
-        Cow::Borrowed(_)
-    ) {
+    if guessed_busy(side, shards, &measured).is_none() {
         return Vec::new();
     }
     shards
         .iter()
-        .filter(|m| m.load.busy_ms_per_min == 0 && !measured(m))
+        .filter(|m| unknown(m, &measured))
         .map(|m| m.shard.clone())
         .take(FIRST_READS)
         .collect()
