@@ -173,7 +173,8 @@ where
     (!takers.is_empty()).then(|| takers[pick % takers.len()])
 }
 
-/// The peers [`taker`] draws from: those a move or an exchange leaves nearest the best, else
+/// The peers [`taker`] draws from: those a move or an exchange leaves nearest the best (of
+/// the exchanges, those whose pair may also settle nearest the lowest: [`settles_at`]), else
 /// those an exchange may still suit. The coordinator asks again once it has read the one it
 /// drew: a reading from before that member took a hot shard showed it light, and on the
 /// reading taken now it may no longer be among them (the load simulation's slowest starts: a
@@ -194,15 +195,31 @@ where
     let planned = plans(mine, &peers, movable, fill, beside);
     let best = planned
         .iter()
-        .map(|(after, _, _)| *after)
+        .map(|plan| plan.after)
         .fold(f64::MAX, f64::min);
     let near = |within_fill: bool| -> Vec<&K> {
-        planned
+        let near: Vec<&Plan<K>> = planned
             .iter()
-            .filter(|(after, theirs_after, _)| {
-                *after <= best * (1.0 + THRESHOLD) && (!within_fill || *theirs_after <= fill)
+            .filter(|plan| {
+                plan.after <= best * (1.0 + THRESHOLD)
+                    && (!within_fill || plan.theirs_after <= fill)
             })
-            .map(|(_, _, key)| *key)
+            .collect();
+        // Of the exchanges, those whose pair may settle near the lowest: alike for the pair
+        // just after, the exchanges differ in what the giver takes back and keeps for three
+        // minutes (load simulation seed 721: a member of twice the capacity took back a shard
+        // of 3 a second and one of 1 from a warm member, where one cold shard of a cold
+        // member would do, and stood at 1.2x the offline placement for three minutes).
+        let settled = near
+            .iter()
+            .filter_map(|plan| plan.settles)
+            .fold(f64::MAX, f64::min);
+        near.into_iter()
+            .filter(|plan| {
+                plan.settles
+                    .is_none_or(|s| s <= settled * (1.0 + THRESHOLD))
+            })
+            .map(|plan| plan.key)
             .collect()
     };
     // Those the move leaves at most at the fleet's mean first: where the giver stays the
@@ -249,7 +266,7 @@ where
     let best = |shards: &[Movable]| {
         plans(mine, &peers, shards, fill, beside)
             .into_iter()
-            .map(|(after, _, _)| after)
+            .map(|plan| plan.after)
             .reduce(f64::min)
     };
     let all: Vec<Movable> = movable.iter().chain(soon).cloned().collect();
@@ -259,16 +276,28 @@ where
     }
 }
 
+/// One peer's plan in [`plans`].
+struct Plan<'a, K: ?Sized> {
+    /// The pair's larger weight (over capacity) after it.
+    after: f64,
+    /// The peer's weight (over capacity) after it.
+    theirs_after: f64,
+    /// For an exchange, where the pair may settle ([`settles_at`]): what the giver takes back
+    /// stays with it, the taker's light shards may go on.
+    settles: Option<f64>,
+    /// The peer.
+    key: &'a K,
+}
+
 /// For each peer a move ([`bundle`]) or else an exchange ([`swap`]) of `movable` may go to (for
-/// a giver `beside` heavier members, a move within the mean alone: [`planned`]): the larger
-/// weight of the pair after it, the peer's weight after it (over capacity), and the peer.
+/// a giver `beside` heavier members, a move within the mean alone: [`planned`]).
 fn plans<'a, K>(
     mine: Side,
     peers: &[(&'a K, Side, &[Movable])],
     movable: &[Movable],
     fill: f64,
     beside: bool,
-) -> Vec<(f64, f64, &'a K)>
+) -> Vec<Plan<'a, K>>
 where
     K: ?Sized + 'a,
 {
@@ -282,18 +311,22 @@ where
         .iter()
         .filter_map(|(key, peer, theirs)| {
             let given = planned(beside, mine, *peer, movable, fill);
-            let net = match given.is_empty() {
-                false => given.iter().map(|s| weight_of(movable, s)).sum(),
+            let (net, settles) = match given.is_empty() {
+                false => (given.iter().map(|s| weight_of(movable, s)).sum(), None),
                 true if beside => return None,
                 true => {
-                    let swap = swap(mine, *peer, movable, theirs, fill)?;
-                    weight_of(movable, swap.give)
-                        - swap.take.iter().map(|s| weight_of(theirs, s)).sum::<f64>()
+                    let (settles, swap) = scored_swap(mine, *peer, movable, theirs, fill)?;
+                    let back: f64 = swap.take.iter().map(|s| weight_of(theirs, s)).sum();
+                    (weight_of(movable, swap.give) - back, Some(settles))
                 }
             };
             let theirs_after = peer.ratio(peer.weight + net);
-            let after = mine.ratio(mine.weight - net).max(theirs_after);
-            Some((after, theirs_after, *key))
+            Some(Plan {
+                after: mine.ratio(mine.weight - net).max(theirs_after),
+                theirs_after,
+                settles,
+                key: *key,
+            })
         })
         .collect()
 }
@@ -543,6 +576,18 @@ pub(crate) fn swap<'a>(
     theirs: &'a [Movable],
     fill: f64,
 ) -> Option<Swap<'a>> {
+    scored_swap(giver, taker, mine, theirs, fill).map(|(_, swap)| swap)
+}
+
+/// [`swap`] with where its pair may settle ([`settles_at`]: the larger of the two, over
+/// capacity), the measure it chose the exchange by.
+fn scored_swap<'a>(
+    giver: Side,
+    taker: Side,
+    mine: &'a [Movable],
+    theirs: &'a [Movable],
+    fill: f64,
+) -> Option<(f64, Swap<'a>)> {
     if giver.ratio(giver.weight) <= taker.ratio(taker.weight) {
         return None;
     }
@@ -665,7 +710,7 @@ pub(crate) fn swap<'a>(
             }
         }
     }
-    best.map(|(_, swap)| swap)
+    best.map(|((settled, _), swap)| (settled, swap))
 }
 
 /// The weight over capacity a member left at `after` (over capacity) by an exchange may come

@@ -88,6 +88,7 @@ where
         };
         let mut planned: Vec<(f64, f64, &K)> = plans(*side, peers, shards, fill, false)
             .into_iter()
+            .map(|plan| (plan.after, plan.theirs_after, plan.key))
             .filter(|(after, _, _)| *after < side.ratio(side.weight))
             .collect();
         // Stable: the first of equals stays first.

@@ -986,6 +986,47 @@ fn an_exchange_takes_back_no_more_than_the_giver_can_keep_for_three_minutes() {
 }
 
 #[test]
+fn an_exchange_goes_to_the_peer_that_leaves_the_giver_least_to_keep() {
+    // Load simulation seed 721, in its figures (1,200 ms a minute per record a second): a
+    // member of twice the capacity holding the hot shard (20 a second) and one of 10 gives the
+    // 10, which fits no peer alone. With each peer the pair's larger weight after an exchange
+    // is the taker's, 15,600 or near it, but what the giver takes back stays with it for the
+    // three minutes a handed shard stays: from the member holding shards of 3, 2, 1 and 1 a
+    // second it took back the 3 and a 1 and stood at 14,400 over its capacity, 1.2x the
+    // offline placement, for three minutes; from a member of four cold shards one cold shard
+    // will do (12,600), and that taker's other cold shards may go on at once.
+    let mine = shards(&[("hot", 24_000), ("ten", 12_000)]);
+    let warm = shards(&[
+        ("three", 3_600),
+        ("two", 2_400),
+        ("one", 1_200),
+        ("one-b", 1_200),
+    ]);
+    let four = shards(&[
+        ("four", 4_800),
+        ("f1", 1_200),
+        ("f2", 1_200),
+        ("f3", 1_200),
+        ("f4", 1_200),
+    ]);
+    let (cold, cold_b) = (alike("cold", 4, 1_200), alike("cold-b", 4, 1_200));
+    let me = side(36_000, 2, 2_000);
+    let peers = [
+        ("warm", side(8_400, 4, 1_000), warm.as_slice()),
+        ("cold", side(4_800, 4, 1_000), cold.as_slice()),
+        ("cold-b", side(4_800, 4, 1_000), cold_b.as_slice()),
+        ("four", side(9_600, 5, 1_000), four.as_slice()),
+    ];
+    let fill = mean(me, peers.iter().map(|(_, side, _)| *side));
+    let mut drawn = takers(me, peers, &mine, fill, false);
+    drawn.sort();
+    assert_eq!(drawn, ["cold", "cold-b"]);
+    // Weighed alone, the pair may still go to the warm member.
+    let alone = [peers[0]];
+    assert_eq!(takers(me, alone, &mine, fill, false), ["warm"]);
+}
+
+#[test]
 fn hot_shards_of_one_rate_measured_apart_by_chance_do_not_trade() {
     // Load simulation bursty seed 16, in its figures: two shards of 20 records a second (1,200
     // a minute at 15 ms) measured 1,100 handler ms a minute apart, as a minute's Poisson counts
