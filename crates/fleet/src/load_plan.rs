@@ -146,7 +146,8 @@ pub(crate) fn blocks(mine: Side, peer: Side) -> bool {
 /// The peer to weigh this member against as a taker: of `peers` (each with what the last
 /// listing showed it to hold), one that a move ([`bundle`]) to it, or else an exchange
 /// ([`swap`]) with it, leaves with the smallest larger weight of the pair, or within
-/// [`THRESHOLD`] of it: the `pick`-th of those (modulo their number; the caller draws it at
+/// [`THRESHOLD`] of it (of the exchanges, those whose pair may also settle within [`THRESHOLD`]
+/// of the lowest: [`settling_lowest`]): the `pick`-th of those (modulo their number; the caller draws it at
 /// random), so that members giving at once do not all choose the same one (where the giver
 /// stays the heavier of any pair, every taker does as well: at 1,000 x 50 the last five
 /// members to start took 50 to 60 shards each when the lightest always took). Neither the lightest peer nor any peer will always do: a shard hotter than
@@ -198,29 +199,10 @@ where
         .map(|plan| plan.after)
         .fold(f64::MAX, f64::min);
     let near = |within_fill: bool| -> Vec<&K> {
-        let near: Vec<&Plan<K>> = planned
-            .iter()
-            .filter(|plan| {
-                plan.after <= best * (1.0 + THRESHOLD)
-                    && (!within_fill || plan.theirs_after <= fill)
-            })
-            .collect();
-        // Of the exchanges, those whose pair may settle near the lowest: alike for the pair
-        // just after, the exchanges differ in what the giver takes back and keeps for three
-        // minutes (load simulation seed 721: a member of twice the capacity took back a shard
-        // of 3 a second and one of 1 from a warm member, where one cold shard of a cold
-        // member would do, and stood at 1.2x the offline placement for three minutes).
-        let settled = near
-            .iter()
-            .filter_map(|plan| plan.settles)
-            .fold(f64::MAX, f64::min);
-        near.into_iter()
-            .filter(|plan| {
-                plan.settles
-                    .is_none_or(|s| s <= settled * (1.0 + THRESHOLD))
-            })
-            .map(|plan| plan.key)
-            .collect()
+        let near = planned.iter().filter(|plan| {
+            plan.after <= best * (1.0 + THRESHOLD) && (!within_fill || plan.theirs_after <= fill)
+        });
+        settling_lowest(near).map(|plan| plan.key).collect()
     };
     // Those the move leaves at most at the fleet's mean first: where the giver stays the
     // heavier of every pair, a member already above the mean was drawn as often as one far
@@ -242,8 +224,8 @@ where
 
 /// Whether the giver should wait for `soon` (its shards that may be given within a take's
 /// [`dwell`], by then measured) rather than move from `movable` now: when the best pair a move
-/// or an exchange leaves with them in hand ([`takers`]' measure: the pair's larger weight over
-/// capacity) is lighter by more than [`THRESHOLD`] than the best one without. A member that
+/// or an exchange leaves with them in hand (the first of [`takers`]' measures: the pair's
+/// larger weight over capacity just after) is lighter by more than [`THRESHOLD`] than the best one without. A member that
 /// took a hot shard a few seconds after its others gave those first, to the one member of
 /// larger capacity the hot shard alone would have suited, and the hot shard followed them
 /// there: the two stayed together for the three minutes a handed shard stays, at 1.17 to 1.23x
@@ -274,6 +256,28 @@ where
         (Some(now), Some(later)) => later < now * (1.0 - THRESHOLD),
         _ => false,
     }
+}
+
+/// Of `near` (plans near the best for the pair just after), the moves, and the exchanges whose
+/// pair may settle within [`THRESHOLD`] of the lowest: alike for the pair just after, exchanges
+/// differ in what the giver takes back and keeps for the three minutes a handed shard stays
+/// (load simulation seed 721: a member of twice the capacity took back a shard of 3 a second
+/// and one of 1 from a warm member, where one cold shard of a cold member would do, and stood
+/// at 1.2x the offline placement for three minutes). Within [`THRESHOLD`] and not nearer:
+/// the taker's side of the measure counts its light shards as going on, and a shard handed to
+/// it a moment ago stays three minutes; held to the lowest within a quarter of that, a giver
+/// drew a taker whose light shard had just come (bursty load seed 102: 1.3x the offline
+/// placement for three minutes).
+fn settling_lowest<'p, 'a: 'p, K: ?Sized + 'a>(
+    near: impl Iterator<Item = &'p Plan<'a, K>>,
+) -> impl Iterator<Item = &'p Plan<'a, K>> {
+    let near: Vec<&Plan<K>> = near.collect();
+    let lowest = near
+        .iter()
+        .filter_map(|plan| plan.settles)
+        .fold(f64::MAX, f64::min);
+    near.into_iter()
+        .filter(move |plan| plan.settles.is_none_or(|s| s <= lowest * (1.0 + THRESHOLD)))
 }
 
 /// One peer's plan in [`plans`].

@@ -7,7 +7,8 @@
 use kinesis_lease_core::Load;
 
 use super::{
-    blocks, bundle, far_above_mean, mean, plans, weight, Movable, Side, PER_SHARD, THRESHOLD,
+    blocks, bundle, far_above_mean, mean, plans, settling_lowest, weight, Movable, Plan, Side,
+    PER_SHARD, THRESHOLD,
 };
 
 /// Whether a member far above the mean ([`far_above_mean`]) that heavier peers keep from giving
@@ -44,7 +45,8 @@ pub(crate) const HEAVIER_MOST: usize = 8;
 
 /// The peers a member giving beside heavier ones ([`beside_heavier`]) leaves to them. For each
 /// of `heavier` (its side and its shards as last listed), the peers its own move or exchange
-/// may go to ([`takers`](super::takers)' measure: within [`THRESHOLD`] of its best): all of them when they
+/// may go to ([`takers`](super::takers)' measure: within [`THRESHOLD`] of its best, an exchange's
+/// also within it of where the lowest settles): all of them when they
 /// are no more than one above the number of heavier members (places are scarce: one member of
 /// twice the capacity, say), else the best not already left to another (the first of equals);
 /// then the members with the most room below `fill` (capacity times the mean, less their
@@ -86,21 +88,23 @@ where
             }
             false => shards,
         };
-        let mut planned: Vec<(f64, f64, &K)> = plans(*side, peers, shards, fill, false)
+        let mut planned: Vec<Plan<K>> = plans(*side, peers, shards, fill, false)
             .into_iter()
-            .map(|plan| (plan.after, plan.theirs_after, plan.key))
-            .filter(|(after, _, _)| *after < side.ratio(side.weight))
+            .filter(|plan| plan.after < side.ratio(side.weight))
             .collect();
         // Stable: the first of equals stays first.
-        planned.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let Some(best) = planned.first().map(|(after, _, _)| *after) else {
+        planned.sort_by(|a, b| a.after.total_cmp(&b.after));
+        let Some(best) = planned.first().map(|plan| plan.after) else {
             continue;
         };
-        let near: Vec<&K> = planned
-            .iter()
-            .filter(|(after, _, _)| *after <= best * (1.0 + THRESHOLD))
-            .map(|(_, _, key)| *key)
-            .collect();
+        // The peers it would draw among (`takers`: an exchange's by where its pair settles too).
+        let near: Vec<&K> = settling_lowest(
+            planned
+                .iter()
+                .filter(|plan| plan.after <= best * (1.0 + THRESHOLD)),
+        )
+        .map(|plan| plan.key)
+        .collect();
         let keep: Vec<&K> = match near.len() <= heavier.len() + 1 {
             true => near,
             false => near

@@ -1024,6 +1024,14 @@ fn an_exchange_goes_to_the_peer_that_leaves_the_giver_least_to_keep() {
     // Weighed alone, the pair may still go to the warm member.
     let alone = [peers[0]];
     assert_eq!(takers(me, alone, &mine, fill, false), ["warm"]);
+    // Within the threshold of the lowest is near enough (a taker's light shard may have come a
+    // moment ago, and stays): one of 1,800 back leaves the giver at 12,900, 2 % above 12,600.
+    let cool = alike("cool", 3, 1_800);
+    let peers = [peers[0], peers[1], ("cool", side(5_400, 3, 1_000), &cool)];
+    let fill = mean(me, peers.iter().map(|(_, side, _)| *side));
+    let mut drawn = takers(me, peers, &mine, fill, false);
+    drawn.sort();
+    assert_eq!(drawn, ["cold", "cool"]);
 }
 
 #[test]
