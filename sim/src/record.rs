@@ -116,6 +116,9 @@ struct State {
     redo: BTreeMap<(String, SequenceNumber), u64>,
     /// When the last attempt of each instance on a record in `redo` entered (ms).
     redo_entered: BTreeMap<(String, String, SequenceNumber), u64>,
+    /// The last operator's move of each shard: who held the row, and its counter after the
+    /// move.
+    operator_moves: BTreeMap<String, (Option<String>, u64)>,
 }
 
 /// The shared recorder of one run.
@@ -651,6 +654,24 @@ impl Recorder {
             Some(to) => state.checkpoints.insert(shard.to_owned(), to),
             None => state.checkpoints.remove(shard),
         };
+    }
+
+    /// An operator moved `shard`'s row from under `held_by`, leaving it at `counter`.
+    pub fn operator_moved(&self, shard: &str, held_by: Option<String>, counter: u64) {
+        self.lock()
+            .operator_moves
+            .insert(shard.to_owned(), (held_by, counter));
+    }
+
+    /// Whether `row` (of `shard`) stands as an operator's move of it from under `owner` left it,
+    /// with no write since: no other holding between.
+    pub fn moved_from_under(&self, shard: &str, owner: &str, row: &Lease) -> bool {
+        self.lock()
+            .operator_moves
+            .get(shard)
+            .is_some_and(|(held_by, counter)| {
+                held_by.as_deref() == Some(owner) && *counter == row.counter
+            })
     }
 
     /// An operator reset `shard` to `to` now: every expected record after `to` must be handled

@@ -90,6 +90,8 @@ impl World {
                         .violate(format!("operator: bumping the epoch failed: {error}"));
                 }
                 self.rec.checkpoint_moved(&shard, after.checkpoint.clone());
+                self.rec
+                    .operator_moved(&shard, row.owner.clone(), after.counter);
                 if let Some(to) = &checkpoint {
                     self.rec.reset(&shard, to);
                 }
