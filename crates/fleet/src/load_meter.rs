@@ -27,6 +27,23 @@ use kinesis_lease_core::Load;
 /// window since it (half after 30 s), all of it after this long.
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
+/// How far back [`LoadMeter::rising`] looks for a rise: two spans of this long, one after the
+/// other.
+pub(crate) const RECENT: Duration = Duration::from_secs(15);
+
+/// How far above the window's average each of the two last [`RECENT`] spans must stand, in
+/// handler time, for [`LoadMeter::rising`] to read a rise. Half, not a quarter: records that
+/// settle in lumps every `p` seconds put at most one lump more in a span of 15 s than its
+/// share, and two spans each half above their share would take four lumps in 30 s, which
+/// lumps 10 s apart or more cannot make and lumps closer than that are too many to lift a span
+/// by half (at a quarter, a batch flushing every 20 s read as a rise at half the readings: a
+/// review's trace).
+pub(crate) const RISE: f64 = 0.5;
+
+/// How many standard deviations of chance (a Poisson count at the window's rate) each span's
+/// records must stand above the window's for a rise.
+pub(crate) const RISE_NOISE: f64 = 3.0;
+
 /// What the settlement counted so far (running totals, never reset while the shard is held).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Totals {
@@ -124,6 +141,57 @@ impl LoadMeter {
         self.load()
     }
 
+    /// The load at the rate of the last [`RECENT`], when it and the span before it each stand
+    /// well above the window's average ([`RISE`] in handler time, [`RISE_NOISE`] deviations of
+    /// chance in records): a shard turning hot, which the window shows in part until a minute
+    /// after the step (half of it after 30 s). A step from 1 record a second to 21 reads as a
+    /// rise from about 27 s after it to about 39 s. Two spans, not one, and half above, not a
+    /// quarter: records settling in lumps (a batch flushing, producers shipping once a minute)
+    /// do not lift both (see [`RISE`]; `lumps_of_settlement_do_not_read_as_a_rise`). `None`
+    /// otherwise, and before two spans of readings. Only the instance's own planner reads it,
+    /// and only to hold back exchanges that would keep such a shard (`Shared::rising_shards`):
+    /// an exchange decided on a figure still climbing took back shards the giver then kept
+    /// three minutes above the bound (load simulation seeds 772 and 1599). The row carries the
+    /// window's average.
+    pub(crate) fn rising(&self) -> Option<Load> {
+        let window = self.rates?;
+        let (last, totals) = *self.readings.back()?;
+        let at_or_before = |t: Duration| {
+            self.readings
+                .iter()
+                .rev()
+                .find(|(then, _)| *then <= t)
+                .copied()
+        };
+        let middle = at_or_before(last.checked_sub(RECENT)?)?;
+        let first = at_or_before(middle.0.checked_sub(RECENT)?)?;
+        let span = |(from, a): (Duration, Totals), (to, b): (Duration, Totals)| {
+            let secs = (to - from).as_secs_f64();
+            (secs > 0.0).then(|| Rates {
+                records: b.records.saturating_sub(a.records) as f64 / secs,
+                bytes: b.bytes.saturating_sub(a.bytes) as f64 / secs,
+                busy: b.busy.saturating_sub(a.busy).as_secs_f64() / secs,
+            })
+        };
+        let older = span(first, middle)?;
+        let recent = span(middle, (last, totals))?;
+        let risen = |rates: Rates, secs: f64| {
+            let expected = window.records * secs;
+            rates.busy > window.busy * (1.0 + RISE)
+                && rates.records * secs - expected > RISE_NOISE * expected.max(1.0).sqrt()
+        };
+        let secs = |(a, _): (Duration, Totals), (b, _): (Duration, Totals)| (b - a).as_secs_f64();
+        (risen(older, secs(first, middle)) && risen(recent, secs(middle, (last, totals)))).then(
+            || {
+                Load::new(
+                    (recent.records * 60.0).round() as u64,
+                    (recent.bytes * 60.0).round() as u64,
+                    (recent.busy * 60_000.0).round() as u64,
+                )
+            },
+        )
+    }
+
     /// The load as it stands (zero before any reading, when the row carried none).
     pub(crate) fn load(&self) -> Load {
         let rates = self.rates.unwrap_or_default();
@@ -210,6 +278,94 @@ mod tests {
         assert_eq!(half.records_per_min, 660, "after 30 s: {half:?}");
         let minute = run(&mut meter, &mut at, 30, 21, 10);
         assert_eq!(minute.records_per_min, 1_260, "after a minute: {minute:?}");
+    }
+
+    #[test]
+    fn a_shard_turning_hot_reads_as_rising_until_its_average_shows_most_of_the_step() {
+        let mut meter = LoadMeter::new(None);
+        let mut at = (Duration::ZERO, Totals::default());
+        run(&mut meter, &mut at, 300, 1, 10);
+        assert_eq!(meter.rising(), None, "steady");
+        // From 60 to 1,260 records a minute: one span of 15 s after the step is not two.
+        run(&mut meter, &mut at, 15, 21, 10);
+        assert_eq!(meter.rising(), None, "15 s after the step");
+        run(&mut meter, &mut at, 15, 21, 10);
+        let rising = meter.rising().map(|load| load.records_per_min);
+        assert_eq!(rising, Some(1_260), "30 s after: {:?}", meter.load());
+        // 45 s after, the average shows three quarters of it: no longer half below.
+        run(&mut meter, &mut at, 15, 21, 10);
+        assert_eq!(meter.rising(), None, "45 s after: {:?}", meter.load());
+        run(&mut meter, &mut at, 15, 21, 10);
+        assert_eq!(meter.rising(), None, "60 s after: {:?}", meter.load());
+    }
+
+    #[test]
+    fn chance_in_arrivals_does_not_read_as_a_rise() {
+        // Each second's records a Poisson count (independent producers), one a second to 40,
+        // for an hour each, 10 ms a record: no reading sees a rise.
+        let mut rng = StdRng::seed_from_u64(11);
+        for rate in [1.0, 2.0, 5.0, 10.0, 40.0] {
+            let poisson = Poisson::new(rate).expect("a positive rate");
+            let mut meter = LoadMeter::new(None);
+            let mut totals = Totals::default();
+            let mut rises = 0;
+            for second in 1..=3_600u64 {
+                let records = poisson.sample(&mut rng) as u64;
+                totals.records += records;
+                totals.busy += Duration::from_millis(10 * records);
+                if second % RENEW.as_secs() == 0 {
+                    meter.observe(Duration::from_secs(second), totals);
+                    rises += usize::from(second > 120 && meter.rising().is_some());
+                }
+            }
+            assert_eq!(rises, 0, "{rate} a second");
+        }
+    }
+
+    #[test]
+    fn lumps_of_settlement_do_not_read_as_a_rise() {
+        // Lumps of 20 records a second's worth every `period` seconds (a batch handler
+        // flushing, a producer shipping now and then), at three phases, and three producers
+        // shipping 400 records each once a minute, 8 s apart: no reading after the first two
+        // minutes sees a rise.
+        type Settled = Vec<(f64, u64, f64)>;
+        let mut shapes: Vec<(String, Settled)> = Vec::new();
+        for period in [
+            2.0, 5.0, 7.0, 9.0, 10.0, 12.0, 14.0, 17.0, 20.0, 25.0, 30.0, 45.0, 60.0,
+        ] {
+            for phase in [0.3, 1.1, 2.2] {
+                let events = (0..)
+                    .map(|n| phase + n as f64 * period)
+                    .take_while(|t| *t < 3_600.0)
+                    .map(|t| (t, (20.0 * period) as u64, 0.2 * period))
+                    .collect();
+                shapes.push((format!("every {period} s at {phase}"), events));
+            }
+        }
+        shapes.push((
+            "three shippers a minute".to_owned(),
+            (0..60)
+                .flat_map(|minute| {
+                    [0.5, 8.5, 16.5].map(|offset| (minute as f64 * 60.0 + offset, 400, 4.0))
+                })
+                .collect(),
+        ));
+        for (shape, events) in shapes {
+            let mut meter = LoadMeter::new(None);
+            let mut totals = Totals::default();
+            let mut next = events.iter().peekable();
+            for at in (RENEW.as_secs()..=3_600).step_by(RENEW.as_secs() as usize) {
+                while let Some((_, records, busy)) = next.next_if(|(t, _, _)| *t <= at as f64) {
+                    totals.records += records;
+                    totals.busy += Duration::from_secs_f64(*busy);
+                }
+                meter.observe(Duration::from_secs(at), totals);
+                assert!(
+                    at <= 120 || meter.rising().is_none(),
+                    "{shape}: a rise at {at} s"
+                );
+            }
+        }
     }
 
     #[test]

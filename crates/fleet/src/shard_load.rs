@@ -19,6 +19,8 @@ pub(crate) struct ShardLoad {
     meter: LoadMeter,
     /// The last figure, shared with `Held::load`.
     shown: Arc<Mutex<Option<Load>>>,
+    /// The last rise read (`LoadMeter::rising`), shared with `Held::rising`.
+    rising: Arc<Mutex<Option<Load>>>,
     /// When the holding began: the settlement's totals were zero then.
     since: Instant,
     /// The load the row shows: what the last landed write carried, or what the row carried
@@ -33,6 +35,7 @@ impl ShardLoad {
         settlement: Arc<ShardSettlement>,
         prior: Option<&Load>,
         shown: Arc<Mutex<Option<Load>>>,
+        rising: Arc<Mutex<Option<Load>>>,
         since: Instant,
     ) -> Self {
         Self {
@@ -40,6 +43,7 @@ impl ShardLoad {
             settlement,
             meter: LoadMeter::new(prior),
             shown,
+            rising,
             since,
             written: prior.copied(),
         }
@@ -57,6 +61,7 @@ impl ShardLoad {
         let load = self.meter.observe(self.since.elapsed(), totals);
         self.counted.load(&load);
         *self.shown.lock().unwrap_or_else(|p| p.into_inner()) = Some(load);
+        *self.rising.lock().unwrap_or_else(|p| p.into_inner()) = self.meter.rising();
         load
     }
 

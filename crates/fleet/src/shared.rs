@@ -52,6 +52,10 @@ pub(crate) struct Held {
     /// The shard's smoothed load as its keeper last measured it (see `load_meter`); `None`
     /// before its first renewal, unless its row carried one.
     pub(crate) load: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
+    /// The shard's load at its recent rate while that stands well above `load` (a shard
+    /// turning hot: `LoadMeter::rising`), for this instance's own planner only
+    /// (`Shared::rising_shards`).
+    pub(crate) rising: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
     /// From when the shard may be given away to balance load (`load_plan::dwell`): 30 s
     /// after it was taken, three minutes after it came by a hand-over, so a shard moves at most
     /// once in three minutes.
@@ -134,6 +138,27 @@ impl Shared {
             })
             .collect();
         kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)
+    }
+
+    /// The held shards that turn hot (`Held::rising`), not being handed over already: while it
+    /// holds them, this instance's own figure still climbs, and what it publishes shows part of
+    /// it.
+    pub(crate) fn rising_shards(&self) -> Vec<String> {
+        self.held()
+            .iter()
+            .filter(|(_, held)| {
+                held.rising
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some()
+                    && held
+                        .handing_to
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_none()
+            })
+            .map(|(shard, _)| shard.clone())
+            .collect()
     }
 
     pub(crate) fn key(&self, shard: &str) -> Result<LeaseKey, ReaderError> {

@@ -445,9 +445,24 @@ impl State {
                 let mut read_now = pre_read;
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
+                // No exchange that keeps a shard of its own that turns hot
+                // (`load_meter::LoadMeter::rising`): its figure still climbs with that shard,
+                // what it takes back stays three minutes, and a plain move may suit once the
+                // figure shows the step (load simulation seeds 772, 1599 and 1648: exchanges 30
+                // s after a shard turned hot kept the giver at 1.15x to 1.2x the offline
+                // placement for three minutes). Giving that shard away is no such plan (seed
+                // 116 needs that exchange: without it, 152 s after the turn). Decided before
+                // any row is read for it.
+                let rising = shared.rising_shards();
                 for round in 0..3 {
                     let theirs_held = self.held_as_weighed(&taker, theirs);
                     let swap = load_plan::swap(mine, theirs, &movable, &theirs_held, fill);
+                    if let Some(swap) = &swap {
+                        if rising.iter().any(|shard| shard != swap.give) {
+                            tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, give = swap.give, "it would keep a shard that turns hot: no exchange yet");
+                            return;
+                        }
+                    }
                     let to_read: Vec<String> = match &swap {
                         Some(swap) => swap
                             .take
@@ -522,6 +537,15 @@ impl State {
             // With the marks that landed (some may not have), the shard planned may no longer
             // suit: give the one that does best with what comes back, if any.
             let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum();
+            // Holding a shard that turns hot, the exchange was planned to give that one (see
+            // above): nothing else, whatever landed, or it would keep it.
+            let movable: Vec<Movable> = match shared.rising_shards().is_empty() {
+                true => movable,
+                false => movable
+                    .into_iter()
+                    .filter(|m| shards.contains(&m.shard))
+                    .collect(),
+            };
             match load_plan::give_for(mine, theirs, &movable, &landed, asked) {
                 Some(best) => shards = vec![best.to_owned()],
                 None => return,

@@ -40,6 +40,7 @@ impl State {
         let refusal = Arc::new(kinesis_shard_reader::Refusal::default());
         let nudge = Arc::new(tokio::sync::Notify::new());
         let load = Arc::new(Mutex::new(lease.load.map(|l| l.without_capacity())));
+        let rising = Arc::new(Mutex::new(None));
         shared.held().insert(
             shard.clone(),
             Held {
@@ -51,6 +52,7 @@ impl State {
                 nudge: nudge.clone(),
                 handing_to: Arc::default(),
                 load: load.clone(),
+                rising: rising.clone(),
                 movable_at: sent + crate::load_plan::dwell(false),
             },
         );
@@ -79,6 +81,7 @@ impl State {
                 settlement.clone(),
                 lease.load.as_ref(),
                 load,
+                rising,
                 sent,
             ),
         };
