@@ -146,8 +146,9 @@ impl LoadMeter {
     /// chance in records): a shard turning hot, which the window shows in part until a minute
     /// after the step (half of it after 30 s). A step from 1 record a second to 21 reads as a
     /// rise from about 27 s after it to about 39 s. Two spans, not one, and half above, not a
-    /// quarter: records settling in lumps (a batch flushing, producers shipping once a minute)
-    /// do not lift both (see [`RISE`]; `lumps_of_settlement_do_not_read_as_a_rise`). `None`
+    /// quarter: records settling in lumps of one period (a batch flushing, producers shipping
+    /// once a minute) do not lift both (see [`RISE`]; `lumps_of_settlement_do_not_read_as_a_rise`);
+    /// lumps at random times may, now and then, for a reading or two. `None`
     /// otherwise, and before two spans of readings. Only the instance's own planner reads it,
     /// and only to hold back exchanges that would keep such a shard (`Shared::rising_shards`):
     /// an exchange decided on a figure still climbing took back shards the giver then kept

@@ -140,17 +140,21 @@ impl Shared {
         kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)
     }
 
-    /// The held shards that turn hot (`Held::rising`), not being handed over already: while it
+    /// The held shards that turn hot (`Held::rising`) by more than `least` handler
+    /// milliseconds a minute above what they show, not being handed over already: while it
     /// holds them, this instance's own figure still climbs, and what it publishes shows part of
     /// it.
-    pub(crate) fn rising_shards(&self) -> Vec<String> {
+    pub(crate) fn rising_shards(&self, least: f64) -> Vec<String> {
         self.held()
             .iter()
             .filter(|(_, held)| {
-                held.rising
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_some()
+                let rising = *held.rising.lock().unwrap_or_else(|p| p.into_inner());
+                let shown = *held.load.lock().unwrap_or_else(|p| p.into_inner());
+                let rise = rising.map_or(0.0, |rising| {
+                    rising.busy_ms_per_min as f64
+                        - shown.map_or(0.0, |shown| shown.busy_ms_per_min as f64)
+                });
+                rise > least
                     && held
                         .handing_to
                         .lock()

@@ -407,6 +407,19 @@ impl State {
             return;
         };
         let given = load_plan::planned(beside, mine, theirs, &movable, fill);
+        // No exchange that keeps a shard of its own that turns hot
+        // (`load_meter::LoadMeter::rising`) by more than an exchange must take off this member
+        // (`load_plan::EXCHANGE_GAIN`): its figure still climbs with that shard, what it takes
+        // back stays three minutes, and a plain move may suit once the figure shows the step
+        // (load simulation seeds 772, 1599 and 1648: exchanges 30 s after a shard turned hot
+        // kept the giver at 1.15x to 1.2x the offline placement for three minutes). Giving
+        // that shard away is no such plan (seed 116 needs that exchange: without it, 152 s
+        // after the turn), so one rising shard it may give leaves the exchange to give it and
+        // no other; two, or one not movable yet, leave none. Decided before the rows an
+        // exchange would take back are read, on one reading of the meters (a rise ending
+        // within the comparison does not free the other shards).
+        let least_rise = mine.weight * load_plan::EXCHANGE_GAIN;
+        let rising = shared.rising_shards(least_rise);
         let (mut shards, back): (Vec<String>, Vec<Movable>) = match given.is_empty() {
             false => (given.iter().map(|s| (*s).to_owned()).collect(), Vec::new()),
             // Beside heavier members, a move within the mean or nothing.
@@ -442,27 +455,26 @@ impl State {
                 // taker's rows not read since the listing (up to `load_plan::FIRST_READS` at a
                 // comparison); what they say is kept until the next listing (`read_back`),
                 // and the exchange planned again on it.
+                // What the exchange may give: the one shard turning hot, if any (above).
+                let offered: Vec<Movable> = match rising.as_slice() {
+                    [] => movable.clone(),
+                    [shard] => movable
+                        .iter()
+                        .filter(|m| m.shard == *shard)
+                        .cloned()
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                if offered.is_empty() {
+                    tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, rising = ?rising, "it holds shards that turn hot: no exchange yet");
+                    return;
+                }
                 let mut read_now = pre_read;
                 let mut found = None;
                 let mut unread_budget = load_plan::FIRST_READS;
-                // No exchange that keeps a shard of its own that turns hot
-                // (`load_meter::LoadMeter::rising`): its figure still climbs with that shard,
-                // what it takes back stays three minutes, and a plain move may suit once the
-                // figure shows the step (load simulation seeds 772, 1599 and 1648: exchanges 30
-                // s after a shard turned hot kept the giver at 1.15x to 1.2x the offline
-                // placement for three minutes). Giving that shard away is no such plan (seed
-                // 116 needs that exchange: without it, 152 s after the turn). Decided before
-                // any row is read for it.
-                let rising = shared.rising_shards();
                 for round in 0..3 {
                     let theirs_held = self.held_as_weighed(&taker, theirs);
-                    let swap = load_plan::swap(mine, theirs, &movable, &theirs_held, fill);
-                    if let Some(swap) = &swap {
-                        if rising.iter().any(|shard| shard != swap.give) {
-                            tracing::debug!(owner = %config.owner, %taker, mine = mine.weight, give = swap.give, "it would keep a shard that turns hot: no exchange yet");
-                            return;
-                        }
-                    }
+                    let swap = load_plan::swap(mine, theirs, &offered, &theirs_held, fill);
                     let to_read: Vec<String> = match &swap {
                         Some(swap) => swap
                             .take
@@ -538,8 +550,9 @@ impl State {
             // suit: give the one that does best with what comes back, if any.
             let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum();
             // Holding a shard that turns hot, the exchange was planned to give that one (see
-            // above): nothing else, whatever landed, or it would keep it.
-            let movable: Vec<Movable> = match shared.rising_shards().is_empty() {
+            // above): nothing else, whatever landed, or it would keep it (then nothing, and
+            // what landed comes all the same).
+            let movable: Vec<Movable> = match rising.is_empty() {
                 true => movable,
                 false => movable
                     .into_iter()
