@@ -352,20 +352,12 @@ mod tests {
                 .collect(),
         ));
         for (shape, events) in shapes {
-            let mut meter = LoadMeter::new(None);
-            let mut totals = Totals::default();
-            let mut next = events.iter().peekable();
-            for at in (RENEW.as_secs()..=3_600).step_by(RENEW.as_secs() as usize) {
-                while let Some((_, records, busy)) = next.next_if(|(t, _, _)| *t <= at as f64) {
-                    totals.records += records;
-                    totals.busy += Duration::from_secs_f64(*busy);
-                }
-                meter.observe(Duration::from_secs(at), totals);
+            feed_each(&mut LoadMeter::new(None), &events, 3_600, |at, _, meter| {
                 assert!(
                     at <= 120 || meter.rising().is_none(),
                     "{shape}: a rise at {at} s"
                 );
-            }
+            });
         }
     }
 
@@ -385,9 +377,22 @@ mod tests {
     /// began) of the settlements `events` (when, records, handler seconds), sorted; returns each
     /// reading's handler milliseconds a minute.
     fn feed(meter: &mut LoadMeter, events: &[(f64, u64, f64)], until: u64) -> Vec<(u64, u64)> {
+        let mut readings = Vec::new();
+        feed_each(meter, events, until, |at, load, _| {
+            readings.push((at, load.busy_ms_per_min))
+        });
+        readings
+    }
+
+    /// As [`feed`], calling `each` with every reading's time, load and meter.
+    fn feed_each(
+        meter: &mut LoadMeter,
+        events: &[(f64, u64, f64)],
+        until: u64,
+        mut each: impl FnMut(u64, Load, &LoadMeter),
+    ) {
         let mut totals = Totals::default();
         let mut next = events.iter().peekable();
-        let mut readings = Vec::new();
         for at in (RENEW.as_secs()..=until).step_by(RENEW.as_secs() as usize) {
             while let Some((_, records, busy)) = next.next_if(|(t, _, _)| *t <= at as f64) {
                 totals.records += records;
@@ -395,9 +400,8 @@ mod tests {
                 totals.busy += Duration::from_secs_f64(*busy);
             }
             let load = meter.observe(Duration::from_secs(at), totals);
-            readings.push((at, load.busy_ms_per_min));
+            each(at, load, meter);
         }
-        readings
     }
 
     /// The least and the most a fresh meter fed an hour of `events` reads from 600 s on, over
