@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kinesis_broker::lease::{LeaseStore, Outcome};
+use kinesis_broker::lease::{Lease, LeaseKey, LeaseStore, Outcome};
 use kinesis_broker::testing::{hash_key, MemoryStream};
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker};
 use kinesis_lease_dynamo::Billed;
@@ -363,6 +363,25 @@ async fn the_first_instance_with_the_option_among_others_without_it_is_not_left_
     }
 }
 
+/// Marks a row `holder` holds wanted by `asker`, as an exchange's `request` does, and returns
+/// it as listed before the mark.
+async fn mark_a_row(store: &MemoryLeaseStore, holder: &str, asker: &str) -> Lease {
+    let rows = store.list(STREAM).await.expect("list");
+    let row = rows
+        .into_iter()
+        .find(|r| r.is_held_by(holder))
+        .unwrap_or_else(|| panic!("a row held by {holder}"));
+    let marked = store
+        .request(&row.key, asker, holder)
+        .await
+        .expect("request");
+    assert!(
+        matches!(marked, Outcome::Written(_)),
+        "not marked: {marked:?}"
+    );
+    row
+}
+
 /// A shard marked for a member that has left since (it shut down before the hand-over landed)
 /// is read again within seconds: the giver sees the taker's member row is no longer held and
 /// moves the epoch at once, rather than poke a member that will never take the row.
@@ -399,20 +418,8 @@ async fn a_shard_handed_to_a_member_that_left_is_read_again_within_seconds() {
     );
     // The mark the taker made before it left (as an exchange's `request` does).
     let store = MemoryLeaseStore::over(&table);
-    let rows = store.list(STREAM).await.expect("list");
-    let row = rows
-        .iter()
-        .find(|r| r.is_held_by("instance-0"))
-        .expect("a row held by the survivor");
+    let row = mark_a_row(&store, "instance-0", "instance-1").await;
     let shard = row.key.shard().to_owned();
-    let marked = store
-        .request(&row.key, "instance-1", "instance-0")
-        .await
-        .expect("request");
-    assert!(
-        matches!(marked, Outcome::Written(_)),
-        "not marked: {marked:?}"
-    );
     // The keeper hands the row over at its next renewal (within 3 s).
     let mut gone_at = None;
     let mut back_after = None;
@@ -503,4 +510,108 @@ async fn a_shard_given_by_load_is_handed_over_at_once() {
         waits.iter().all(|w| *w <= Duration::from_millis(300)),
         "{moves} moves; a marked shard waited for its keeper's renewal: {waits:?}"
     );
+}
+
+/// A shard an exchange takes back goes on to a third member with room (`load_plan::onward`):
+/// the giver marks the taker's row wanted by that member, which never asked for it. Its holder
+/// hands it over as to any asker, the member named takes it within seconds (5 s here) and
+/// reads on from the checkpoint, and nothing is lost or handled twice.
+#[tokio::test(start_paused = true)]
+async fn a_shard_marked_for_a_third_member_is_read_there_and_handled_once() {
+    fastrand::seed(3);
+    let Fleet {
+        kinesis,
+        table,
+        handled,
+        running: fleet,
+        ..
+    } = fleet(6, &[true; 3]).await;
+    let keys: Vec<String> = (0..6).map(key_of).collect();
+    // At `LATEST` (the default), records count from each shard's first reader: put none before
+    // every shard is read.
+    for _ in 0..100 {
+        let held: usize = fleet.iter().map(|r| r.stats().shards(STREAM).len()).sum();
+        if held == 6 {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    let mut id = 0u64;
+    // Loads to publish and compare: a record a second on each shard, for a minute.
+    for _ in 0..60 {
+        for key in &keys {
+            kinesis.put(STREAM, key, id.to_string()).expect("put");
+            id += 1;
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+    // The mark instance-1 makes in an exchange with instance-0, naming instance-2.
+    let store = MemoryLeaseStore::over(&table);
+    let row = mark_a_row(&store, "instance-0", "instance-2").await;
+    let shard = row.key.shard().to_owned();
+    // And pokes the holder about it, as `take_back` does.
+    let holder = LeaseKey::member(STREAM, "instance-0").expect("member key");
+    assert!(
+        store.poke(&holder, &row.key).await.expect("poke"),
+        "not poked"
+    );
+    let holds = |who: usize| {
+        fleet[who]
+            .stats()
+            .shards(STREAM)
+            .iter()
+            .any(|s| s.shard == shard)
+    };
+    let mut taken_after = None;
+    for tenth in 0..150u64 {
+        // The load goes on: a record a second on each shard.
+        if tenth % 10 == 0 {
+            for key in &keys {
+                kinesis.put(STREAM, key, id.to_string()).expect("put");
+                id += 1;
+            }
+        }
+        sleep(Duration::from_millis(100)).await;
+        if holds(2) && !holds(0) {
+            taken_after = Some(Duration::from_millis((tenth + 1) * 100));
+            break;
+        }
+    }
+    let taken_after = taken_after.expect("the member named never took the row");
+    eprintln!("taken by the member named {taken_after:?} after the mark");
+    // The holder learns of the mark at its member row's next renewal (the asker's poke), the
+    // member named of the hand-over at its own (the holder's poke): two renew intervals and a
+    // take interval at most, not a lease.
+    assert!(
+        taken_after <= Duration::from_secs(7),
+        "taken by the member named only {taken_after:?} after the mark"
+    );
+    let row = store
+        .list(STREAM)
+        .await
+        .expect("list")
+        .into_iter()
+        .find(|r| r.key.shard() == shard)
+        .expect("the row");
+    assert!(
+        row.is_held_by("instance-2") && row.token.is_some(),
+        "{row:?}"
+    );
+    // A minute more of load, then every record handled exactly once.
+    for _ in 0..60 {
+        for key in &keys {
+            kinesis.put(STREAM, key, id.to_string()).expect("put");
+            id += 1;
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+    sleep(Duration::from_secs(5)).await;
+    for running in fleet {
+        running.shutdown().await;
+    }
+    let handled = handled.lock().unwrap();
+    let twice: Vec<_> = handled.iter().filter(|(_, by)| by.len() > 1).collect();
+    assert!(twice.is_empty(), "handled twice: {twice:?}");
+    let lost: Vec<u64> = (0..id).filter(|i| !handled.contains_key(i)).collect();
+    assert!(lost.is_empty(), "records lost: {lost:?} of {id}");
 }

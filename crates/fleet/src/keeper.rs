@@ -396,7 +396,9 @@ impl Keeper {
         // instead, and move the epoch; the others take it within a take round or two (while
         // the asker still counts among the members, the first round may leave it to the next).
         // (Capacity 0 also stands for a join not announced yet, until the renewal sent once it
-        // is: an asker asks only after that, so at most for a store call's time.)
+        // is: an asker asks only after that, and a member balancing by load names another
+        // only after a consistent read of its row showed a capacity, so at most for a store
+        // call's time.)
         if self.asker_leaving(&asker, deadline).await {
             tracing::info!(%asker, "the instance that asked for the shard takes nothing now (shutting down); releasing it instead");
             let due = self.cursor.due(&self.settlement);

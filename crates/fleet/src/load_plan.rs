@@ -32,11 +32,13 @@
 use kinesis_lease_core::Load;
 
 mod beside;
+mod onward;
 mod unmeasured;
 
 #[cfg(test)]
 use beside::bundle_within_fill;
 pub(crate) use beside::{beside_heavier, left_to_heavier, planned, HEAVIER_MOST};
+pub(crate) use onward::onward;
 pub(crate) use unmeasured::{unmeasured_to_read, with_unmeasured_shared};
 
 /// What a held shard weighs besides its handler time, in handler milliseconds a minute: about
@@ -437,45 +439,58 @@ pub(crate) fn bundle<'a>(
 }
 
 /// An exchange's second half: with `back` the loads of the taker's shards whose marks landed
-/// (fewer, perhaps, than [`swap`] chose), the giver's shard to give, if any: of those that
+/// naming this giver (fewer, perhaps, than [`swap`] chose) and `away` those whose marks landed
+/// naming a third member ([`onward`](fn@onward)), the giver's shard to give, if any: of those that
 /// [`exchange_lowers`], the one leaving the pair's larger weight smallest (the lighter of
 /// two that do as well). The shard [`swap`] planned is one of them when every mark landed.
 ///
-/// Only a shard heavier than everything `asked` (the weight of all the marks made, landed or
-/// not): a mark counted as not landed (its answer lost or cut off) may have landed, and a
-/// shard lighter than what comes back would then leave the giver heavier than it was.
+/// Only a shard heavier than everything `asked` (the weight of all the marks made naming this
+/// giver, landed or not): a mark counted as not landed (its answer lost or cut off) may have
+/// landed, and a shard lighter than what comes back would then leave the giver heavier than it
+/// was. (A mark naming a third member that landed unseen only leaves the taker lighter.)
 pub(crate) fn give_for<'a>(
     giver: Side,
     taker: Side,
     movable: &'a [Movable],
     back: &[Load],
+    away: &[Load],
     asked: f64,
 ) -> Option<&'a str> {
-    if back.is_empty() {
+    if back.is_empty() && away.is_empty() {
         return None;
     }
     let returned: f64 = back.iter().map(weight).sum();
+    let relieved: f64 = away.iter().map(weight).sum();
     movable
         .iter()
         .filter(|m| weight(&m.load) > asked)
-        .filter(|m| exchange_lowers(giver, taker, &m.load, back))
+        .filter(|m| exchange_lowers(giver, taker, &m.load, back, away))
         .map(|m| {
             let net = weight(&m.load) - returned;
             let after = giver
                 .ratio(giver.weight - net)
-                .max(taker.ratio(taker.weight + net));
+                .max(taker.ratio(taker.weight + net - relieved));
             (after, weight(&m.load), m)
         })
         .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)))
         .map(|(_, _, m)| m.shard.as_str())
 }
 
-/// Whether an exchange of `given` for `back` (the taker's shards whose marks landed) still
-/// leaves the taker lighter than the giver was: then the pair's larger weight falls and the
-/// fleet's largest does not rise.
-pub(crate) fn exchange_lowers(giver: Side, taker: Side, given: &Load, back: &[Load]) -> bool {
+/// Whether an exchange of `given` for `back` (the taker's shards whose marks landed naming the
+/// giver), with `away` (those whose marks landed naming a third member) leaving the taker too,
+/// leaves the giver lighter and the taker lighter than the giver was: then the pair's larger
+/// weight falls and the fleet's largest does not rise (a third member takes only what leaves it
+/// below the giver as it ends: [`onward`](fn@onward)).
+pub(crate) fn exchange_lowers(
+    giver: Side,
+    taker: Side,
+    given: &Load,
+    back: &[Load],
+    away: &[Load],
+) -> bool {
     let net = weight(given) - back.iter().map(weight).sum::<f64>();
-    net > 0.0 && taker.ratio(taker.weight + net) < giver.ratio(giver.weight)
+    let relieved: f64 = away.iter().map(weight).sum();
+    net > 0.0 && taker.ratio(taker.weight + net - relieved) < giver.ratio(giver.weight)
 }
 
 fn holds(giver: Side, taker: Side, given: f64, back: f64) -> bool {

@@ -118,13 +118,15 @@ impl Take {
 /// backend failing.
 ///
 /// *Hand-over.* [`request`](LeaseStore::request) marks a row held by another owner as wanted
-/// by the asker; it succeeds only while the row's owner field is still the owner the asker chose
+/// by the asker (the instance it is to go to: usually the caller, but a member balancing by
+/// load names the taker of its own shard, or a third member for a shard it asks of another); it
+/// succeeds only while the row's owner field is still the owner the asker chose
 /// to ask (not the asker, nor the operator's hold), and it is not wanted yet. It is fenced on that holder, not on the counter:
 /// the holder's renewals write the row every renew interval, so a counter the asker listed goes
 /// stale, and an asker on a slow lease table would never land a request. The owner sees the mark in the row its
 /// next renewal returns and [`hand_over`](LeaseStore::hand_over)s it: one write that makes the
 /// asker the owner (expiry now + ttl) without a token, stores the final checkpoint and clears
-/// the mark; it succeeds only while this holder holds the row and `to` is the one who asked.
+/// the mark; it succeeds only while this holder holds the row and `to` is the one named.
 /// The asker then takes the row (fenced) with a token of its own. A take and a release clear
 /// the mark; renewals and checkpoints keep it.
 ///

@@ -58,19 +58,22 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Load, Outcome};
+use kinesis_lease_core::{ErrorChain, Lease, LeaseResult, Outcome};
 use tokio::time::Instant;
 
 use crate::load_plan::{self, Movable, Side};
 
 use super::State;
 
+mod giving;
 mod listed;
 mod movable;
 mod peer;
 mod reserved;
 mod rows;
+mod take_back;
 
+pub(super) use giving::{Cooling, Giving};
 use listed::Listed;
 pub(super) use peer::Peer;
 
@@ -126,7 +129,7 @@ impl State {
         // shard has gone, not a sample interval later: look every renew interval meanwhile (no
         // read). At 10 s a move, a member shedding four shards took 40 s and more, the most
         // of the load simulation's time to balance after the start.
-        if let Some((shards, _, at)) = &self.giving {
+        if let Some(Giving { shards, at, .. }) = &self.giving {
             let still_here = {
                 let held = shared.held();
                 shards.iter().any(|shard| held.contains_key(shard))
@@ -139,8 +142,8 @@ impl State {
         // Its taker's row shows the shard only after the take and its next renewal (and the
         // poke that announces the hand-over runs aside): not this taker again until then, or
         // it would look as light as before and get a second shard.
-        if let Some((_, taker, _)) = self.giving.take() {
-            self.cooling = Some((taker, now + config.renew_interval * 2));
+        if let Some(giving) = self.giving.take() {
+            self.cooling = Cooling::each(giving.loaded, now, config.renew_interval * 2);
         }
         // The roster as last listed, by this coordinator or by the watch (which lists it as
         // soon as a member joins or leaves).
@@ -544,11 +547,36 @@ impl State {
         if !confirmed {
             return;
         }
+        // The third members an exchange's shards taken back go on to, and what each is sent.
+        let mut sent: Vec<(String, f64)> = Vec::new();
+        // What each shard that may go weighs (for `cooling`, once given).
+        let weights: Vec<(String, f64)> = movable
+            .iter()
+            .map(|m| (m.shard.clone(), load_plan::weight(&m.load)))
+            .collect();
         if !back.is_empty() {
-            let landed = self.take_back(&back, &taker).await;
+            // Each shard taken back goes on to a third member with room, where one has it
+            // (`load_plan::onward`), instead of staying here the three minutes a handed shard
+            // stays.
+            let given = movable
+                .iter()
+                .find(|m| shards.contains(&m.shard))
+                .map_or(0.0, |m| load_plan::weight(&m.load));
+            let left_out = [std::slice::from_ref(&taker), &reserved].concat();
+            // Not after a read cut off (a slow table): everything comes back here.
+            let onward = match slow {
+                true => vec![None; back.len()],
+                false => self.onward(mine, given, &back, &left_out).await,
+            };
+            let (landed, away) = self.take_back(&back, &onward, &taker, &mut sent).await;
             // With the marks that landed (some may not have), the shard planned may no longer
             // suit: give the one that does best with what comes back, if any.
-            let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum();
+            let asked = back
+                .iter()
+                .zip(&onward)
+                .filter(|(_, to)| to.is_none())
+                .map(|(m, _)| load_plan::weight(&m.load))
+                .sum();
             // Holding a shard that turns hot, the exchange was planned to give that one (see
             // above): nothing else, whatever landed, or it would keep it (then nothing, and
             // what landed comes all the same).
@@ -559,11 +587,16 @@ impl State {
                     .filter(|m| shards.contains(&m.shard))
                     .collect(),
             };
-            match load_plan::give_for(mine, theirs, &movable, &landed, asked) {
+            match load_plan::give_for(mine, theirs, &movable, &landed, &away, asked) {
                 Some(best) => shards = vec![best.to_owned()],
-                None => return,
+                None => {
+                    // What went on goes all the same.
+                    self.cooling
+                        .extend(Cooling::each(sent, now, config.renew_interval * 2));
+                    return;
+                }
             }
-            tracing::info!(%taker, asked = back.len(), marked = landed.len(), shard = %shards[0], "asked for shards in exchange");
+            tracing::info!(%taker, asked = back.len(), marked = landed.len(), sent_on = away.len(), shard = %shards[0], "asked for shards in exchange");
         }
         let mut given = Vec::new();
         for shard in shards {
@@ -573,8 +606,20 @@ impl State {
             }
         }
         if !given.is_empty() {
+            let weight = weights
+                .iter()
+                .filter(|(shard, _)| given.contains(shard))
+                .map(|(_, weight)| weight)
+                .sum();
             self.far_blocked = 0;
-            self.giving = Some((given, taker, now));
+            let loaded = std::iter::once((taker.clone(), weight))
+                .chain(sent)
+                .collect();
+            self.giving = Some(Giving {
+                shards: given,
+                at: now,
+                loaded,
+            });
             self.balance_soon = Some(config.renew_interval.max(config.take_interval));
         }
     }
@@ -591,11 +636,7 @@ impl State {
             .iter()
             .filter(|(member, _)| !left_out.contains(member))
             .filter(|(_, peer)| !peer.awaits(now, renew))
-            .filter(|(member, _)| {
-                self.cooling
-                    .as_ref()
-                    .is_none_or(|(taker, until)| taker != *member || now >= *until)
-            })
+            .filter(|(member, _)| !Cooling::holds_back(&self.cooling, member, now))
             .filter_map(|(member, peer)| {
                 let side = peer.side?;
                 Some((member.clone(), side, self.held_as_weighed(member, side)))
@@ -714,47 +755,6 @@ impl State {
                 None
             }
         }
-    }
-
-    /// An exchange's first half: marks the taker's shards in `back` wanted by this instance
-    /// (the taker's keepers hand them over, as to any asker), and returns the loads of those
-    /// whose marks landed. The caller gives a shard of its own only when, with what landed,
-    /// that still leaves the taker lighter than this instance was (`load_plan::give_for`):
-    /// never a move that raises the largest weight. Marks that landed bring their shards here
-    /// even when no shard is given then (there is no taking a mark back): it is heavier for a
-    /// while, and gives again. Stops marking when this instance may no longer take (leaving,
-    /// or its member row not renewed).
-    async fn take_back(&mut self, back: &[Movable], taker: &str) -> Vec<Load> {
-        let shared = self.shared.clone();
-        let mut landed = Vec::new();
-        for m in back {
-            if !shared.member.borrow().may_take() {
-                break;
-            }
-            let Ok(key) = shared.key(&m.shard) else {
-                continue;
-            };
-            match self
-                .quick(shared.store.request(&key, &shared.config.owner, taker))
-                .await
-            {
-                Some(Ok(Outcome::Written(_))) => {
-                    super::store_calls::poke_holder(&shared, &key, taker);
-                    landed.push(m.load);
-                }
-                Some(Ok(Outcome::Lost(_))) => {}
-                outcome => {
-                    // It may have landed (the answer lost, or cut off): poke as for one that
-                    // did, so that a quiet keeper does not hold the mark unanswered; counted
-                    // as not landed, so the give below errs towards a lighter taker.
-                    if let Some(Err(error)) = outcome {
-                        tracing::warn!(shard = %m.shard, %taker, error = %ErrorChain(&error), "asking for a shard in exchange failed");
-                    }
-                    super::store_calls::poke_holder(&shared, &key, taker);
-                }
-            }
-        }
-        landed
     }
 
     /// `call`, cut off after a take interval: `None` when it did not answer by then.

@@ -233,7 +233,7 @@ impl Coordinator {
             giving: None,
             balance_soon: None,
             far_blocked: 0,
-            cooling: None,
+            cooling: Vec::new(),
             read_back: BTreeMap::new(),
             loads_seen: false,
             peers: std::collections::BTreeMap::new(),
@@ -340,9 +340,9 @@ struct State {
     left_free: BTreeSet<String>,
     /// The row this instance asked for, and when.
     asked: Option<(String, Instant)>,
-    /// The shards this instance marked to give away to balance load (one move: see
-    /// `load_plan::bundle`), the member they go to, and when (see `load_balance`).
-    giving: Option<(Vec<String>, String, Instant)>,
+    /// Balancing by load: the move or exchange this instance marked, on its way (see
+    /// `load_balance`).
+    giving: Option<load_balance::Giving>,
     /// Balancing by load: compare again this soon rather than at the next sample interval
     /// (while a shard given is on its way, and as soon as it has gone: see `load_balance`).
     balance_soon: Option<std::time::Duration>,
@@ -350,9 +350,9 @@ struct State {
     /// mean and was kept from giving (see `load_balance`): it compares sooner, and reads more,
     /// for at most `load_balance::FAR_COMPARISONS` of them.
     far_blocked: u32,
-    /// Balancing by load: the member a shard was last given to, and until when it is not
-    /// weighed as a taker (see `load_balance`).
-    cooling: Option<(String, Instant)>,
+    /// Balancing by load: the members the last move or exchange loaded, each not weighed as a
+    /// taker for a while (see `load_balance`).
+    cooling: Vec<load_balance::Cooling>,
     /// Balancing by load: rows of other members read before an exchange since the last
     /// listing: the load a row held by its listed holder showed then, or `None` for one that
     /// had moved (see `load_balance`'s exchanges). Cleared at each listing.

@@ -453,12 +453,18 @@ fn an_exchange_that_landed_in_part_gives_only_while_it_still_lowers_the_pair() {
     let swap = swap(giver, taker, &mine, &theirs, f64::MAX).expect("a swap");
     let hot = Load::new(0, 0, 10_000);
     let cold = |n: usize| vec![Load::new(0, 0, 1_000); n];
-    assert!(exchange_lowers(giver, taker, &hot, &cold(swap.take.len())));
+    assert!(exchange_lowers(
+        giver,
+        taker,
+        &hot,
+        &cold(swap.take.len()),
+        &[]
+    ));
     // One cold shard back: the taker ends at 29,011, still below the giver's 30,003.
-    assert!(exchange_lowers(giver, taker, &hot, &cold(1)));
+    assert!(exchange_lowers(giver, taker, &hot, &cold(1), &[]));
     // None back: 30,012, above it; a shard as heavy back: nothing moves.
-    assert!(!exchange_lowers(giver, taker, &hot, &[]));
-    assert!(!exchange_lowers(giver, taker, &hot, &[hot]));
+    assert!(!exchange_lowers(giver, taker, &hot, &[], &[]));
+    assert!(!exchange_lowers(giver, taker, &hot, &[hot], &[]));
 }
 
 #[test]
@@ -517,23 +523,36 @@ fn an_exchange_gives_what_suits_the_marks_that_landed() {
     let taker = side(9_000, 6, 1_000);
     let back: Vec<Load> = (0..6).map(|_| Load::new(0, 0, 1_440)).collect();
     // All six landed: the hot shard goes (the pair ends at 19,248 and 12,361).
-    assert_eq!(give_for(giver, taker, &mine, &back, 8_646.0), Some("hot"));
+    assert_eq!(
+        give_for(giver, taker, &mine, &back, &[], 8_646.0),
+        Some("hot")
+    );
     // One landed: the warm one leaves the pair at 14,043 and 17,566, the hot one at 12,043
     // and 19,566.
     assert_eq!(
-        give_for(giver, taker, &mine, &back[..1], 8_646.0),
+        give_for(giver, taker, &mine, &back[..1], &[], 8_646.0),
         Some("warm")
     );
     // Never a shard lighter than all that was asked (a mark counted as not landed may have):
     // the cold one would leave the giver heavier than it was.
     assert_eq!(
-        give_for(giver, taker, &mine[2..], &back[..1], 8_646.0),
+        give_for(giver, taker, &mine[2..], &back[..1], &[], 8_646.0),
         None
     );
     assert_eq!(
-        give_for(giver, taker, &mine, &[], 8_646.0),
+        give_for(giver, taker, &mine, &[], &[], 8_646.0),
         None,
         "none landed"
+    );
+    // Marks naming a third member (`onward`) relieve the taker and bring the giver nothing.
+    // All six sent on: the hot shard goes, and the giver is asked nothing it could end
+    // heavier by (the pair ends at 10,602 and 12,361).
+    assert_eq!(give_for(giver, taker, &mine, &[], &back, 0.0), Some("hot"));
+    // One back here and five sent on: the hot shard leaves the pair at 12,043 and 12,361, the
+    // warm one at 14,043 and 10,361 (with the one alone it was the warm one, above).
+    assert_eq!(
+        give_for(giver, taker, &mine, &back[..1], &back[1..], 1_441.0),
+        Some("hot")
     );
 }
 
