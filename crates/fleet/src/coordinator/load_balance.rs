@@ -33,9 +33,10 @@
 //!
 //! When no single shard may go, an exchange may (`load_plan::swap`): this instance reads the
 //! rows it would take back (the listing may be old), then marks the taker's chosen shards
-//! wanted by itself (the taker's keepers hand them over, as to any asker) and then gives, of
-//! its own, the shard that with the marks that landed still leaves the taker lighter than this
-//! instance was (`load_plan::give_for`). A comparison makes up to eight member reads while
+//! wanted by itself, or by a third member with room, read again consistently first
+//! (`load_plan::onward`; the taker's keepers hand them over, as to any asker), and then gives,
+//! of its own, the shard that with the marks that landed still leaves the taker lighter than
+//! this instance was (`load_plan::give_for`). A comparison makes up to eight member reads while
 //! members were never read (or read in the first half minute), or while this instance stands
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals
@@ -45,10 +46,11 @@
 //! `read_back` until the next listing; none after a read cut off or slower than a take
 //! interval): at most 11 member reads and 24 row reads there, and an
 //! exchange up to 16 reads of the taker's rows (those not read since the listing, at most 8,
-//! and those it would take back), a consistent read of the taker, up to eight marks and a mark
-//! of its own (each call cut off as above), all in the coordinator's loop: a slow table delays
-//! the take rounds by up to that many take intervals at such a comparison (the reads stop at
-//! the first one cut off).
+//! and those it would take back), a consistent read of the taker, up to eight consistent reads
+//! of third members (none after one cut off or slower than half a take interval), up to eight
+//! marks and a mark of its own (each call cut off as above), all in the coordinator's loop: a
+//! slow table delays the take rounds by up to that many take intervals at such a comparison
+//! (the reads stop at the first one cut off).
 //!
 //! Where loads are not published (a store without `renew_with_load`, members of an earlier
 //! release), nothing is weighed and the instance asks for shards by count as without the
@@ -141,7 +143,8 @@ impl State {
         }
         // Its taker's row shows the shard only after the take and its next renewal (and the
         // poke that announces the hand-over runs aside): not this taker again until then, or
-        // it would look as light as before and get a second shard.
+        // it would look as light as before and get a second shard; nor the members shards
+        // taken back went on to (`Cooling`).
         if let Some(giving) = self.giving.take() {
             self.cooling = Cooling::each(giving.loaded, now, config.renew_interval * 2);
         }
@@ -570,13 +573,11 @@ impl State {
             };
             let (landed, away) = self.take_back(&back, &onward, &taker, &mut sent).await;
             // With the marks that landed (some may not have), the shard planned may no longer
-            // suit: give the one that does best with what comes back, if any.
-            let asked = back
-                .iter()
-                .zip(&onward)
-                .filter(|(_, to)| to.is_none())
-                .map(|(m, _)| load_plan::weight(&m.load))
-                .sum();
+            // suit: give the one that does best with what comes back, if any. What may come
+            // here: every mark but those that landed naming a third member (one refused may be
+            // a row already wanted by this instance, an earlier mark whose answer was lost).
+            let asked = back.iter().map(|m| load_plan::weight(&m.load)).sum::<f64>()
+                - away.iter().map(load_plan::weight).sum::<f64>();
             // Holding a shard that turns hot, the exchange was planned to give that one (see
             // above): nothing else, whatever landed, or it would keep it (then nothing, and
             // what landed comes all the same).
@@ -591,8 +592,7 @@ impl State {
                 Some(best) => shards = vec![best.to_owned()],
                 None => {
                     // What went on goes all the same.
-                    self.cooling
-                        .extend(Cooling::each(sent, now, config.renew_interval * 2));
+                    Cooling::also(&mut self.cooling, sent, now, config.renew_interval * 2);
                     return;
                 }
             }
@@ -605,7 +605,10 @@ impl State {
                 given.push(shard);
             }
         }
-        if !given.is_empty() {
+        if given.is_empty() {
+            // What went on goes all the same.
+            Cooling::also(&mut self.cooling, sent, now, config.renew_interval * 2);
+        } else {
             let weight = weights
                 .iter()
                 .filter(|(shard, _)| given.contains(shard))
@@ -625,8 +628,8 @@ impl State {
     }
 
     /// The members that may take a shard now, with what they weigh and what the last listing
-    /// showed them to hold (weighed, no hand-over on its way in, not the one a shard went to
-    /// a moment ago, and not among `left_out`), and the fleet's mean beside this instance
+    /// showed them to hold (weighed, no hand-over on its way in, none of those the last moves
+    /// loaded a moment ago: `Cooling`, and not among `left_out`), and the fleet's mean beside this instance
     /// weighing `mine`; drawn for a move within the mean when it gives `beside` heavier
     /// members.
     fn listed_takers(&self, now: Instant, mine: Side, left_out: &[String], beside: bool) -> Listed {

@@ -5,8 +5,9 @@
 //! a moment it weighs as light as before the move: given to again then, it would take a second
 //! load on top of the first. The members a move or exchange loads (its taker, and each third
 //! member the shards an exchange takes back go on to: `load_plan::onward`) are therefore not
-//! drawn as takers for two renew intervals after the move, and weighed with what they were
-//! sent where an exchange looks for room.
+//! drawn as takers for two renew intervals after the move has gone (or until the next move
+//! has: [`Cooling::each`]), and weighed with what they were sent where an exchange looks for
+//! room.
 
 use tokio::time::Instant;
 
@@ -36,6 +37,13 @@ pub(in crate::coordinator) struct Cooling {
 
 impl Cooling {
     /// Each of `loaded` (a member and the weight sent to it), cooling for `span` from `now`.
+    ///
+    /// A move's list replaces the last one's: a member loaded by a move before cools from that
+    /// move until the next one's shard has gone (a renew interval at least, by which its row
+    /// may show what it took), not for its whole span. Kept to its span, the members shedding
+    /// shards one a renew interval drew from fewer takers, and the load simulation's steady
+    /// seeds settled later (after the start in 50 s at the 90th percentile, 47 s with this;
+    /// 2,394 of seeds 0..2400 passing, 2,396 with this).
     pub(in crate::coordinator) fn each(
         loaded: Vec<(String, f64)>,
         now: Instant,
@@ -49,6 +57,19 @@ impl Cooling {
                 weight,
             })
             .collect()
+    }
+
+    /// Adds each of `loaded` to `cooling` (as [`each`](Self::each)), for an exchange that sent
+    /// shards on to them and gave nothing (no move to wait for), and drops the entries that
+    /// ended.
+    pub(in crate::coordinator) fn also(
+        cooling: &mut Vec<Cooling>,
+        loaded: Vec<(String, f64)>,
+        now: Instant,
+        span: std::time::Duration,
+    ) {
+        cooling.retain(|c| now < c.until);
+        cooling.extend(Cooling::each(loaded, now, span));
     }
 
     /// The weight cooling members of `cooling` were sent at `now` (0 for any other member).
