@@ -552,19 +552,23 @@ impl State {
         }
         // The third members an exchange's shards taken back go on to, and what each is sent.
         let mut sent: Vec<(String, f64)> = Vec::new();
-        // What each shard that may go weighs (for `cooling`, once given).
+        // What the shards of `names` among those that may go weigh (the exchange's shard, and
+        // what a move sends its taker: `Cooling`).
         let weights: Vec<(String, f64)> = movable
             .iter()
             .map(|m| (m.shard.clone(), load_plan::weight(&m.load)))
             .collect();
+        let weight_of = |names: &[String]| -> f64 {
+            (weights.iter())
+                .filter(|(shard, _)| names.contains(shard))
+                .map(|(_, weight)| weight)
+                .sum()
+        };
         if !back.is_empty() {
             // Each shard taken back goes on to a third member with room, where one has it
             // (`load_plan::onward`), instead of staying here the three minutes a handed shard
             // stays.
-            let given = movable
-                .iter()
-                .find(|m| shards.contains(&m.shard))
-                .map_or(0.0, |m| load_plan::weight(&m.load));
+            let given = weight_of(&shards);
             let left_out = [std::slice::from_ref(&taker), &reserved].concat();
             // Not after a read cut off (a slow table): everything comes back here.
             let onward = match slow {
@@ -609,11 +613,7 @@ impl State {
             // What went on goes all the same.
             Cooling::also(&mut self.cooling, sent, now, config.renew_interval * 2);
         } else {
-            let weight = weights
-                .iter()
-                .filter(|(shard, _)| given.contains(shard))
-                .map(|(_, weight)| weight)
-                .sum();
+            let weight = weight_of(&given);
             self.far_blocked = 0;
             let loaded = std::iter::once((taker.clone(), weight))
                 .chain(sent)
