@@ -31,10 +31,15 @@ impl State {
         // The members loaded a moment ago are no takers of a move until their rows show it,
         // but they may have room for a shard taken back: weighed with what they were sent
         // (receiving: the hand-over from here, as far as this instance can tell).
-        let cooled: Vec<String> = (self.cooling.iter())
-            .filter(|c| now < c.until && !left_out.contains(&c.member))
-            .map(|c| c.member.clone())
-            .collect();
+        // Each once (a member loaded by a move and by an exchange that gave nothing after it
+        // has two entries): listed twice, it would be planned two shards each against its
+        // weight alone.
+        let mut cooled: Vec<String> = Vec::new();
+        for c in &self.cooling {
+            if now < c.until && !left_out.contains(&c.member) && !cooled.contains(&c.member) {
+                cooled.push(c.member.clone());
+            }
+        }
         let cooling = self.cooling.clone();
         let with_sent = move |member: &str, side: Side| Side {
             weight: side.weight + Cooling::sent_to(&cooling, member, now),
