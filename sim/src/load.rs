@@ -37,9 +37,9 @@
 //!    handled) within a minute of the last put.
 //!
 //! The targets are 1.15x within 90 s, checked as they stand on steady seeds: all of
-//! the steady seeds 0..600 and 2,996 of 0..3000 meet them on the code of 2026-12-07 (the
+//! the steady seeds 0..600 and 2,998 of 0..3000 meet them on the code of 2026-12-07 (the
 //! report says when each window settled within 1.15x for good: `LoadReport::settled`; see
-//! `docs/leases.md`, "Balancing by load", for the four that do not).
+//! `docs/leases.md`, "Balancing by load", for the two that do not).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -417,7 +417,7 @@ impl State {
         // (`load_meter::LoadMeter::rising`) by more than an exchange must take off this member
         // (`load_plan::EXCHANGE_GAIN`): its figure still climbs with that shard, what it takes
         // back stays three minutes, and a plain move may suit once the figure shows the step
-        // (load simulation seeds 772, 1599 and 1648: exchanges 30 s after a shard turned hot
+        // (load simulation seeds 772, 1599 and 1648: exchanges 30 to 50 s after a shard turned hot
         // kept the giver at 1.15x to 1.2x the offline placement for three minutes). Giving
         // that shard away is no such plan (seed 116 needs that exchange: without it, 152 s
         // after the turn), so one rising shard it may give leaves the exchange to give it and
