@@ -44,10 +44,10 @@ pub(crate) const RISE: f64 = 0.5;
 /// handler time, for [`LoadMeter::rising`] to read a rise while the window's average of
 /// records climbs (rises at every reading of the last [`RECENT`]). A shard
 /// doubling (10 records a second to 20) never stands half again above its window, and one
-/// turning from 1 to 20 does only until 36 s after the step, while each still stands about a
-/// fifth above it 39 s and 48 s after: exchanges decided 38 and 50 s after such steps, on the
-/// window's figure, kept the giver at 1.15x the offline placement for three minutes (load
-/// simulation seeds 1599 and 1648). Records that
+/// turning from 1 to 20 does only until 36 s after the step, while the first still stands a
+/// fifth above it 39 s after the step and the second 48 s after: exchanges decided 38 and 50 s
+/// after such steps, on the window's figure, kept the giver at 1.15x the offline placement for
+/// three minutes (load simulation seeds 1599 and 1648). Records that
 /// settle in lumps may lift both spans this much (batches flushing every 17 to 25 s, three
 /// shippers a minute: at a fifth to a half of the readings), but the window's average of
 /// lumps moves only at the readings where a lump enters or leaves it, not at every one (that
@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn a_shard_doubling_reads_as_rising_while_its_average_lags_the_step() {
         // Load simulation seed 1599: a shard from 10 records a second to 20; an exchange 38 s
-        // after the step, on the window's figure (a sixth below), kept the giver at 1.15x the
+        // after the step, on the window's figure (18 % below), kept the giver at 1.15x the
         // offline placement.
         let seconds: Vec<u64> = rises_after_step(10, 20, 17)
             .iter()
