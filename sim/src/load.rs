@@ -66,6 +66,9 @@ pub const CONVERGE: u64 = 90;
 /// The most the heaviest member of a bursty seed may weigh against the reference from
 /// [`CONVERGE`] to [`SETTLE`].
 pub const BURSTY_BOUND: f64 = 1.3;
+/// Seconds a shard handed over stays where it went (`load_plan::dwell`), against which
+/// [`LoadReport::moved_again`] counts.
+pub const DWELL: u64 = 180;
 /// Seconds after the load starts or changes from which the load counts as steady for the
 /// no-churn invariant: a correction of the first moves may wait for the three minutes a shard
 /// handed over stays where it went (`load_plan::dwell`).
@@ -201,6 +204,12 @@ pub struct LoadReport {
     pub puts: u64,
     /// Moves (shards changing hands) in all.
     pub moves: usize,
+    /// Moves of a shard less than [`DWELL`] after it last changed hands: measured, not yet an
+    /// invariant. An exchange's shards taken back may be ones its taker was handed a moment
+    /// before (seed 23: two shards given at 947 s were taken back at 974 s), though the issue
+    /// asks that a shard move at most once in several minutes; the taker's keeper hands over a
+    /// marked row whenever it was taken.
+    pub moved_again: usize,
     /// The heaviest member against the reference at the end.
     pub ratio_at_end: f64,
     /// Per steady window (from the start, from [`TURN`]): seconds after its change from which
@@ -321,6 +330,8 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
     let mut moved: Vec<Vec<u64>> = vec![Vec::new(); fleet.len()];
     let mut pair_since: HashMap<(usize, usize), u64> = HashMap::new();
     let mut moves = 0;
+    let mut moved_again = 0;
+    let mut changed_at: Vec<Option<u64>> = vec![None; shards];
     let mut history = Vec::new();
     let mut unheld_since: Vec<Option<u64>> = vec![None; shards];
     let mut ratio = 0.0;
@@ -390,6 +401,10 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
                             .collect::<Vec<_>>()
                     ));
                     moves += 1;
+                    if changed_at[shard].is_some_and(|at| second - at < DWELL) {
+                        moved_again += 1;
+                    }
+                    changed_at[shard] = Some(second);
                     let pair = (before.min(*now), before.max(*now));
                     let new_move = pair_since
                         .get(&pair)
@@ -509,6 +524,7 @@ async fn simulate(plan: LoadPlan) -> LoadReport {
         plan,
         violations,
         moves,
+        moved_again,
         ratio_at_end: ratio,
         settled,
         worst_after_converge,

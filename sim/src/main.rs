@@ -36,8 +36,8 @@ fn main() -> ExitCode {
         }
         println!("{:?}", report.plan);
         println!(
-            "records {}, moves {}, heaviest at the end {:.2}x the offline placement",
-            report.puts, report.moves, report.ratio_at_end
+            "records {}, moves {} ({} within {} s of the shard's last), heaviest at the end {:.2}x the offline placement",
+            report.puts, report.moves, report.moved_again, kinesis_sim::load::DWELL, report.ratio_at_end
         );
         for violation in &report.violations {
             println!("violation: {violation}");
@@ -135,6 +135,7 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
     let mut failed = Vec::new();
     let mut worst: f64 = 0.0;
     let (mut moves, mut settled, mut churn, mut unbalanced) = (0, Vec::new(), 0, 0);
+    let mut moved_again = 0;
     let mut worst_early: f64 = 0.0;
     for seed in from..from + count {
         let report = kinesis_sim::load::run_plan(kinesis_sim::load::LoadPlan {
@@ -143,6 +144,7 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
         });
         worst = worst.max(report.ratio_at_end);
         moves += report.moves;
+        moved_again += report.moved_again;
         settled.extend(report.settled);
         worst_early = report
             .worst_after_converge
@@ -152,10 +154,12 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
         churn += usize::from(kinds("moves in the 10 minutes"));
         unbalanced += usize::from(kinds("offline placement's"));
         println!(
-            "load seed {seed}: {} brokers, {} shards, {} moves, settled within {}x after {:?} s, at worst {:.2?}x from {} s, heaviest at the end {:.2}x the offline placement{}",
+            "load seed {seed}: {} brokers, {} shards, {} moves ({} within {} s of the shard's last), settled within {}x after {:?} s, at worst {:.2?}x from {} s, heaviest at the end {:.2}x the offline placement{}",
             report.plan.capacities.len(),
             report.plan.rates.len(),
             report.moves,
+            report.moved_again,
+            kinesis_sim::load::DWELL,
             kinesis_sim::load::TARGET,
             report.settled,
             report.worst_after_converge,
@@ -184,10 +188,11 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
     };
     println!(
         "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?} ({churn} on churn, {unbalanced} on balance); \
-         {moves} moves; settled within {}x after median {} s, p90 {} s, max {} s; at worst {worst_early:.2}x from {} s; worst at the end {worst:.2}x; {:.0} s",
+         {moves} moves ({moved_again} within {} s of the shard's last); settled within {}x after median {} s, p90 {} s, max {} s; at worst {worst_early:.2}x from {} s; worst at the end {worst:.2}x; {:.0} s",
         from + count,
         count - failed.len() as u64,
         failed.len(),
+        kinesis_sim::load::DWELL,
         kinesis_sim::load::TARGET,
         at(0.5),
         at(0.9),
