@@ -193,19 +193,7 @@ impl LoadMeter {
     /// simulation seeds 772, 1599 and 1648). The row carries the window's average.
     pub(crate) fn rising(&self) -> Option<Load> {
         let window = self.rates?;
-        let climbing = match (self.averages.front(), self.averages.back()) {
-            (Some((first_at, first)), Some((last_at, last))) => {
-                last_at.saturating_sub(*first_at) >= RECENT
-                    && last > first
-                    && self
-                        .averages
-                        .iter()
-                        .zip(self.averages.iter().skip(1))
-                        .all(|((_, before), (_, after))| after > before)
-            }
-            _ => false,
-        };
-        let rise = match climbing {
+        let rise = match self.climbing() {
             true => CLIMB_RISE,
             false => RISE,
         };
@@ -244,6 +232,21 @@ impl LoadMeter {
                 )
             },
         )
+    }
+
+    /// Whether the window's average of records rose at every reading of the last [`RECENT`]
+    /// (readings spanning at least that long).
+    fn climbing(&self) -> bool {
+        let span = match (self.averages.front(), self.averages.back()) {
+            (Some((first, _)), Some((last, _))) => last.saturating_sub(*first),
+            _ => return false,
+        };
+        span >= RECENT
+            && self
+                .averages
+                .iter()
+                .zip(self.averages.iter().skip(1))
+                .all(|((_, before), (_, after))| after > before)
     }
 
     /// The load as it stands (zero before any reading, when the row carried none).
