@@ -139,13 +139,7 @@ impl LoadMeter {
         }
         self.readings.push_back((at, totals));
         // Keep one reading at least a window old as the base, none older.
-        while self
-            .readings
-            .get(1)
-            .is_some_and(|(then, _)| at.saturating_sub(*then) >= WINDOW)
-        {
-            self.readings.pop_front();
-        }
+        keep_since(&mut self.readings, at, WINDOW);
         let (then, base) = self.readings[0];
         let span = (at - then).as_secs_f64();
         let counted = Rates {
@@ -161,14 +155,7 @@ impl LoadMeter {
         };
         self.rates = Some(rates);
         self.averages.push_back((at, rates.records));
-        // Keep the last reading at least `RECENT` old, none older.
-        while self
-            .averages
-            .get(1)
-            .is_some_and(|(then, _)| at.saturating_sub(*then) >= RECENT)
-        {
-            self.averages.pop_front();
-        }
+        keep_since(&mut self.averages, at, RECENT);
         self.load()
     }
 
@@ -257,6 +244,17 @@ impl LoadMeter {
             (rates.bytes * 60.0).round() as u64,
             (rates.busy * 60_000.0).round() as u64,
         )
+    }
+}
+
+/// Drops the oldest of `timed` (each `(when, what)`, the oldest first) while the one after it
+/// is at least `span` before `at`: the last entry at least `span` old stays, none older.
+fn keep_since<T>(timed: &mut VecDeque<(Duration, T)>, at: Duration, span: Duration) {
+    while timed
+        .get(1)
+        .is_some_and(|(then, _)| at.saturating_sub(*then) >= span)
+    {
+        timed.pop_front();
     }
 }
 
