@@ -134,7 +134,7 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut worst: f64 = 0.0;
-    let (mut moves, mut settled, mut churn, mut unbalanced) = (0, Vec::new(), 0, 0);
+    let (mut moves, mut settled, mut churn, mut unbalanced, mut dwell) = (0, Vec::new(), 0, 0, 0);
     let mut moved_again = 0;
     let mut worst_early: f64 = 0.0;
     for seed in from..from + count {
@@ -153,6 +153,7 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
         let kinds = |word: &str| report.violations.iter().any(|v| v.contains(word));
         churn += usize::from(kinds("moves in the 10 minutes"));
         unbalanced += usize::from(kinds("offline placement's"));
+        dwell += usize::from(kinds("changed hands again"));
         println!(
             "load seed {seed}: {} brokers, {} shards, {} moves ({} within {} s of the shard's last), settled within {}x after {:?} s, at worst {:.2?}x from {} s, heaviest at the end {:.2}x the offline placement{}",
             report.plan.capacities.len(),
@@ -187,7 +188,7 @@ fn load_campaign(count: u64, from: u64, bursty: bool) -> ExitCode {
             .unwrap_or(0)
     };
     println!(
-        "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?} ({churn} on churn, {unbalanced} on balance); \
+        "load campaign: seeds {from}..{}: {} passed, {} failed {failed:?} ({churn} on churn, {unbalanced} on balance, {dwell} on dwell); \
          {moves} moves ({moved_again} within {} s of the shard's last); settled within {}x after median {} s, p90 {} s, max {} s; at worst {worst_early:.2}x from {} s; worst at the end {worst:.2}x; {:.0} s",
         from + count,
         count - failed.len() as u64,

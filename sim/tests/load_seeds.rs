@@ -85,6 +85,27 @@ fn fleets_that_balanced_late_balance_within_90_s() {
     }
 }
 
+/// Steady seeds where an exchange took back, or sent on to a third member, shards its taker had
+/// been handed a minute before (until 2026-12-07, 2 to 3 such moves each: seed 23's shards 19
+/// and 20, given at 947 s, taken back at 974 s by the member that gave them). A taker's keeper
+/// hands over any row marked wanted, so the giver must leave out what was handed within the
+/// dwell: a hand-over's token now carries its time (`roster::new_token_handed`), and such a
+/// row stays.
+#[test]
+fn a_shard_handed_a_moment_ago_is_not_moved_again_within_the_dwell() {
+    for seed in [23, 35, 158, 171] {
+        let report = kinesis_sim::load::run_load(seed);
+        assert!(
+            report.passed() && report.moved_again == 0,
+            "load seed {seed}: {} moves within {} s of the shard's last, {:?}\n{}",
+            report.moved_again,
+            kinesis_sim::load::DWELL,
+            report.violations,
+            report.history.join("\n")
+        );
+    }
+}
+
 /// Steady seeds where a member giving beside a heavier one (`load_plan::beside_heavier`), in
 /// a first version that left the heavier one only the lightest member, gave its cold shards to
 /// the member of twice the capacity where the heavier one's hot shard fitted best: they stayed

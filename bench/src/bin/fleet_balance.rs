@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_bench::figure;
-use kinesis_broker::testing::{hash_key, MemoryStream};
+use kinesis_broker::testing::{hash_key, MemoryStream, TokioClock};
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker};
 use kinesis_lease_dynamo::{Bill, Billed};
 use tokio::time::sleep;
@@ -99,6 +99,7 @@ struct Outcome {
 async fn start(
     kinesis: &MemoryStream,
     store: impl kinesis_broker::lease::LeaseStore + 'static,
+    clock: TokioClock,
     who: usize,
     by_load: bool,
     handled: &Arc<Mutex<HashMap<u64, usize>>>,
@@ -106,6 +107,7 @@ async fn start(
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
         .lease_store(store)
+        .wall_clock(clock)
         .owner_id(format!("broker-{who:03}"))
         .build()
         .expect("broker");
@@ -130,7 +132,11 @@ async fn start(
 
 async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome {
     fastrand::seed(u64::from(shards) * 1_000 + brokers as u64);
-    let kinesis = MemoryStream::new();
+    // One wall clock on paused time for the fleet and its stream: the time a hand-over's
+    // token carries is read by the others (on the system clock a handed shard would stay for
+    // good), and a `LATEST` start is pinned as a time the stream stamps its records by.
+    let clock = TokioClock::new(1_700_000_000_000);
+    let kinesis = MemoryStream::new().with_clock(clock);
     kinesis.create_stream(STREAM, shards).expect("stream");
     let table = MemoryLeaseTable::new();
     let billed = Billed::new();
@@ -138,7 +144,7 @@ async fn run(shards: u32, brokers: usize, load: Load, by_load: bool) -> Outcome 
     let mut fleet = Vec::new();
     for who in 0..brokers {
         let store = billed.wrap(Arc::new(MemoryLeaseStore::over(&table)));
-        fleet.push(start(&kinesis, store, who, by_load, &handled).await);
+        fleet.push(start(&kinesis, store, clock, who, by_load, &handled).await);
     }
     sleep(Duration::from_secs(5)).await;
     let rates = rates(shards, load);

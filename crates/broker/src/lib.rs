@@ -73,6 +73,7 @@ mod startup_retry;
 mod stats;
 mod subscription;
 mod timings;
+mod tokio_clock;
 
 #[cfg(feature = "dynamodb-lease")]
 pub use broker::TableSetup;
@@ -148,6 +149,8 @@ pub mod kinesis {
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing {
+    #[doc(inline)]
+    pub use crate::tokio_clock::TokioClock;
     #[doc(inline)]
     pub use kinesis_lease_core::ManualClock;
     #[doc(inline)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::lease::{Lease, LeaseKey, LeaseStore, Outcome};
-use kinesis_broker::testing::{hash_key, MemoryStream};
+use kinesis_broker::testing::{hash_key, MemoryStream, TokioClock};
 use kinesis_broker::{Broker, Delivery, MemoryLeaseStore, MemoryLeaseTable, RunningBroker};
 use kinesis_lease_dynamo::Billed;
 use tokio::time::sleep;
@@ -34,6 +34,7 @@ async fn start(
     kinesis: &MemoryStream,
     table: &MemoryLeaseTable,
     billed: &Billed,
+    clock: TokioClock,
     who: usize,
     by_load: bool,
     handled: &Handled,
@@ -41,6 +42,7 @@ async fn start(
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
         .lease_store(billed.wrap(Arc::new(MemoryLeaseStore::over(table))))
+        .wall_clock(clock)
         .owner_id(format!("instance-{who}"))
         .build()
         .expect("broker");
@@ -67,6 +69,11 @@ struct Fleet {
     table: MemoryLeaseTable,
     billed: Billed,
     handled: Handled,
+    /// Every instance's wall clock, and the stream's: paused time from one moment, since the
+    /// time a hand-over's token carries is read by the others (on the system clock, minutes of
+    /// paused time pass in milliseconds, and a shard handed over would stay for good), and a
+    /// `LATEST` start is pinned as a time the stream stamps its records by.
+    clock: TokioClock,
     running: Vec<RunningBroker>,
 }
 
@@ -76,7 +83,7 @@ impl Fleet {
         let who = self.running.len();
         let (kinesis, table, billed, handled) =
             (&self.kinesis, &self.table, &self.billed, &self.handled);
-        let running = start(kinesis, table, billed, who, by_load, handled).await;
+        let running = start(kinesis, table, billed, self.clock, who, by_load, handled).await;
         self.running.push(running);
     }
 }
@@ -84,13 +91,15 @@ impl Fleet {
 /// A stream of `shards` shards, a lease table, and one instance started on them per entry of
 /// `by_load` (with the option or without it), as `instance-0`, `instance-1`, ...
 async fn fleet(shards: u32, by_load: &[bool]) -> Fleet {
-    let kinesis = MemoryStream::new();
+    let clock = TokioClock::new(1_700_000_000_000);
+    let kinesis = MemoryStream::new().with_clock(clock);
     kinesis.create_stream(STREAM, shards).expect("stream");
     let mut fleet = Fleet {
         kinesis,
         table: MemoryLeaseTable::new(),
         billed: Billed::new(),
         handled: Handled::default(),
+        clock,
         running: Vec::new(),
     };
     for by_load in by_load {
@@ -138,6 +147,7 @@ async fn run(by_load: bool, secs: u64, last: u64) -> (Vec<usize>, Handled, Moved
         billed,
         handled,
         running: fleet,
+        ..
     } = fleet(SHARDS, &[by_load; 3]).await;
     // Past the shared start and the pinned `LATEST` start.
     sleep(Duration::from_secs(5)).await;

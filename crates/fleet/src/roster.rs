@@ -62,6 +62,36 @@ pub(crate) fn new_token() -> String {
     )
 }
 
+/// A fresh token for a holding that came by a hand-over taken at `now_ms` (the taker's
+/// clock): [`new_token`] with the moment after it, so that another member planning a move by
+/// load can tell from a listing or a read of the row that the shard changed hands a moment ago
+/// and stays (`load_plan::dwell`): a shard moves at most once in a handed shard's dwell,
+/// whoever asks for it. Equal tokens are all that fencing compares, and an earlier release
+/// looks only at the prefix, so the suffix changes nothing else.
+pub(crate) fn new_token_handed(now_ms: u64) -> String {
+    format!("{}{HANDED}{now_ms}", new_token())
+}
+
+/// What marks a token of a holding that came by a hand-over ([`new_token_handed`]).
+const HANDED: &str = ".h";
+
+/// When the holding `token` names was taken by a hand-over, by its taker's clock (ms since the
+/// epoch); `None` for any other take, or a token of another form.
+pub(crate) fn handed_at(token: &str) -> Option<u64> {
+    let (_, at) = token.strip_prefix(TOKEN_PREFIX)?.rsplit_once(HANDED)?;
+    at.parse().ok()
+}
+
+/// True when `token` names a holding taken by a hand-over less than `dwell_ms` before
+/// `now_ms` ([`handed_at`]), by the clocks of its taker and of the reader. A time more than
+/// `dwell_ms` ahead of `now_ms` is a clock far off, not a hand-over to wait for: it counts as
+/// none, so a row stays for at most twice the dwell however far the taker's clock runs ahead.
+pub(crate) fn handed_within(token: &str, now_ms: u64, dwell_ms: u64) -> bool {
+    handed_at(token).is_some_and(|at| {
+        now_ms < at.saturating_add(dwell_ms) && at <= now_ms.saturating_add(dwell_ms)
+    })
+}
+
 /// True when `token` was written by an instance that runs the roster.
 pub(crate) fn is_roster_token(token: &str) -> bool {
     token.starts_with(TOKEN_PREFIX)
@@ -264,6 +294,34 @@ mod tests {
         assert_ne!(token, new_token());
         assert!(!is_roster_token("0123456789abcdef0123456789abcdef"));
         assert_eq!(members_stream("orders"), "orders@members");
+    }
+
+    #[test]
+    fn a_handed_token_says_when_its_hand_over_was_taken() {
+        let token = new_token_handed(1_700_000_123_456);
+        assert!(is_roster_token(&token));
+        assert_eq!(handed_at(&token), Some(1_700_000_123_456));
+        assert_ne!(token, new_token_handed(1_700_000_123_456));
+        assert_eq!(handed_at(&new_token()), None);
+        // Another form, or a suffix that is no time, says nothing.
+        assert_eq!(handed_at("0123456789abcdef.h12"), None);
+        assert_eq!(handed_at("r1.0123456789abcdef.hx"), None);
+    }
+
+    #[test]
+    fn a_handed_token_stays_for_the_dwell_and_a_clock_far_ahead_counts_as_none() {
+        let dwell = 180_000;
+        let token = new_token_handed(1_000_000);
+        assert!(handed_within(&token, 1_000_000, dwell));
+        assert!(handed_within(&token, 1_179_999, dwell));
+        assert!(!handed_within(&token, 1_180_000, dwell));
+        // The taker's clock a minute ahead of the reader's: a minute more.
+        assert!(handed_within(&token, 940_000, dwell));
+        // More than a dwell ahead: a clock far off, not a hand-over.
+        assert!(handed_within(&token, 820_000, dwell));
+        assert!(!handed_within(&token, 819_999, dwell));
+        assert!(!handed_within(&new_token(), 1_000_000, dwell));
+        assert!(!handed_within(&new_token_handed(u64::MAX), 0, dwell));
     }
 
     #[test]

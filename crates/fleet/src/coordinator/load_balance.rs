@@ -36,7 +36,9 @@
 //! wanted by itself, or by a third member with room, read again consistently first
 //! (`load_plan::onward`; the taker's keepers hand them over, as to any asker), and then gives,
 //! of its own, the shard that with the marks that landed still leaves the taker lighter than
-//! this instance was (`load_plan::give_for`). A comparison makes up to eight member reads while
+//! this instance was (`load_plan::give_for`). It takes back or sends on no row handed to the
+//! taker within a handed shard's dwell (by the time the hand-over's token carries:
+//! `State::stays`), so that a shard moves at most once in three minutes. A comparison makes up to eight member reads while
 //! members were never read (or read in the first half minute), or while this instance stands
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals

@@ -432,7 +432,11 @@ impl State {
         let mut take = Take::fenced(config.lease_duration, row.counter);
         take.checkpoint = plan.checkpoint.clone();
         take.repositioned = plan.marker.clone();
-        let holder = Holder::new(config.owner.clone(), roster::new_token());
+        let token = match handed {
+            true => roster::new_token_handed(config.clock.now_ms()),
+            false => roster::new_token(),
+        };
+        let holder = Holder::new(config.owner.clone(), token);
         let (incarnation, pokes) = {
             let member = shared.member.borrow();
             (member.incarnation, member.pokes)

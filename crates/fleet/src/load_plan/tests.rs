@@ -1258,7 +1258,7 @@ fn rows_listed_before_they_were_measured_are_read_a_batch_at_a_time_until_the_ho
             "not read by the third comparison: {read:?}"
         );
         let held = as_read(&read);
-        let batch = unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard));
+        let batch = unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard), |_| false);
         assert!(!batch.is_empty() && batch.len() <= FIRST_READS, "{batch:?}");
         assert!(
             batch.iter().all(|shard| !read.contains_key(shard)),
@@ -1281,5 +1281,7 @@ fn rows_listed_before_they_were_measured_are_read_a_batch_at_a_time_until_the_ho
             .all(|m| weight(&m.load) == PER_SHARD),
         "rows read idle stand as read"
     );
-    assert!(unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard)).is_empty());
+    assert!(
+        unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard), |_| false).is_empty()
+    );
 }

@@ -76,18 +76,21 @@ pub(crate) fn with_unmeasured_shared<'a>(
 /// guesses at, by shard id: the rows to read before the member is confirmed as an exchange's
 /// taker. None when it guesses at nothing (no such row, or the others weigh half of `side` or
 /// more). A row `measured` passes (read since the listing) is never among them, so that
-/// successive comparisons read the others, not the same ones again.
+/// successive comparisons read the others, not the same ones again. Nor one that `stays`
+/// (handed to its member a moment ago: an exchange cannot take it back), which still counts
+/// towards the guess.
 pub(crate) fn unmeasured_to_read(
     side: Side,
     shards: &[Movable],
     measured: impl Fn(&Movable) -> bool,
+    stays: impl Fn(&Movable) -> bool,
 ) -> Vec<String> {
     if guessed_busy(side, shards, &measured).is_none() {
         return Vec::new();
     }
     shards
         .iter()
-        .filter(|m| unknown(m, &measured))
+        .filter(|m| unknown(m, &measured) && !stays(m))
         .map(|m| m.shard.clone())
         .take(FIRST_READS)
         .collect()
