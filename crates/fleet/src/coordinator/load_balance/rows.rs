@@ -94,22 +94,19 @@ impl State {
     }
 
     /// True when the last listing shows `shard` taken by a hand-over less than a handed
-    /// shard's dwell ago (`load_plan::dwell`; a read since, `read_rows`, leaves such a row out
-    /// the same way), by the hand-over
-    /// time its token carries (`roster::handed_at`) against this instance's clock: its holder
-    /// may not give it yet, and an exchange does not take it back or send it on either, or the
-    /// shard would move twice within the dwell (the load simulation counted 53 such moves in
-    /// 6,179, mostly shards taken back by the member that had handed them a minute before).
-    /// Even for a giver far above the mean: the dwell is the promise, and what it costs
-    /// is a fleet that placed shards badly in its first minute staying so until they may move
-    /// (load seed 1509: 1.6x the offline placement from 90 s to 224 s; letting a giver 1.25x
-    /// above the mean take such shards back anyway passed it, but moved 35 shards again within
-    /// the dwell in steady seeds 0..600 and 1200..1800, against none). Only a take by this
-    /// release writes the time: a row handed by an earlier one, or taken again as an orphan
-    /// after its keeper ended, carries none, and may move once its 30 s after a take passed.
-    /// Clocks a few seconds apart move the end of a dwell of minutes by as much; a time more
-    /// than a dwell ahead of this instance's clock counts as none. Planning alone reads it: no
-    /// take, hand-over or write is decided by it.
+    /// shard's dwell ago (`load_plan::dwell`), by the time its token carries
+    /// (`roster::handed_within`) against this instance's clock; `read_rows` leaves such a row
+    /// out the same way. Its holder may not give it yet, and an exchange does not take it back
+    /// or send it on either, or the shard would move twice within the dwell (the load
+    /// simulation counted 53 such moves in 6,179, mostly shards taken back by the member that
+    /// had handed them a minute before). Even for a giver far above the mean: what the dwell
+    /// costs is a fleet that placed shards badly in its first minute staying so until they may
+    /// move (load seed 1509: 1.6x the offline placement from 90 s to 224 s; letting a giver
+    /// 1.25x above the mean take such shards back anyway passed it, but moved 35 shards again
+    /// within the dwell in steady seeds 0..600 and 1200..1800, against none). Only a take by
+    /// this release writes the time: a row handed by an earlier one, or taken again as an
+    /// orphan after its keeper ended, carries none, and may move once the 30 s after its take
+    /// passed. Planning alone reads it: no take, hand-over or write is decided by it.
     pub(super) fn stays(&self, shard: &str) -> bool {
         self.observed
             .get(shard)
@@ -117,7 +114,7 @@ impl State {
     }
 
     /// True when `token` names a holding taken by a hand-over less than a handed shard's dwell
-    /// ago (see [`stays`](Self::stays)).
+    /// ago by this instance's clock (see [`stays`](Self::stays)).
     fn handed_within_dwell(&self, token: Option<&str>) -> bool {
         let dwell = load_plan::dwell(true).as_millis() as u64;
         let now = self.shared.config.clock.now_ms();
