@@ -73,6 +73,7 @@ mod startup_retry;
 mod stats;
 mod subscription;
 mod timings;
+#[cfg(feature = "testing")]
 mod tokio_clock;
 
 #[cfg(feature = "dynamodb-lease")]
@@ -145,7 +146,8 @@ pub mod kinesis {
 }
 
 /// Test doubles (feature `testing`): [`MemoryStream`](testing::MemoryStream), an in-process
-/// Kinesis with fault injection ([`Op`](testing::Op)), and a manual clock.
+/// Kinesis with fault injection ([`Op`](testing::Op)), a manual clock, and a wall clock that
+/// follows tokio's paused time ([`TokioClock`](testing::TokioClock)).
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing {

@@ -48,9 +48,9 @@ pub struct ReaderConfig {
     pub reposition: Option<StartAt>,
     /// The marker of `reposition` (default: the position's name).
     pub reposition_marker: Option<String>,
-    /// This host's wall clock, read to pin a `LATEST` start as a time and, balancing by load,
-    /// for the time a hand-over's token carries and against which other instances' tokens are
-    /// read (planning only: no ownership decision reads it).
+    /// This host's wall clock, read to pin a `LATEST` start as a time, for the time written in
+    /// the token of every take of a handed row, and against which instances balancing by load
+    /// read other instances' tokens (planning only: no ownership decision reads it).
     pub clock: Arc<dyn Clock>,
     /// How far before the take a `LATEST` start is pinned (30 s): covers the difference
     /// between this host's clock and Kinesis'.

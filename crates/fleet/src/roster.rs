@@ -85,7 +85,8 @@ pub(crate) fn handed_at(token: &str) -> Option<u64> {
 /// True when `token` names a holding taken by a hand-over less than `dwell_ms` before
 /// `now_ms` ([`handed_at`]), by the clocks of its taker and of the reader. A time more than
 /// `dwell_ms` ahead of `now_ms` is a clock far off, not a hand-over to wait for: it counts as
-/// none, so a row stays for at most twice the dwell however far the taker's clock runs ahead.
+/// none, so a row stays for at most twice the dwell however far the taker's clock runs ahead;
+/// a taker's clock behind the reader's shortens the dwell by as much, to nothing at a dwell.
 pub(crate) fn handed_within(token: &str, now_ms: u64, dwell_ms: u64) -> bool {
     handed_at(token).is_some_and(|at| {
         now_ms < at.saturating_add(dwell_ms) && at <= now_ms.saturating_add(dwell_ms)
@@ -317,7 +318,7 @@ mod tests {
         assert!(!handed_within(&token, 1_180_000, dwell));
         // The taker's clock a minute ahead of the reader's: a minute more.
         assert!(handed_within(&token, 940_000, dwell));
-        // More than a dwell ahead: a clock far off, not a hand-over.
+        // Exactly a dwell ahead still counts; a millisecond more is a clock far off.
         assert!(handed_within(&token, 820_000, dwell));
         assert!(!handed_within(&token, 819_999, dwell));
         assert!(!handed_within(&new_token(), 1_000_000, dwell));

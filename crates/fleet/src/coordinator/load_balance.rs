@@ -38,7 +38,8 @@
 //! of its own, the shard that with the marks that landed still leaves the taker lighter than
 //! this instance was (`load_plan::give_for`). It takes back or sends on no row handed to the
 //! taker within a handed shard's dwell (by the time the hand-over's token carries:
-//! `State::stays`), so that a shard moves at most once in three minutes. A comparison makes up to eight member reads while
+//! `State::stays`), so that a shard handed by this release moves at most once in three
+//! minutes. A comparison makes up to eight member reads while
 //! members were never read (or read in the first half minute), or while this instance stands
 //! far above the mean (`load_plan::far_above_mean`: every member heavier than it that keeps it
 //! from giving, read more than a renew interval ago, and again one to two renew intervals

@@ -105,8 +105,8 @@ impl State {
     /// 1.25x above the mean take such shards back anyway passed it, but moved 35 shards again
     /// within the dwell in steady seeds 0..600 and 1200..1800, against none). Only a take by
     /// this release writes the time: a row handed by an earlier one, or taken again as an
-    /// orphan after its keeper ended, carries none, and may move once the 30 s after its take
-    /// passed. Planning alone reads it: no take, hand-over or write is decided by it.
+    /// orphan after its keeper ended, carries none, and an exchange may take it back at once,
+    /// as before. Planning alone reads it: no take, hand-over or write is decided by it.
     pub(super) fn stays(&self, shard: &str) -> bool {
         self.observed
             .get(shard)
