@@ -1285,3 +1285,32 @@ fn rows_listed_before_they_were_measured_are_read_a_batch_at_a_time_until_the_ho
         unmeasured_to_read(member, &held, |m| read.contains_key(&m.shard), |_| false).is_empty()
     );
 }
+
+#[test]
+fn rows_that_stay_count_towards_the_guess_but_are_never_read_for_an_exchange() {
+    // A member weighing 6,000 ms a minute over 12 rows listed before they were measured, 8 of
+    // them handed to it a moment ago (they stay: no exchange may take them back). The guess
+    // is shared over all 12 alike, so the 4 that may go weigh a twelfth each, not a quarter;
+    // and the rows read before an exchange are those 4, not the first 8 by id, which stay.
+    let member = side(6_000, 12, 1_000);
+    let listed: Vec<Movable> = (0..12)
+        .map(|i| Movable {
+            shard: format!("r{i:02}"),
+            load: Load::new(0, 0, 0),
+        })
+        .collect();
+    let stays = |m: &Movable| m.shard.as_str() < "r08";
+    let to_read = unmeasured_to_read(member, &listed, |_| false, stays);
+    assert_eq!(to_read, ["r08", "r09", "r10", "r11"]);
+    let weighed = with_unmeasured_shared(member, &listed, |_| false);
+    let each = weighed.iter().map(|m| weight(&m.load)).collect::<Vec<_>>();
+    assert!(each.iter().all(|w| (*w - each[0]).abs() < 1.0), "{each:?}");
+    let total: f64 = each.iter().sum();
+    assert!(
+        (total - member.weight).abs() < 12.0,
+        "{total} against {}",
+        member.weight
+    );
+    // None read when every row it guesses at stays.
+    assert!(unmeasured_to_read(member, &listed, |_| false, |_| true).is_empty());
+}
