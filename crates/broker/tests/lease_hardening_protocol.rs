@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kinesis_broker::{
-    lease::{Clock, LeaseKey, LeaseStore},
-    testing::MemoryStream,
+    lease::{LeaseKey, LeaseStore},
+    testing::{MemoryStream, TokioClock},
     Broker, BrokerBuilder, BrokerError, Checkpoint, Delivery, MemoryLeaseStore, MemoryLeaseTable,
     ReaderError, RunningBroker, SubscriptionBuilder,
 };
@@ -25,25 +25,10 @@ const SHARD_1: &str = "shardId-000000000001";
 /// The wall-clock time of paused time's start in every clock of these tests.
 const BASE_MS: u64 = 1_700_000_000_000;
 
-/// A wall clock that follows tokio's paused clock from [`BASE_MS`], shifted by an offset, so
-/// every wall clock of a test advances with paused time.
-#[derive(Debug, Clone)]
-struct PausedClock {
-    start: Instant,
-    offset_ms: i64,
-}
-
-impl PausedClock {
-    fn new(start: Instant, offset_ms: i64) -> Self {
-        Self { start, offset_ms }
-    }
-}
-
-impl Clock for PausedClock {
-    fn now_ms(&self) -> u64 {
-        let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap();
-        u64::try_from(i64::try_from(BASE_MS).unwrap() + elapsed + self.offset_ms).unwrap()
-    }
+/// A wall clock that follows tokio's paused clock from [`BASE_MS`] as it is now, shifted by
+/// `offset_ms`: clocks made at one moment of paused time differ by their offsets alone.
+fn paused_clock(offset_ms: i64) -> TokioClock {
+    TokioClock::new(BASE_MS.checked_add_signed(offset_ms).unwrap())
 }
 
 /// What renewals do in a [`Faulty`] store.
@@ -398,8 +383,8 @@ async fn row(table: &MemoryLeaseTable, shard: &str) -> Lease {
 /// subscription began are not handled.
 #[tokio::test(start_paused = true)]
 async fn the_first_take_pins_latest_as_the_wall_clock_less_thirty_seconds() {
-    let clock = PausedClock::new(Instant::now(), 0);
-    let kinesis = MemoryStream::new().with_clock(clock.clone());
+    let clock = paused_clock(0);
+    let kinesis = MemoryStream::new().with_clock(clock);
     kinesis.create_stream(STREAM, 1).unwrap();
     kinesis.put(STREAM, "k", "before").unwrap();
     sleep(Duration::from_secs(5)).await;
@@ -407,7 +392,7 @@ async fn the_first_take_pins_latest_as_the_wall_clock_less_thirty_seconds() {
     let monitor = Arc::new(Monitor::default());
     let mut broker = builder(&kinesis, "a")
         .lease_store(MemoryLeaseStore::over(&table))
-        .wall_clock(clock.clone())
+        .wall_clock(clock)
         .build()
         .unwrap();
     monitored(broker.subscribe(STREAM), &monitor, "a", Duration::ZERO);
@@ -445,14 +430,13 @@ struct SkewRun {
 /// `b_skew_ms`, on a table that answers after 100 ms, start together on 4 shards while records
 /// are put, balance, and then `a` shuts down gracefully.
 async fn skewed_run(a_skew_ms: i64, b_skew_ms: i64) -> SkewRun {
-    let origin = Instant::now();
-    let kinesis = MemoryStream::new().with_clock(PausedClock::new(origin, 0));
+    let kinesis = MemoryStream::new().with_clock(paused_clock(0));
     kinesis.create_stream(STREAM, 4).unwrap();
     let table = MemoryLeaseTable::new();
     let monitor = Arc::new(Monitor::default());
     let broker = |owner: &str, skew_ms: i64| {
-        let clock = PausedClock::new(origin, skew_ms);
-        let store = Faulty::new(MemoryLeaseStore::over(&table).with_clock(clock.clone()))
+        let clock = paused_clock(skew_ms);
+        let store = Faulty::new(MemoryLeaseStore::over(&table).with_clock(clock))
             .with_latency(Duration::from_millis(100));
         let mut broker = builder(&kinesis, owner)
             .lease_store(store)

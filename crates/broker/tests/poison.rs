@@ -15,8 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kinesis_broker::lease::Clock;
-use kinesis_broker::testing::MemoryStream;
+use kinesis_broker::testing::{MemoryStream, TokioClock};
 use kinesis_broker::{
     BatchFailure, Broker, Checkpoint, Delivery, RunningBroker, SequenceNumber, ShutdownReport,
 };
@@ -468,49 +467,21 @@ async fn a_key_that_recovers_completes_in_order() {
     }
 }
 
-/// A clock that follows tokio's (paused) time from a fixed start: arrival times and the
-/// processing lag move with the test's time.
-#[derive(Debug)]
-struct PausedClock {
-    base_ms: u64,
-    start: Instant,
-}
-
-impl Clock for PausedClock {
-    fn now_ms(&self) -> u64 {
-        self.base_ms + self.start.elapsed().as_millis() as u64
-    }
-}
-
-fn paused_clock() -> Arc<PausedClock> {
-    Arc::new(PausedClock {
-        base_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
-        start: Instant::now(),
-    })
-}
-
-#[derive(Debug, Clone)]
-struct Shared(Arc<PausedClock>);
-
-impl Clock for Shared {
-    fn now_ms(&self) -> u64 {
-        self.0.now_ms()
-    }
-}
-
 /// Processing lag grows while handlers are slower than arrivals and returns to 0 once they
 /// catch up; `millis_behind` (the read lag) stays 0 meanwhile, since the reader keeps up.
 #[tokio::test(start_paused = true)]
 async fn processing_lag_grows_while_handlers_fall_behind_and_returns_to_zero() {
-    let clock = paused_clock();
-    let kinesis = MemoryStream::new().with_clock(Shared(clock.clone()));
+    // Arrival times and the processing lag move with the test's (paused) time.
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let clock = TokioClock::new(now_ms);
+    let kinesis = MemoryStream::new().with_clock(clock);
     kinesis.create_stream(STREAM, 1).unwrap();
     let mut broker = Broker::builder()
         .kinesis(kinesis.clone())
-        .wall_clock(Shared(clock.clone()))
+        .wall_clock(clock)
         .build()
         .unwrap();
     broker
