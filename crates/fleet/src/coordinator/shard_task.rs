@@ -83,6 +83,7 @@ impl State {
                 load,
                 rising,
                 sent,
+                config.balance_by_load,
             ),
         };
         let reader = Reader {

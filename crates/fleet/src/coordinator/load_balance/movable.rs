@@ -42,7 +42,8 @@ impl State {
                     .is_none()
             })
             .filter_map(|(shard, held)| {
-                let load = (*held.load.lock().unwrap_or_else(|p| p.into_inner()))?;
+                // A shard turning hot at its recent rate (`Held::planned_load`).
+                let load = held.planned_load()?;
                 Some((
                     Movable {
                         shard: shard.clone(),
