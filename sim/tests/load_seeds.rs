@@ -106,38 +106,6 @@ fn a_shard_handed_a_moment_ago_is_not_moved_again_within_the_dwell() {
     }
 }
 
-/// Steady seeds where a shard turned hot mid-run (1 record a second to 20) and the fleet stood
-/// at 1.15x to 1.2x the offline placement from 90 s after the turn until shards handed a
-/// moment before could move again (until 2026-12-08). Seed 78: its holder gave it 40 s after
-/// the step, weighed at its minute's average (19,321 of the 23,761 it settled at), to a member
-/// holding shards it had been handed 25 s before. Seeds 3404 and 3514: a member whose shard
-/// had turned hot looked light on its member row, and others gave it cold shards, which
-/// stayed. A shard turning hot is now weighed at its recent rate, by its holder's planner and
-/// on its member row (`load_meter::planned`).
-///
-/// Seeds 181, 197, 1469, 3184 and 3260 (late after the turn with that change alone): the member
-/// whose shard turned hot, heavier on that figure, gave a warm shard to the member holding the
-/// other hot one, within the threshold of a move to a light member, and the shard stayed there
-/// three minutes (1.15x to 1.25x). Where no move leaves its taker within the fleet's mean, it
-/// now gives to the taker left lightest (`load_plan::takers`).
-#[test]
-fn a_shard_turning_hot_is_weighed_at_its_recent_rate() {
-    for seed in [78, 3404, 3514, 181, 197, 1469, 3184, 3260] {
-        let report = kinesis_sim::load::run_load(seed);
-        assert!(
-            report.passed()
-                && report
-                    .settled
-                    .iter()
-                    .all(|s| *s <= kinesis_sim::load::CONVERGE),
-            "load seed {seed}: settled after {:?} s, {:?}\n{}",
-            report.settled,
-            report.violations,
-            report.history.join("\n")
-        );
-    }
-}
-
 /// Steady seeds where a member giving beside a heavier one (`load_plan::beside_heavier`), in
 /// a first version that left the heavier one only the lightest member, gave its cold shards to
 /// the member of twice the capacity where the heavier one's hot shard fitted best: they stayed

@@ -250,7 +250,7 @@ fn shard_stats(shared: &Shared) -> Vec<ShardStats> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .clone(),
-                load: held.shown_load(shared.config.balance_by_load),
+                load: *held.load.lock().unwrap_or_else(|p| p.into_inner()),
             }
         })
         .collect();

@@ -174,11 +174,10 @@ impl LoadMeter {
     /// (`lumps_of_settlement_do_not_read_as_a_rise`); a step under lumps still reads as one
     /// on the first test (`a_step_under_lumps_reads_as_a_rise`). Lumps at random times may,
     /// now and then, for a reading or two. `None` otherwise, and before two spans of readings.
-    /// The shard's row carries the window's average; this instance weighs the shard at the
-    /// rise ([`planned`]), in its own planner and in the total its member row publishes, and
-    /// holds back exchanges that would keep such a shard (`Shared::rising_shards`): an
-    /// exchange decided on a figure still climbing took back shards the giver then kept three
-    /// minutes above the bound (load simulation seeds 772, 1599 and 1648).
+    /// Only the instance's own planner reads it, and only to hold back exchanges that would
+    /// keep such a shard (`Shared::rising_shards`): an exchange decided on a figure still
+    /// climbing took back shards the giver then kept three minutes above the bound (load
+    /// simulation seeds 772, 1599 and 1648). The row carries the window's average.
     pub(crate) fn rising(&self) -> Option<Load> {
         let window = self.rates?;
         let rise = match self.climbing() {
@@ -273,22 +272,6 @@ pub(crate) fn drifted(written: Option<&Load>, now: &Load) -> bool {
     };
     apart(written.busy_ms_per_min, now.busy_ms_per_min, 600)
         || apart(written.records_per_min, now.records_per_min, 60)
-}
-
-/// The load a shard is weighed by when shards are placed by load: its recent rate while it
-/// turns hot (`rising`, [`LoadMeter::rising`], above the window's average `load`), else the
-/// window's average. The average shows a step in part until a minute after it (half after
-/// 30 s): a shard turning from 1 record a second to 20, given away 40 s after the step on the
-/// average, weighed 19,321 of the 23,761 it settled at, and its taker, holding shards handed to
-/// it a moment before, stood at 1.15x the offline placement for the three minutes those stayed
-/// (load simulation seed 78); a member whose shard had turned hot looked light on its member
-/// row, and others gave it shards that stayed as long (seed 3404: 1.2x).
-pub(crate) fn planned(load: Option<Load>, rising: Option<Load>) -> Option<Load> {
-    match (load, rising) {
-        (Some(load), Some(rising)) if rising.busy_ms_per_min > load.busy_ms_per_min => Some(rising),
-        (None, rising) => rising,
-        (load, _) => load,
-    }
 }
 
 #[cfg(test)]
@@ -701,24 +684,5 @@ mod tests {
         assert_eq!(first, again);
         let earlier = meter.observe(Duration::from_secs(1), totals);
         assert_eq!(first, earlier);
-    }
-
-    #[test]
-    fn a_shard_turning_hot_is_weighed_at_its_rise_and_otherwise_at_its_average() {
-        let load = |records: u64, busy: u64| Load::new(records, 0, busy);
-        let (average, rise) = (load(660, 6_600), load(1_260, 12_600));
-        assert_eq!(planned(Some(average), Some(rise)), Some(rise));
-        assert_eq!(planned(Some(average), None), Some(average));
-        // A rise no heavier than the average changes nothing; with no average, the rise.
-        assert_eq!(planned(Some(rise), Some(average)), Some(rise));
-        assert_eq!(planned(None, Some(rise)), Some(rise));
-        assert_eq!(planned(None, None), None);
-        // The meter's own reading: at its rate of the last 15 s from 24 s after a step.
-        let mut meter = LoadMeter::new(None);
-        let mut at = (Duration::ZERO, Totals::default());
-        run(&mut meter, &mut at, 300, 1, 10);
-        let shown = run(&mut meter, &mut at, 30, 21, 10);
-        let weighed = planned(Some(shown), meter.rising()).map(|l| l.records_per_min);
-        assert_eq!((shown.records_per_min, weighed), (660, Some(1_260)));
     }
 }

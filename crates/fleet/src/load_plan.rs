@@ -177,9 +177,8 @@ where
 }
 
 /// The peers [`taker`] draws from: those a move or an exchange leaves nearest the best (of
-/// the exchanges, those whose pair may also settle nearest the lowest: [`settles_at`]; those
-/// left within the fleet's mean first, and where none is, of the moves those leaving their
-/// takers lightest), else those an exchange may still suit. The coordinator asks again once it has read the one it
+/// the exchanges, those whose pair may also settle nearest the lowest: [`settles_at`]), else
+/// those an exchange may still suit. The coordinator asks again once it has read the one it
 /// drew: a reading from before that member took a hot shard showed it light, and on the
 /// reading taken now it may no longer be among them (the load simulation's slowest starts: a
 /// giver handed a shard to a member that had just taken a hot one, and the shard stayed there
@@ -201,37 +200,20 @@ where
         .iter()
         .map(|plan| plan.after)
         .fold(f64::MAX, f64::min);
-    let near = |within_fill: bool| -> Vec<&Plan<K>> {
+    let near = |within_fill: bool| -> Vec<&K> {
         let near = planned.iter().filter(|plan| {
             plan.after <= best * (1.0 + THRESHOLD) && (!within_fill || plan.theirs_after <= fill)
         });
-        settling_lowest(near).collect()
+        settling_lowest(near).map(|plan| plan.key).collect()
     };
     // Those the move leaves at most at the fleet's mean first: where the giver stays the
     // heavier of every pair, a member already above the mean was drawn as often as one far
     // below it, and a giver that drew it found no move when it read it again (`fleet_balance`
-    // 1,000 x 50: the heaviest members gave a shard every 30 to 75 s). When none is, of the
-    // moves the ones leaving their takers lightest: what a taker gets stays three minutes, while the giver may go on
-    // shedding (load simulation seed 1469: a member whose shard turned hot gave a shard of 10
-    // a second to the member holding the other hot shard, within the threshold of giving the
-    // one that turned hot to a light member, and that member stood at 1.25x the offline
-    // placement for three minutes).
-    let near: Vec<&Plan<K>> = match near(true) {
+    // 1,000 x 50: the heaviest members gave a shard every 30 to 75 s).
+    let near = match near(true) {
         under if !under.is_empty() => under,
-        _ => {
-            let all = near(false);
-            let lowest = all
-                .iter()
-                .filter(|plan| plan.settles.is_none())
-                .map(|plan| plan.theirs_after)
-                .fold(f64::MAX, f64::min);
-            // Of the moves (exchanges are drawn where their pairs may settle: above).
-            all.into_iter()
-                .filter(|plan| plan.settles.is_some() || plan.theirs_after <= lowest + 1e-9)
-                .collect()
-        }
+        _ => near(false),
     };
-    let near: Vec<&K> = near.iter().map(|plan| plan.key).collect();
     if !near.is_empty() || beside {
         return near;
     }

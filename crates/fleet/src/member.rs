@@ -242,11 +242,6 @@ impl Member {
                     // The count first: a take landing in between then shows in the load, never
                     // a count acted on with a load that lacks its shard.
                     let pokes_seen = shared.pokes_seen.load(std::sync::atomic::Ordering::SeqCst);
-                    // Placed by load, with its shards turning hot at their recent rates, as
-                    // its own planner weighs them (`Shared::instance_load`): on the smoothed
-                    // figure, a member whose shard had turned hot looked light while its figure
-                    // climbed, and others gave it shards that then stayed the three minutes a
-                    // handed shard stays (load simulation seed 3404: 1.2x the offline placement).
                     let mut load = shared.instance_load();
                     if config.balance_by_load {
                         load.pokes_seen = Some(pokes_seen);

@@ -9,8 +9,7 @@ use tokio::time::Instant;
 
 use crate::load_meter::{LoadMeter, Totals};
 
-/// One holding's load: its meter, its metrics, and the figures the planner and `stats()` read
-/// (`Held::load`, `Held::rising`).
+/// One holding's load: its meter, its metrics and the figure `stats()` shows (`Held::load`).
 #[derive(Debug)]
 pub(crate) struct ShardLoad {
     settlement: Arc<ShardSettlement>,
@@ -18,23 +17,19 @@ pub(crate) struct ShardLoad {
     /// when dropped.
     counted: crate::metrics::Counted,
     meter: LoadMeter,
-    /// The last smoothed figure, shared with `Held::load`.
+    /// The last figure, shared with `Held::load`.
     shown: Arc<Mutex<Option<Load>>>,
     /// The last rise read (`LoadMeter::rising`), shared with `Held::rising`.
     rising: Arc<Mutex<Option<Load>>>,
     /// When the holding began: the settlement's totals were zero then.
     since: Instant,
-    /// Shards are placed by load: the row carries a shard turning hot at its rise
-    /// (`load_meter::planned`), as the member row's total and the planner weigh it.
-    by_load: bool,
     /// The load the row shows: what the last landed write carried, or what the row carried
     /// when it was taken.
     written: Option<Load>,
 }
 
 impl ShardLoad {
-    /// The load of a holding taken at `since`, whose row carried `prior`; `by_load` when shards
-    /// are placed by load.
+    /// The load of a holding taken at `since`, whose row carried `prior`.
     pub(crate) fn new(
         stream: &str,
         settlement: Arc<ShardSettlement>,
@@ -42,7 +37,6 @@ impl ShardLoad {
         shown: Arc<Mutex<Option<Load>>>,
         rising: Arc<Mutex<Option<Load>>>,
         since: Instant,
-        by_load: bool,
     ) -> Self {
         Self {
             counted: crate::metrics::Counted::new(stream, settlement.shard(), settlement.clone()),
@@ -51,17 +45,12 @@ impl ShardLoad {
             shown,
             rising,
             since,
-            by_load,
             written: prior.copied(),
         }
     }
 
-    /// Reads the shard now (`now_ms` on the wall clock, for the processing lag): keeps its
-    /// smoothed load (`Held::load`) and its rise (`Held::rising`), and returns the load its
-    /// row carries, its metrics and `stats()` show: the smoothed one, or, placed by load, a
-    /// shard turning hot at its rise (`load_meter::planned`), as the member row's total counts
-    /// it. A taker of the row then starts from the rise, and a giver weighing a member's rows
-    /// sees what its total shows.
+    /// Reads the shard now (`now_ms` on the wall clock, for the processing lag): publishes its
+    /// metrics and returns its smoothed load, kept for `stats()` and the member row's total.
     pub(crate) fn measure(&mut self, now_ms: u64) -> Load {
         self.counted.publish(now_ms);
         let totals = Totals {
@@ -70,15 +59,10 @@ impl ShardLoad {
             busy: self.settlement.busy(),
         };
         let load = self.meter.observe(self.since.elapsed(), totals);
+        self.counted.load(&load);
         *self.shown.lock().unwrap_or_else(|p| p.into_inner()) = Some(load);
-        let rising = self.meter.rising();
-        *self.rising.lock().unwrap_or_else(|p| p.into_inner()) = rising;
-        let carried = match self.by_load {
-            true => crate::load_meter::planned(Some(load), rising).unwrap_or(load),
-            false => load,
-        };
-        self.counted.load(&carried);
-        carried
+        *self.rising.lock().unwrap_or_else(|p| p.into_inner()) = self.meter.rising();
+        load
     }
 
     /// A write carrying `load` landed: the row shows it now.

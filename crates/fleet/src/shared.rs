@@ -53,8 +53,8 @@ pub(crate) struct Held {
     /// before its first renewal, unless its row carried one.
     pub(crate) load: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
     /// The shard's load at its recent rate while that stands well above `load` (a shard
-    /// turning hot: `LoadMeter::rising`), what this instance weighs it by when placing by load
-    /// (`Held::planned_load`, `Shared::rising_shards`); the shard's row carries `load`.
+    /// turning hot: `LoadMeter::rising`), for this instance's own planner only
+    /// (`Shared::rising_shards`).
     pub(crate) rising: Arc<Mutex<Option<kinesis_lease_core::Load>>>,
     /// From when the shard may be given away to balance load (`load_plan::dwell`): 30 s
     /// after it was taken, three minutes after it came by a hand-over, so a shard moves at most
@@ -118,48 +118,32 @@ impl Drop for AbortAside {
     }
 }
 
-impl Held {
-    /// The load this instance weighs the shard by when placing by load: its recent rate while
-    /// it turns hot, else its smoothed load (`load_meter::planned`).
-    pub(crate) fn planned_load(&self) -> Option<kinesis_lease_core::Load> {
-        let load = *self.load.lock().unwrap_or_else(|p| p.into_inner());
-        let rising = *self.rising.lock().unwrap_or_else(|p| p.into_inner());
-        crate::load_meter::planned(load, rising)
-    }
-
-    /// The load `stats()` shows: [`Held::planned_load`] when placing by load (`by_load`), as
-    /// the shard's row carries it, else the smoothed load.
-    pub(crate) fn shown_load(&self, by_load: bool) -> Option<kinesis_lease_core::Load> {
-        match by_load {
-            true => self.planned_load(),
-            false => *self.load.lock().unwrap_or_else(|p| p.into_inner()),
-        }
-    }
-}
-
 impl Shared {
     pub(crate) fn held(&self) -> MutexGuard<'_, BTreeMap<String, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The load this instance carries (the sum of its held shards' loads as `stats()` shows
-    /// them, [`Held::shown_load`]) and its capacity, as its member row publishes them: placed
-    /// by load, each shard turning hot at its recent rate, as its planner weighs itself.
+    /// The load this instance carries (the sum of its held shards' last measured loads) and
+    /// its capacity, as its member row publishes them.
     pub(crate) fn instance_load(&self) -> kinesis_lease_core::Load {
-        let by_load = self.config.balance_by_load;
         let loads: Vec<kinesis_lease_core::Load> = self
             .held()
             .values()
-            // A shard not measured yet counts among the shards, at no load.
-            .map(|held| held.shown_load(by_load).unwrap_or_default())
+            .map(|held| {
+                // A shard not measured yet counts among the shards, at no load.
+                held.load
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_default()
+            })
             .collect();
         kinesis_lease_core::Load::sum(&loads).with_capacity(self.config.capacity_milli)
     }
 
     /// The held shards that turn hot (`Held::rising`) by more than `least` handler
-    /// milliseconds a minute above their smoothed load, not being handed over already: while
-    /// it holds them, this instance's figure rests on a rise read over the last 15 s, which
-    /// may still climb or fall back (`load_meter::planned`).
+    /// milliseconds a minute above what they show, not being handed over already: while it
+    /// holds them, this instance's own figure still climbs, and what it publishes shows part of
+    /// it.
     pub(crate) fn rising_shards(&self, least: f64) -> Vec<String> {
         self.held()
             .iter()

@@ -268,7 +268,6 @@ impl State {
         if !self.loads_seen {
             return;
         }
-        // With its shards turning hot at their recent rates (`Shared::instance_load`).
         let Some(mine) = Side::of(&shared.instance_load()) else {
             return;
         };
@@ -417,10 +416,10 @@ impl State {
             return;
         };
         let given = load_plan::planned(beside, mine, theirs, &movable, fill);
-        // No exchange that keeps a shard of its own that turns hot (`LoadMeter::rising`) by
-        // more than an exchange must take off this member (`load_plan::EXCHANGE_GAIN`): its
-        // figure rests on that shard's rise over the last 15 s, which may still climb, what it
-        // takes back stays three minutes, and a plain move may suit once the step has settled
+        // No exchange that keeps a shard of its own that turns hot
+        // (`load_meter::LoadMeter::rising`) by more than an exchange must take off this member
+        // (`load_plan::EXCHANGE_GAIN`): its figure still climbs with that shard, what it takes
+        // back stays three minutes, and a plain move may suit once the figure shows the step
         // (load simulation seeds 772, 1599 and 1648: exchanges 30 to 50 s after a shard turned hot
         // kept the giver at 1.15x to 1.2x the offline placement for three minutes). Giving
         // that shard away is no such plan (seed 116 needs that exchange: without it, 152 s

@@ -83,7 +83,6 @@ impl State {
                 load,
                 rising,
                 sent,
-                config.balance_by_load,
             ),
         };
         let reader = Reader {

@@ -1314,36 +1314,3 @@ fn rows_that_stay_count_towards_the_guess_but_are_never_read_for_an_exchange() {
     // None read when every row it guesses at stays.
     assert!(unmeasured_to_read(member, &listed, |_| false, |_| true).is_empty());
 }
-
-#[test]
-fn with_no_taker_left_within_the_mean_the_one_left_lightest_takes() {
-    // Load simulation seed 1469: a member whose shard turned hot (24,000 at its rise) beside a
-    // shard of 6,000 and cold ones; one peer light (4,100), one holding a hot shard of its own
-    // (24,000). Given the hot shard, the light peer ends at 28,100; given the shard of 6,000,
-    // the other ends at 30,000, within the threshold of the first, but what it takes stays
-    // three minutes: it stood at 1.25x the offline placement. Neither ends within the mean
-    // (20,800): the lighter end only.
-    let mut movable = shards(&[("turned", 24_000), ("warm", 6_000), ("a", 1_800)]);
-    movable.extend(shards(&[("b", 1_200), ("c", 600), ("d", 600)]));
-    let mine = side(34_200, 6, 1_000);
-    let none: &[Movable] = &[];
-    let peers = [
-        ("light", side(4_100, 4, 1_000), none),
-        ("other-hot", side(24_000, 1, 1_000), none),
-    ];
-    let fill = mean(mine, peers.iter().map(|(_, s, _)| *s));
-    assert!(fill < 21_000.0 / 1_000.0, "{fill}");
-    assert_eq!(
-        takers(mine, peers.iter().copied(), &movable, fill, false),
-        vec!["light"]
-    );
-    // Takers left alike are all drawn from (givers at once do not all choose one).
-    let roomy = [
-        ("light", side(4_100, 4, 1_000), none),
-        ("light-too", side(4_100, 4, 1_000), none),
-        ("other-hot", side(24_000, 1, 1_000), none),
-    ];
-    let fill = mean(mine, roomy.iter().map(|(_, s, _)| *s));
-    let drawn = takers(mine, roomy.iter().copied(), &movable, fill, false);
-    assert_eq!(drawn, vec!["light", "light-too"]);
-}

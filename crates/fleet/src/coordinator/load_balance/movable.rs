@@ -42,8 +42,7 @@ impl State {
                     .is_none()
             })
             .filter_map(|(shard, held)| {
-                // A shard turning hot at its recent rate (`Held::planned_load`).
-                let load = held.planned_load()?;
+                let load = (*held.load.lock().unwrap_or_else(|p| p.into_inner()))?;
                 Some((
                     Movable {
                         shard: shard.clone(),
